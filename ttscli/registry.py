@@ -1,0 +1,136 @@
+"""models.toml (shipped) + user registry files -> ModelSpec."""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from ttscli.errors import ModelNotFoundError, UsageError
+from ttscli.paths import config_dir
+
+CAPABILITIES = ("speak", "clone", "voice_design", "instruct", "streaming")
+
+
+@dataclass
+class ModelSpec:
+    id: str
+    name: str
+    family: str
+    sample_rate: int
+    implemented: bool = False
+    aliases: list[str] = field(default_factory=list)
+    source: dict[str, Any] = field(default_factory=dict)
+    capabilities: dict[str, Any] = field(default_factory=dict)
+    backends: dict[str, list[str]] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    license: str = ""
+    license_notice: str | None = None
+    origin: str = "builtin"
+
+    def can(self, capability: str) -> bool:
+        return bool(self.capabilities.get(capability, False))
+
+    @property
+    def voices(self) -> list[str]:
+        return list(self.capabilities.get("voices", []))
+
+    @property
+    def languages(self) -> list[str]:
+        return list(self.capabilities.get("languages", []))
+
+    @classmethod
+    def from_table(cls, model_id: str, t: dict[str, Any], origin: str) -> "ModelSpec":
+        missing = [k for k in ("family", "sample_rate") if k not in t]
+        if missing:
+            raise UsageError(f"registry {origin}: model '{model_id}' lacks {', '.join(missing)}")
+        sr = t["sample_rate"]
+        if not isinstance(sr, int) or sr <= 0:
+            raise UsageError(f"registry {origin}: model '{model_id}' has invalid sample_rate {sr!r}")
+        return cls(
+            id=model_id,
+            name=t.get("name", model_id),
+            family=t["family"],
+            sample_rate=sr,
+            implemented=bool(t.get("implemented", False)),
+            aliases=list(t.get("aliases", [])),
+            source=dict(t.get("source", {})),
+            capabilities=dict(t.get("capabilities", {})),
+            backends={k: list(v) for k, v in t.get("backends", {}).items()},
+            defaults=dict(t.get("defaults", {})),
+            license=t.get("license", ""),
+            license_notice=t.get("license_notice"),
+            origin=origin,
+        )
+
+
+class Registry:
+    def __init__(self, specs: dict[str, ModelSpec], default: str):
+        self.specs = specs
+        self.default = default
+
+    def __iter__(self):
+        return iter(self.specs.values())
+
+    def resolve(self, name: str | None) -> ModelSpec:
+        """Model id, alias (case-insensitive) or None for the default."""
+        if name is None:
+            name = self.default
+        if name in self.specs:
+            return self.specs[name]
+        low = name.lower()
+        for spec in self.specs.values():
+            if spec.id.lower() == low or low in (a.lower() for a in spec.aliases):
+                return spec
+        known = ", ".join(sorted(self.specs))
+        raise ModelNotFoundError(f"unknown model '{name}'; known models: {known} (see `ttscli models`)")
+
+
+def _parse(text: str, origin: str) -> tuple[dict[str, ModelSpec], str | None]:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"registry {origin} is not valid TOML: {e}") from None
+    models = data.get("models", {})
+    if not isinstance(models, dict):
+        raise UsageError(f"registry {origin}: [models] must be a table")
+    specs = {mid: ModelSpec.from_table(mid, t, origin) for mid, t in models.items()}
+    return specs, data.get("default")
+
+
+def user_registry_files() -> list[Path]:
+    """Files from $TTSCLI_REGISTRY (os.pathsep-separated) and ~/.config/ttscli/registry.d/*.toml."""
+    files = []
+    d = config_dir() / "registry.d"
+    if d.is_dir():
+        files += sorted(d.glob("*.toml"))
+    env = os.environ.get("TTSCLI_REGISTRY")
+    if env:
+        files += [Path(p) for p in env.split(os.pathsep) if p]
+    return files
+
+
+def load_registry(extra: Iterable[Path] = ()) -> Registry:
+    builtin = resources.files("ttscli").joinpath("models.toml").read_text(encoding="utf-8")
+    specs, default = _parse(builtin, "builtin")
+    for path in [*user_registry_files(), *extra]:
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise UsageError(f"cannot read registry file {path}: {e.strerror}") from None
+        more, more_default = _parse(text, str(path))
+        for spec in more.values():
+            spec.origin = str(path)
+        specs.update(more)
+        default = more_default or default
+    if default not in specs:
+        raise UsageError(f"registry default model '{default}' is not defined")
+    return Registry(specs, default)
