@@ -1,0 +1,9 @@
+"""Shared MLX layers: norms, RoPE, attention (GQA, optional q/k-norm), gated MLPs, decoder blocks."""
+from ttscli.nn.layers import (  # noqa: F401
+    MLP,
+    Attention,
+    DecoderLayer,
+    RMSNorm,
+    apply_rope,
+    create_causal_mask,
+)

@@ -1,0 +1,119 @@
+"""Decoder-only transformer pieces shared by the codec language models (Qwen3, Llama-style).
+
+Module and parameter names follow the Hugging Face checkpoints (``q_proj``, ``q_norm``,
+``gate_proj``, ``input_layernorm`` ...) so weights load without renaming.
+
+Attention reads and writes an explicit cache object (see :mod:`ttscli.cache`) passed by the
+caller: state belongs to one request, never to the module.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+
+
+class RMSNorm(nn.Module):
+    """y = weight * x / sqrt(mean(x^2) + eps), accumulated in float32 by the fused kernel."""
+
+    def __init__(self, dims: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = mx.ones((dims,))
+        self.eps = eps
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return mx.fast.rms_norm(x, self.weight, self.eps)
+
+
+def apply_rope(x: mx.array, head_dim: int, base: float, offset: int | mx.array = 0,
+               traditional: bool = False) -> mx.array:
+    """Rotary embedding on ``x [B, heads, L, head_dim]`` at positions ``offset .. offset+L-1``.
+
+    ``traditional=False`` is the rotate-half (GPT-NeoX) layout that Qwen/Llama checkpoints use.
+    A multimodal (M-RoPE) config whose three position rows are always equal reduces to this.
+    """
+    return mx.fast.rope(x, head_dim, traditional=traditional, base=base, scale=1.0, offset=offset)
+
+
+def create_causal_mask(length: int, offset: int = 0) -> Any:
+    """Mask argument for ``scaled_dot_product_attention``: None for one query, else causal.
+
+    MLX aligns the string mask ``"causal"`` to the end of the keys, which is what a prefill on
+    top of an existing cache needs.
+    """
+    return None if length == 1 else "causal"
+
+
+class Attention(nn.Module):
+    """Multi-head attention with grouped KV heads, optional per-head q/k RMSNorm and RoPE."""
+
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
+                 rope_theta: float = 10000.0, eps: float = 1e-6, bias: bool = False,
+                 qk_norm: bool = True, rope_traditional: bool = False):
+        super().__init__()
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.rope_theta = rope_theta
+        self.rope_traditional = rope_traditional
+        self.scale = head_dim ** -0.5
+        self.q_proj = nn.Linear(hidden_size, num_heads * head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=bias)
+        self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=bias)
+        self.qk_norm = qk_norm
+        if qk_norm:
+            self.q_norm = RMSNorm(head_dim, eps)
+            self.k_norm = RMSNorm(head_dim, eps)
+
+    def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
+        B, L, _ = x.shape
+        q = self.q_proj(x).reshape(B, L, self.num_heads, self.head_dim)
+        k = self.k_proj(x).reshape(B, L, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).reshape(B, L, self.num_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q = self.q_norm(q)
+            k = self.k_norm(k)
+        q = q.transpose(0, 2, 1, 3)
+        k = k.transpose(0, 2, 1, 3)
+        v = v.transpose(0, 2, 1, 3)
+        offset = cache.offset if cache is not None else 0
+        q = apply_rope(q, self.head_dim, self.rope_theta, offset, self.rope_traditional)
+        k = apply_rope(k, self.head_dim, self.rope_theta, offset, self.rope_traditional)
+        if cache is not None:
+            k, v = cache.update_and_fetch(k, v)
+        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask=mask)
+        out = out.transpose(0, 2, 1, 3).reshape(B, L, -1)
+        return self.o_proj(out)
+
+
+class MLP(nn.Module):
+    """SwiGLU feed-forward: down(act(gate(x)) * up(x))."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.down_proj(nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm decoder block (Qwen3 / Llama): x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, num_heads: int, num_kv_heads: int,
+                 head_dim: int, rope_theta: float, eps: float = 1e-6, attention_bias: bool = False,
+                 qk_norm: bool = True):
+        super().__init__()
+        self.self_attn = Attention(hidden_size, num_heads, num_kv_heads, head_dim, rope_theta, eps,
+                                   attention_bias, qk_norm)
+        self.mlp = MLP(hidden_size, intermediate_size)
+        self.input_layernorm = RMSNorm(hidden_size, eps)
+        self.post_attention_layernorm = RMSNorm(hidden_size, eps)
+
+    def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
+        h = x + self.self_attn(self.input_layernorm(x), mask, cache)
+        return h + self.mlp(self.post_attention_layernorm(h))
