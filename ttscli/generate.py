@@ -49,3 +49,148 @@ class Stats:
     frames: int = 0
     first_audio_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+# ---- the chunk scheduler -------------------------------------------------------------------
+
+import queue  # noqa: E402
+import threading  # noqa: E402
+from typing import Callable, Iterator  # noqa: E402
+
+CROSSFADE_S = 0.02
+
+
+def crossfade_join(pieces: Iterator[tuple[int, np.ndarray]], n_fade: int) -> Iterator[np.ndarray]:
+    """Join audio of consecutive text chunks with an equal-power crossfade of n_fade samples.
+
+    `pieces` yields (chunk_index, samples) in order; within a chunk, samples pass straight through
+    except the last n_fade, which are held back to blend with the start of the next chunk.
+    """
+    held = np.zeros(0, np.float32)       # tail of the previous chunk, not yet emitted
+    current = -1
+    head_needed = 0                      # samples of the new chunk still to blend into `held`
+    fade_in = np.sin(np.linspace(0, np.pi / 2, n_fade, dtype=np.float32)) ** 2 if n_fade else None
+    for idx, x in pieces:
+        x = np.asarray(x, np.float32).reshape(-1)
+        if idx != current:
+            current = idx
+            head_needed = len(held)
+        if head_needed:
+            k = min(head_needed, len(x))
+            start = len(held) - head_needed
+            w = fade_in[start:start + k] if len(held) == n_fade else np.linspace(0, 1, len(held), dtype=np.float32)[start:start + k]
+            held[start:start + k] = held[start:start + k] * (1 - w) + x[:k] * w
+            head_needed -= k
+            x = x[k:]
+            if head_needed:
+                continue
+            yield held
+            held = np.zeros(0, np.float32)
+        buf = np.concatenate([held, x]) if len(held) else x
+        keep = min(n_fade, len(buf))
+        if len(buf) > keep:
+            yield buf[: len(buf) - keep]
+        held = buf[len(buf) - keep:].copy()
+    if len(held):
+        yield held
+
+
+def chunk_requests(request: Request, chunks: list[str]) -> list[Request]:
+    """One request per text chunk; seeds derive from the base seed so workers cannot change the audio."""
+    out = []
+    for i, text in enumerate(chunks):
+        r = request.for_chunk(text)
+        if request.seed is not None:
+            r.seed = request.seed + i
+        if i > 0:
+            r.save_voice = None  # the voice prompt is stored once
+        out.append(r)
+    return out
+
+
+def _run_sequential(generate: Callable[[Request], Iterator[np.ndarray]], reqs: list[Request]):
+    for i, r in enumerate(reqs):
+        for x in generate(r):
+            yield i, x
+
+
+def _run_workers(generate: Callable[[Request], Iterator[np.ndarray]], reqs: list[Request], workers: int):
+    """N threads, each taking the next chunk; output strictly in chunk order, streamed per chunk."""
+    queues = [queue.Queue() for _ in reqs]
+    next_job = iter(range(len(reqs)))
+    lock = threading.Lock()
+    stop = threading.Event()
+    DONE = object()
+
+    def work():
+        while not stop.is_set():
+            with lock:
+                i = next(next_job, None)
+            if i is None:
+                return
+            try:
+                for x in generate(reqs[i]):
+                    if stop.is_set():
+                        return
+                    queues[i].put(x)
+                queues[i].put(DONE)
+            except BaseException as e:  # handed to the consumer, raised in order
+                queues[i].put(e)
+                return
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(workers, len(reqs)))]
+    for t in threads:
+        t.start()
+    try:
+        for i, q in enumerate(queues):
+            while True:
+                item = q.get()
+                if item is DONE:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield i, item
+    finally:
+        stop.set()
+
+
+def synthesize(
+    pipeline,
+    request: Request,
+    workers: int = 1,
+    crossfade_s: float = CROSSFADE_S,
+    on_chunk: Callable[[int, int], None] | None = None,
+) -> Iterator[np.ndarray]:
+    """Split request.text into the pipeline's sentence chunks and yield audio in order.
+
+    `workers` > 1 runs chunks concurrently; callers must pass 1 for pipelines that share decoder
+    state (MLX), see `effective_workers`. `on_chunk(done, total)` reports progress.
+    """
+    from ttscli.text import chunk_text
+
+    chunks = chunk_text(request.text, pipeline.max_chunk_chars)
+    reqs = chunk_requests(request, chunks)
+
+    def gen(r: Request) -> Iterator[np.ndarray]:
+        yield from pipeline.generate(r)
+        if on_chunk:
+            on_chunk(next(k for k, q in enumerate(reqs) if q is r) + 1, len(reqs))
+        clear = getattr(pipeline, "clear_cache", None)
+        if clear:
+            clear()
+
+    pieces = _run_sequential(gen, reqs) if workers <= 1 else _run_workers(gen, reqs, workers)
+    yield from crossfade_join(pieces, int(round(crossfade_s * pipeline.sample_rate)))
+
+
+def effective_workers(pipeline, requested: int) -> tuple[int, str | None]:
+    """Workers actually used, and a note when the request was reduced."""
+    if requested <= 1:
+        return 1, None
+    if not getattr(pipeline, "concurrent_safe", False):
+        backend = getattr(pipeline, "code_decoder_backend", "mlx")
+        return 1, (
+            f"--workers {requested}: running chunks one at a time, because concurrent chunks must not "
+            f"share the {backend} decoder's KV cache"
+        )
+    return requested, None

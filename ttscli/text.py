@@ -1,0 +1,116 @@
+"""Input text: reading, limits, normalisation and sentence chunking."""
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from ttscli.errors import InputTooLongError, UsageError
+
+MAX_TEXT_BYTES = 32_768
+
+# Lower-case abbreviations after which a full stop does not end a sentence.
+ABBREVIATIONS = frozenset(
+    """mr mrs ms dr prof sr jr st mt vs etc e.g i.e a.m p.m no nos fig figs approx dept est inc ltd co corp
+    jan feb mar apr jun jul aug sep sept oct nov dec u.s u.k ph.d gen col lt sgt capt rev hon""".split()
+)
+_CLOSERS = "\"'”’»)]」』）】"
+_CJK_END = "。！？｡"
+_SENT_END = re.compile(r"([.!?…]+|[。！？｡]+)")
+
+
+def decode_text(data: bytes, what: str = "text") -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{what} is not valid UTF-8 (byte {e.start}); convert it to UTF-8 first") from None
+
+
+def check_text(text: str, what: str = "text", max_bytes: int = MAX_TEXT_BYTES) -> str:
+    """Validate user text; returns it normalised (NFC, unified line ends)."""
+    size = len(text.encode("utf-8", errors="surrogatepass"))
+    if size > max_bytes:
+        raise InputTooLongError(f"{what} is {size:,} UTF-8 bytes; the limit is {max_bytes:,} bytes")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"{what} is not valid UTF-8 (lone surrogate); convert it to UTF-8 first") from None
+    text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n"))
+    if not text.strip():
+        raise UsageError(f"{what} is empty; give some words to speak")
+    return text
+
+
+def _ends_sentence(text: str, end: int, mark: str) -> bool:
+    """Whether the punctuation run `mark` ending at text[end] closes a sentence."""
+    if mark[0] in _CJK_END:
+        return True
+    nxt = text[end:end + 1]
+    if nxt and not nxt.isspace():
+        return False  # 3.14, e.g., example.com
+    following = text[end:].lstrip()[:1]
+    if following and following.islower():
+        return False  # '"Really?" she asked.'
+    if mark == ".":
+        m = re.search(r"([\w.]+)\.$", text[: end])
+        word = m.group(1).lower() if m else ""
+        if word in ABBREVIATIONS:
+            return False
+        if len(m.group(1)) == 1 and m.group(1).isupper():  # initials: J. R. R. Tolkien
+            return False
+    return True
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split text into sentences, keeping closing quotes with their sentence."""
+    out, start, i = [], 0, 0
+    for m in _SENT_END.finditer(text):
+        if m.start() < i:
+            continue
+        end = m.end()
+        while end < len(text) and text[end] in _CLOSERS:
+            end += 1
+        if _ends_sentence(text, end, m.group(1)):
+            piece = text[start:end].strip()
+            if piece:
+                out.append(piece)
+            start = end
+        i = end
+    tail = text[start:].strip()
+    if tail:
+        out.append(tail)
+    # paragraphs always break
+    return [p.strip() for s in out for p in re.split(r"\n\s*\n", s) if p.strip()]
+
+
+def _split_long(sentence: str, budget: int) -> list[str]:
+    """A sentence over budget: break at clause punctuation, then at spaces, then hard."""
+    parts: list[str] = []
+    for clause in re.split(r"(?<=[,;:，；：、])\s*", sentence):
+        while len(clause) > budget:
+            cut = clause.rfind(" ", 0, budget)
+            cut = cut if cut > budget // 2 else budget
+            parts.append(clause[:cut].strip())
+            clause = clause[cut:].strip()
+        if clause:
+            parts.append(clause)
+    return _pack(parts, budget, sep=" ")
+
+
+def _pack(pieces: list[str], budget: int, sep: str = " ") -> list[str]:
+    chunks: list[str] = []
+    for p in pieces:
+        if chunks and len(chunks[-1]) + len(sep) + len(p) <= budget:
+            chunks[-1] = chunks[-1] + sep + p
+        else:
+            chunks.append(p)
+    return chunks
+
+
+def chunk_text(text: str, budget: int) -> list[str]:
+    """Sentence chunks of at most `budget` characters (sentences packed together while they fit)."""
+    if budget <= 0:
+        raise ValueError("budget must be positive")
+    pieces: list[str] = []
+    for s in split_sentences(text):
+        pieces.extend([s] if len(s) <= budget else _split_long(s, budget))
+    return _pack(pieces, budget)
