@@ -1,0 +1,120 @@
+"""VITS posterior flow (inference direction) and the HiFi-GAN generator, channels-last."""
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from .conv import Conv1d, ConvTranspose1d
+
+
+class WN(nn.Module):
+    """Non-causal WaveNet: gated tanh/sigmoid layers with residual and skip outputs."""
+
+    def __init__(self, hidden: int, kernel_size: int, dilation_rate: int, n_layers: int):
+        super().__init__()
+        self.hidden = hidden
+        self.in_layers = [Conv1d(hidden, 2 * hidden, kernel_size, dilation_rate ** i) for i in range(n_layers)]
+        self.res_skip_layers = [Conv1d(hidden, 2 * hidden if i < n_layers - 1 else hidden, 1)
+                                for i in range(n_layers)]
+
+    def __call__(self, x: mx.array) -> mx.array:
+        out = None
+        n = self.hidden
+        for i, (inl, rs) in enumerate(zip(self.in_layers, self.res_skip_layers)):
+            h = inl(x)
+            acts = mx.tanh(h[..., :n]) * mx.sigmoid(h[..., n:])
+            rs_out = rs(acts)
+            if i < len(self.in_layers) - 1:
+                x = x + rs_out[..., :n]
+                skip = rs_out[..., n:]
+            else:
+                skip = rs_out
+            out = skip if out is None else out + skip
+        return out
+
+
+class ResidualCouplingLayer(nn.Module):
+    """Mean-only affine coupling: the second half is shifted by a WaveNet of the first."""
+
+    def __init__(self, channels: int, hidden: int, kernel_size: int, dilation_rate: int, n_layers: int):
+        super().__init__()
+        self.half = channels // 2
+        self.pre = Conv1d(self.half, hidden, 1)
+        self.enc = WN(hidden, kernel_size, dilation_rate, n_layers)
+        self.post = Conv1d(hidden, self.half, 1)
+
+    def reverse(self, x: mx.array) -> mx.array:
+        x0, x1 = x[..., : self.half], x[..., self.half:]
+        m = self.post(self.enc(self.pre(x0)))
+        return mx.concatenate([x0, x1 - m], axis=-1)
+
+
+class ResidualCouplingBlock(nn.Module):
+    """``flows`` alternates coupling layers (even) and channel flips (odd, no weights)."""
+
+    def __init__(self, channels: int, hidden: int, kernel_size: int, dilation_rate: int,
+                 n_layers: int, n_flows: int):
+        super().__init__()
+        self.flows = []
+        for _ in range(n_flows):
+            self.flows += [ResidualCouplingLayer(channels, hidden, kernel_size, dilation_rate, n_layers), {}]
+
+    def reverse(self, z: mx.array) -> mx.array:
+        for flow in reversed(self.flows):
+            z = flow.reverse(z) if isinstance(flow, ResidualCouplingLayer) else z[..., ::-1]
+        return z
+
+
+class ResBlock1(nn.Module):
+    def __init__(self, channels: int, kernel_size: int, dilations: list[int]):
+        super().__init__()
+        self.convs1 = [Conv1d(channels, channels, kernel_size, d) for d in dilations]
+        self.convs2 = [Conv1d(channels, channels, kernel_size, 1) for _ in dilations]
+
+    def __call__(self, x: mx.array) -> mx.array:
+        for c1, c2 in zip(self.convs1, self.convs2):
+            x = x + c2(nn.leaky_relu(c1(nn.leaky_relu(x, 0.1)), 0.1))
+        return x
+
+
+class ResBlock2(nn.Module):
+    def __init__(self, channels: int, kernel_size: int, dilations: list[int]):
+        super().__init__()
+        self.convs = [Conv1d(channels, channels, kernel_size, d) for d in dilations]
+
+    def __call__(self, x: mx.array) -> mx.array:
+        for c in self.convs:
+            x = x + c(nn.leaky_relu(x, 0.1))
+        return x
+
+
+class Generator(nn.Module):
+    def __init__(self, in_channels: int, resblock: str, resblock_kernel_sizes: list[int],
+                 resblock_dilation_sizes: list[list[int]], upsample_rates: list[int],
+                 upsample_initial_channel: int, upsample_kernel_sizes: list[int]):
+        super().__init__()
+        self.num_kernels = len(resblock_kernel_sizes)
+        self.conv_pre = Conv1d(in_channels, upsample_initial_channel, 7)
+        block = ResBlock1 if str(resblock) == "1" else ResBlock2
+        self.ups = []
+        self.resblocks = []
+        ch = upsample_initial_channel
+        for u, k in zip(upsample_rates, upsample_kernel_sizes):
+            self.ups.append(ConvTranspose1d(ch, ch // 2, k, u, (k - u) // 2))
+            ch //= 2
+            for rk, rd in zip(resblock_kernel_sizes, resblock_dilation_sizes):
+                self.resblocks.append(block(ch, rk, rd))
+        self.conv_post = Conv1d(ch, 1, 7, bias=False)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        """``[1, T, C]`` latent frames -> ``[1, T * prod(upsample_rates)]`` audio in [-1, 1]."""
+        x = self.conv_pre(x)
+        nk = self.num_kernels
+        for i, up in enumerate(self.ups):
+            x = up(nn.leaky_relu(x, 0.1))
+            xs = self.resblocks[i * nk](x)
+            for j in range(1, nk):
+                xs = xs + self.resblocks[i * nk + j](x)
+            x = xs / nk
+        x = self.conv_post(nn.leaky_relu(x, 0.01))
+        return mx.tanh(x)[..., 0]

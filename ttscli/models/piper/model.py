@@ -1,0 +1,135 @@
+"""VITS synthesizer (Piper voices): text encoder -> stochastic durations -> flow -> HiFi-GAN."""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from ttscli.errors import CheckpointError
+
+from .decoder import Generator, ResidualCouplingBlock
+from .duration import StochasticDurationPredictor
+from .text_encoder import TextEncoder
+
+
+@dataclass
+class ModelArgs:
+    n_vocab: int = 256
+    inter_channels: int = 192
+    hidden_channels: int = 192
+    filter_channels: int = 768
+    n_heads: int = 2
+    n_layers: int = 6
+    kernel_size: int = 3
+    window_size: int = 4
+    dp_filter_channels: int = 192
+    dp_kernel_size: int = 3
+    dp_n_flows: int = 4
+    dp_num_bins: int = 10
+    dp_tail_bound: float = 5.0
+    flow_n_flows: int = 4
+    flow_kernel_size: int = 5
+    flow_dilation_rate: int = 1
+    flow_n_layers: int = 4
+    resblock: str = "2"
+    resblock_kernel_sizes: list[int] = field(default_factory=lambda: [3, 5, 7])
+    resblock_dilation_sizes: list[list[int]] = field(default_factory=lambda: [[1, 2], [2, 6], [3, 12]])
+    upsample_rates: list[int] = field(default_factory=lambda: [8, 8, 4])
+    upsample_initial_channel: int = 256
+    upsample_kernel_sizes: list[int] = field(default_factory=lambda: [16, 16, 8])
+    sample_rate: int = 22050
+    # inference defaults (the voice's .onnx.json "inference" block)
+    noise_scale: float = 0.667
+    length_scale: float = 1.0
+    noise_w: float = 0.8
+
+    @classmethod
+    def from_dict(cls, params: dict) -> "ModelArgs":
+        return cls(**{k: v for k, v in params.items() if k in inspect.signature(cls).parameters})
+
+    @property
+    def hop_length(self) -> int:
+        return int(np.prod(self.upsample_rates))
+
+
+class Vits(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.args = args
+        a = args
+        self.enc_p = TextEncoder(a.n_vocab, a.inter_channels, a.hidden_channels, a.filter_channels,
+                                 a.n_heads, a.n_layers, a.kernel_size, a.window_size)
+        self.dp = StochasticDurationPredictor(a.hidden_channels, a.dp_filter_channels, a.dp_kernel_size,
+                                              a.dp_n_flows, a.dp_num_bins, a.dp_tail_bound)
+        self.flow = ResidualCouplingBlock(a.inter_channels, a.hidden_channels, a.flow_kernel_size,
+                                          a.flow_dilation_rate, a.flow_n_layers, a.flow_n_flows)
+        self.dec = Generator(a.inter_channels, a.resblock, a.resblock_kernel_sizes,
+                             a.resblock_dilation_sizes, a.upsample_rates, a.upsample_initial_channel,
+                             a.upsample_kernel_sizes)
+
+    # -- inference, in three steps so callers can time / inspect each --------------------
+
+    def durations(self, ids: mx.array, noise_w: float, length_scale: float,
+                  key: mx.array | None = None) -> tuple[mx.array, mx.array, np.ndarray]:
+        """Phoneme ids ``[1, T]`` -> (m_p, logs_p, frames per phoneme as int numpy ``[T]``)."""
+        x, m_p, logs_p = self.enc_p(ids)
+        t = ids.shape[1]
+        if noise_w:
+            noise = mx.random.normal((1, t, 2), key=key) * noise_w
+        else:
+            noise = mx.zeros((1, t, 2))
+        logw = self.dp.reverse(x, noise)
+        w = mx.ceil(mx.exp(logw) * length_scale)
+        return m_p, logs_p, np.array(w[0]).astype(np.int64)
+
+    def latents(self, m_p: mx.array, logs_p: mx.array, frames: np.ndarray, noise_scale: float,
+                key: mx.array | None = None) -> mx.array:
+        """Expand the prior by the durations, sample it and invert the flow -> ``[1, F, C]``."""
+        frames = np.maximum(frames, 0)
+        if frames.sum() == 0:
+            # as the original: at least one frame, with an all-zero alignment
+            m, logs = mx.zeros((1, 1, m_p.shape[-1])), mx.zeros((1, 1, m_p.shape[-1]))
+        else:
+            idx = mx.array(np.repeat(np.arange(len(frames)), frames))
+            m, logs = m_p[:, idx], logs_p[:, idx]
+        z_p = m
+        if noise_scale:
+            z_p = m + mx.random.normal(m.shape, key=key) * mx.exp(logs) * noise_scale
+        return self.flow.reverse(z_p)
+
+    def decode(self, z: mx.array) -> mx.array:
+        return self.dec(z)
+
+    def __call__(self, ids: mx.array, noise_scale: float = 0.667, length_scale: float = 1.0,
+                 noise_w: float = 0.8, key: mx.array | None = None) -> mx.array:
+        """Phoneme ids ``[1, T]`` -> audio ``[N]`` float32 at ``args.sample_rate``."""
+        k_dur, k_prior = mx.random.split(key) if key is not None else (None, None)
+        m_p, logs_p, frames = self.durations(ids, noise_w, length_scale, k_dur)
+        z = self.latents(m_p, logs_p, frames, noise_scale, k_prior)
+        return self.decode(z)[0]
+
+    # -- weights ---------------------------------------------------------------------------
+
+    def load_weights_strict(self, weights: dict[str, mx.array]) -> None:
+        """Load exactly our parameter set; name every missing, unexpected or mis-shaped tensor."""
+        from mlx.utils import tree_flatten, tree_unflatten
+
+        ours = dict(tree_flatten(self.parameters()))
+        missing = sorted(set(ours) - set(weights))
+        unexpected = sorted(set(weights) - set(ours))
+        shapes = [f"{k}: {tuple(weights[k].shape)} != {tuple(v.shape)}"
+                  for k, v in ours.items() if k in weights and tuple(weights[k].shape) != tuple(v.shape)]
+        problems = []
+        if missing:
+            problems.append(f"missing {', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}")
+        if unexpected:
+            problems.append(f"unexpected {', '.join(unexpected[:8])}{' ...' if len(unexpected) > 8 else ''}")
+        if shapes:
+            problems.append(f"mis-shaped {'; '.join(shapes[:8])}")
+        if problems:
+            raise CheckpointError(f"Piper weights do not fit the VITS model: {' | '.join(problems)}")
+        self.update(tree_unflatten(list(weights.items())))
+        mx.eval(self.parameters())
