@@ -194,3 +194,17 @@ def effective_workers(pipeline, requested: int) -> tuple[int, str | None]:
             f"share the {backend} decoder's KV cache"
         )
     return requested, None
+
+
+def render(pipeline, request: Request, sink, workers: int = 1, on_chunk=None) -> int:
+    """Synthesize into a Sink; commits only when everything succeeded. Returns samples written."""
+    n = 0
+    try:
+        for x in synthesize(pipeline, request, workers=workers, on_chunk=on_chunk):
+            sink.write(x)
+            n += len(x)
+    except BaseException:
+        sink.abort()
+        raise
+    sink.close()
+    return n

@@ -72,9 +72,10 @@ class ModelSpec:
 
 
 class Registry:
-    def __init__(self, specs: dict[str, ModelSpec], default: str):
+    def __init__(self, specs: dict[str, ModelSpec], default: str, default_clone: str | None = None):
         self.specs = specs
         self.default = default
+        self.default_clone = default_clone
 
     def __iter__(self):
         return iter(self.specs.values())
@@ -93,7 +94,7 @@ class Registry:
         raise ModelNotFoundError(f"unknown model '{name}'; known models: {known} (see `ttscli models`)")
 
 
-def _parse(text: str, origin: str) -> tuple[dict[str, ModelSpec], str | None]:
+def _parse(text: str, origin: str) -> tuple[dict[str, ModelSpec], dict[str, str]]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -102,7 +103,8 @@ def _parse(text: str, origin: str) -> tuple[dict[str, ModelSpec], str | None]:
     if not isinstance(models, dict):
         raise UsageError(f"registry {origin}: [models] must be a table")
     specs = {mid: ModelSpec.from_table(mid, t, origin) for mid, t in models.items()}
-    return specs, data.get("default")
+    defaults = {k: data[k] for k in ("default", "default_clone") if isinstance(data.get(k), str)}
+    return specs, defaults
 
 
 def user_registry_files() -> list[Path]:
@@ -119,18 +121,17 @@ def user_registry_files() -> list[Path]:
 
 def load_registry(extra: Iterable[Path] = ()) -> Registry:
     builtin = resources.files("ttscli").joinpath("models.toml").read_text(encoding="utf-8")
-    specs, default = _parse(builtin, "builtin")
+    specs, defaults = _parse(builtin, "builtin")
     for path in [*user_registry_files(), *extra]:
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as e:
             raise UsageError(f"cannot read registry file {path}: {e.strerror}") from None
-        more, more_default = _parse(text, str(path))
-        for spec in more.values():
-            spec.origin = str(path)
+        more, more_defaults = _parse(text, str(path))
         specs.update(more)
-        default = more_default or default
-    if default not in specs:
-        raise UsageError(f"registry default model '{default}' is not defined")
-    return Registry(specs, default)
+        defaults.update(more_defaults)
+    for key, mid in defaults.items():
+        if mid not in specs:
+            raise UsageError(f"registry {key} model '{mid}' is not defined")
+    return Registry(specs, defaults["default"], defaults.get("default_clone"))

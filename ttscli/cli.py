@@ -1,0 +1,436 @@
+"""The `ttscli` command line: each command parses, builds a request and calls the library."""
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from ttscli import __version__
+from ttscli.errors import Interrupted, TTSError, UsageError
+
+err = Console(stderr=True, highlight=False)
+app = typer.Typer(
+    name="ttscli",
+    help="Run open neural text-to-speech models on-device with MLX and Core ML.",
+    rich_markup_mode="rich",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+class State:
+    quiet = False
+    verbose = False
+    debug = False
+
+
+def note(msg: str) -> None:
+    if not State.quiet:
+        err.print(msg, markup=False)
+
+
+class Backend(str, Enum):
+    mlx = "mlx"
+    coreml = "coreml"
+
+
+# ---- shared options --------------------------------------------------------------------------
+
+Model = typer.Option(None, "-m", "--model", help="Model id or alias (see `ttscli models`).")
+ModelDir = typer.Option(None, "--model-dir", help="Use a local copy of the checkpoint in DIR.", file_okay=False)
+Registry = typer.Option(None, "--registry", help="Extra registry TOML file (repeatable).", exists=False)
+Output = typer.Option(None, "-o", "--output", help="Audio file (.wav .flac .ogg .mp3), or - for WAV on stdout.")
+Quiet = typer.Option(False, "-q", "--quiet", help="Print nothing but errors.")
+Verbose = typer.Option(False, "-v", "--verbose", help="Print timings and settings.")
+Debug = typer.Option(False, "--debug", help="Show tracebacks on errors.")
+CodeDecoderBackend = typer.Option(
+    None, "--code-decoder-backend", help="Backend of the talker (code decoder): mlx or coreml.", case_sensitive=False
+)
+
+
+def set_flags(quiet: bool, verbose: bool, debug: bool) -> None:
+    State.quiet, State.verbose, State.debug = quiet, verbose and not quiet, debug
+
+
+def registry_from(files: Optional[List[Path]]):
+    from ttscli.registry import load_registry
+
+    return load_registry(files or [])
+
+
+def read_text(text: Optional[str], file: Optional[Path], what: str = "text") -> str:
+    from ttscli.text import check_text, decode_text
+
+    if text is not None and file is not None:
+        raise UsageError("give the text either as an argument or with --file, not both")
+    if file is not None:
+        try:
+            data = Path(file).read_bytes()
+        except OSError as e:
+            raise UsageError(f"cannot read --file {file}: {e.strerror}") from None
+        return check_text(decode_text(data, what), what)
+    if text is None:
+        raise UsageError(f"no {what}: pass it as an argument, - for stdin, or --file PATH")
+    if text == "-":
+        return check_text(decode_text(sys.stdin.buffer.read(), what), what)
+    # argv arrives with invalid bytes as surrogate escapes; check_text rejects them
+    return check_text(text, what)
+
+
+def default_output(output: Optional[str], play: bool) -> Optional[str]:
+    """No -o and no --play: WAV to stdout when it is a pipe, else play."""
+    if output is not None or play:
+        return output
+    if not sys.stdout.isatty():
+        return "-"
+    return None
+
+
+def progress_callback(total_hint: str):
+    if State.quiet or not err.is_terminal:
+        return None, None
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    prog = Progress(TextColumn(total_hint), BarColumn(), TextColumn("{task.completed}/{task.total} chunks"),
+                    TimeElapsedColumn(), console=err, transient=True)
+    task = prog.add_task(total_hint, total=None)
+
+    def cb(done: int, total: int):
+        prog.update(task, completed=done, total=total)
+
+    return prog, cb
+
+
+def run_synthesis(pipe, request, output: Optional[str], fmt: Optional[str], play: bool, workers: int) -> None:
+    from ttscli.audio import open_sink
+    from ttscli.generate import effective_workers, render
+
+    output = default_output(output, play)
+    play = play or output is None
+    n_workers, why = effective_workers(pipe, workers)
+    if why:
+        note(why)
+    sink = open_sink(output, pipe.sample_rate, fmt, play)
+    prog, cb = progress_callback("speaking")
+    try:
+        if prog:
+            with prog:
+                n = render(pipe, request, sink, n_workers, on_chunk=cb)
+        else:
+            n = render(pipe, request, sink, n_workers)
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted; no output written") from None
+    if output not in (None, "-"):
+        note(f"wrote {output} ({n / pipe.sample_rate:.2f} s at {pipe.sample_rate} Hz)")
+
+
+def load_pipeline(model, model_dir, registry, backend, dtype, for_clone=False):
+    from ttscli import api
+    from ttscli.models.base import LoadOptions
+
+    reg = registry_from(registry)
+    if model is None and for_clone:
+        model = reg.default_clone
+    spec = reg.resolve(model)
+    if spec.license_notice:
+        note(f"note: {spec.license_notice}")
+    options = LoadOptions(dtype=dtype, code_decoder_backend=resolve_backend(spec, backend, model_dir))
+    return spec, api.load(spec.id, model_dir=model_dir, registry=reg, options=options)
+
+
+def resolve_backend(spec, backend: Optional[Backend], model_dir) -> str:
+    from ttscli.backends.select import choose_code_decoder_backend
+
+    return choose_code_decoder_backend(spec, backend.value if backend else None, model_dir)
+
+
+def sampling_overrides(temperature, top_k, top_p, repetition_penalty) -> dict:
+    given = dict(temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty)
+    return {k: v for k, v in given.items() if v is not None}
+
+
+# ---- commands -------------------------------------------------------------------------------
+
+
+@app.command(epilog="Example: [bold]ttscli speak \"The quick brown fox.\" -o fox.wav[/bold]")
+def speak(
+    text: Optional[str] = typer.Argument(None, help="Text to speak; - reads stdin."),
+    file: Optional[Path] = typer.Option(None, "-f", "--file", help="Read the text from a UTF-8 file."),
+    model: Optional[str] = Model,
+    model_dir: Optional[Path] = ModelDir,
+    output: Optional[str] = Output,
+    fmt: Optional[str] = typer.Option(None, "--format", help="wav, flac, ogg, mp3, or pcm (raw s16le, with -o -)."),
+    play: bool = typer.Option(False, "--play", help="Play through the default output device."),
+    voice: Optional[str] = typer.Option(None, "--voice", help="Preset voice name, or a saved voice .safetensors."),
+    instruct: Optional[str] = typer.Option(None, "--instruct", help="Style instruction or voice description."),
+    language: Optional[str] = typer.Option(None, "--language", help="Language (default: auto)."),
+    speed: float = typer.Option(1.0, "--speed", min=0.25, max=4.0, help="Speaking rate (1.0 = model default)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed for reproducible output."),
+    max_frames: Optional[int] = typer.Option(None, "--max-frames", min=1, help="Frame limit per chunk; reaching it is an error."),
+    stream: bool = typer.Option(False, "--stream", help="Emit audio while generating."),
+    first_chunk_frames: int = typer.Option(3, "--first-chunk-frames", min=1),
+    chunk_frames: int = typer.Option(25, "--chunk-frames", min=1),
+    temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0),
+    top_k: Optional[int] = typer.Option(None, "--top-k", min=0),
+    top_p: Optional[float] = typer.Option(None, "--top-p", min=0.0, max=1.0),
+    repetition_penalty: Optional[float] = typer.Option(None, "--repetition-penalty", min=0.0),
+    code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
+    workers: int = typer.Option(1, "--workers", "--concurrent-worker-count", min=1, help="Chunks generated at once."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32, float16 or bfloat16."),
+    registry: Optional[List[Path]] = Registry,
+    quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
+):
+    """Speak text with a model (default: the embedded Piper voice)."""
+    set_flags(quiet, verbose, debug)
+    from ttscli.generate import Request
+    from ttscli.text import MAX_TEXT_BYTES, check_text
+
+    body = read_text(text, file)
+    if instruct is not None:
+        instruct = check_text(instruct, "--instruct", MAX_TEXT_BYTES)
+    spec, pipe = load_pipeline(model, model_dir, registry, code_decoder_backend, dtype)
+    request = Request(
+        text=body, voice=voice, instruct=instruct, language=language, seed=seed, speed=speed,
+        max_frames=max_frames, stream=stream, first_chunk_frames=first_chunk_frames, chunk_frames=chunk_frames,
+        sampling=sampling_overrides(temperature, top_k, top_p, repetition_penalty),
+    )
+    run_synthesis(pipe, request, output, fmt, play, workers)
+
+
+@app.command(epilog="Example: [bold]ttscli clone \"Hello there.\" --ref me.wav --ref-text \"What I said.\" -o out.wav[/bold]")
+def clone(
+    text: Optional[str] = typer.Argument(None, help="Text to speak in the reference voice; - reads stdin."),
+    ref: Optional[Path] = typer.Option(None, "--ref", help="Reference audio (any format soundfile reads)."),
+    ref_text: Optional[str] = typer.Option(None, "--ref-text", help="Transcript of the reference (in-context cloning)."),
+    x_vector_only: bool = typer.Option(False, "--x-vector-only", help="Use only the speaker embedding, no transcript."),
+    save_voice: Optional[Path] = typer.Option(None, "--save-voice", help="Store the voice prompt in a .safetensors file."),
+    file: Optional[Path] = typer.Option(None, "-f", "--file", help="Read the text from a UTF-8 file."),
+    model: Optional[str] = Model,
+    model_dir: Optional[Path] = ModelDir,
+    output: Optional[str] = Output,
+    fmt: Optional[str] = typer.Option(None, "--format", help="wav, flac, ogg, mp3, or pcm (with -o -)."),
+    play: bool = typer.Option(False, "--play"),
+    language: Optional[str] = typer.Option(None, "--language"),
+    seed: Optional[int] = typer.Option(None, "--seed"),
+    max_frames: Optional[int] = typer.Option(None, "--max-frames", min=1),
+    stream: bool = typer.Option(False, "--stream"),
+    first_chunk_frames: int = typer.Option(3, "--first-chunk-frames", min=1),
+    chunk_frames: int = typer.Option(25, "--chunk-frames", min=1),
+    temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0),
+    top_k: Optional[int] = typer.Option(None, "--top-k", min=0),
+    top_p: Optional[float] = typer.Option(None, "--top-p", min=0.0, max=1.0),
+    repetition_penalty: Optional[float] = typer.Option(None, "--repetition-penalty", min=0.0),
+    code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
+    workers: int = typer.Option(1, "--workers", "--concurrent-worker-count", min=1),
+    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    registry: Optional[List[Path]] = Registry,
+    quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
+):
+    """Speak text in the voice of a reference recording."""
+    set_flags(quiet, verbose, debug)
+    from ttscli.audio import read_reference
+    from ttscli.generate import Request
+    from ttscli.text import check_text
+
+    body = read_text(text, file)
+    if ref is None:
+        raise UsageError("clone needs --ref FILE (a recording of the voice)")
+    if ref_text is None and not x_vector_only:
+        raise UsageError("give --ref-text (the reference transcript) for in-context cloning, or --x-vector-only")
+    if ref_text is not None:
+        ref_text = check_text(ref_text, "--ref-text")
+    if save_voice is not None and save_voice.suffix != ".safetensors":
+        raise UsageError("--save-voice must name a .safetensors file")
+    spec, pipe = load_pipeline(model, model_dir, registry, code_decoder_backend, dtype, for_clone=True)
+    if not spec.can("clone"):
+        raise UsageError(f"{spec.id} cannot clone voices; pick a model with clone support (see `ttscli models`)")
+    rate = getattr(pipe, "ref_sample_rate", pipe.sample_rate)
+    audio = read_reference(ref, rate, max_seconds=getattr(pipe, "max_ref_seconds", 30.0))
+    request = Request(
+        text=body, ref_audio=audio, ref_sample_rate=rate, ref_text=ref_text, x_vector_only=x_vector_only,
+        save_voice=save_voice, language=language, seed=seed, max_frames=max_frames, stream=stream,
+        first_chunk_frames=first_chunk_frames, chunk_frames=chunk_frames,
+        sampling=sampling_overrides(temperature, top_k, top_p, repetition_penalty),
+    )
+    run_synthesis(pipe, request, output, fmt, play, workers)
+
+
+@app.command(epilog="Example: [bold]ttscli models --json[/bold]")
+def models(
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
+    registry: Optional[List[Path]] = Registry,
+    quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
+):
+    """List the registry: implemented or not, weights present or not, usable backends."""
+    set_flags(quiet, verbose, debug)
+    from ttscli.inventory import inventory, render_table
+
+    rows = inventory(registry_from(registry))
+    if json_out:
+        typer.echo(json.dumps(rows, indent=2))
+    else:
+        Console().print(render_table(rows))
+
+
+@app.command(epilog="Example: [bold]ttscli convert qwen3-tts-0.6b-base --to mlx -q --q-bits 8 -o qwen-8bit[/bold]")
+def convert(
+    model: str = typer.Argument(..., help="Model id or alias."),
+    to: str = typer.Option(..., "--to", help="mlx or coreml."),
+    output: Path = typer.Option(..., "-o", "--output", help="Output folder."),
+    quantize: bool = typer.Option(False, "-q", "--quantize", help="Quantize weights (mlx)."),
+    q_bits: int = typer.Option(4, "--q-bits", help="Bits per quantized weight: 4 or 8."),
+    q_group_size: int = typer.Option(64, "--q-group-size", help="Quantization group size."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="float16, bfloat16 or float32 for unquantized tensors."),
+    capacity: int = typer.Option(256, "--capacity", help="Core ML KV-cache positions of the code decoder."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing output folder."),
+    model_dir: Optional[Path] = ModelDir,
+    registry: Optional[List[Path]] = Registry,
+    quiet: bool = typer.Option(False, "--quiet", help="Print nothing but errors."),
+    verbose: bool = Verbose, debug: bool = Debug,
+):
+    """Convert a checkpoint: MLX safetensors (optionally quantized) or Core ML packages."""
+    set_flags(quiet, verbose, debug)
+    from ttscli.convert import ConvertRequest, convert as do_convert
+
+    req = ConvertRequest(model=model, to=to, output=output, quantize=quantize, q_bits=q_bits,
+                         q_group_size=q_group_size, dtype=dtype, capacity=capacity, force=force,
+                         model_dir=model_dir)
+    out = do_convert(req, registry_from(registry), note=note)
+    note(f"wrote {out}")
+
+
+@app.command(epilog="Example: [bold]ttscli bench qwen3-tts-0.6b-base --random-weights --prefill-mode batched,sequential[/bold]")
+def bench(
+    model: Optional[str] = typer.Argument(None, help="Model id or alias (default: the embedded voice)."),
+    random_weights: bool = typer.Option(False, "--random-weights", help="Real dimensions, random weights: no download."),
+    text: Optional[str] = typer.Option(None, "--text", help="Text to speak (default: a fixed paragraph)."),
+    file: Optional[Path] = typer.Option(None, "-f", "--file"),
+    repeats: int = typer.Option(3, "-n", "--repeats", min=1),
+    warmup: int = typer.Option(1, "--warmup", min=0),
+    code_decoder_backend: str = typer.Option("mlx", "--code-decoder-backend", help="One or more, comma-separated."),
+    prefill_mode: str = typer.Option("batched", "--prefill-mode", help="batched, sequential, or both comma-separated."),
+    peer: Optional[str] = typer.Option(None, "--peer", help="Also time a peer on the same text, e.g. piper-tts."),
+    stream: bool = typer.Option(False, "--stream", help="Measure time to first audio when streaming."),
+    max_frames: Optional[int] = typer.Option(None, "--max-frames", min=1),
+    prompt_tokens: int = typer.Option(200, "--prompt-tokens", min=1, help="Prefill length for prefill timing."),
+    json_out: bool = typer.Option(False, "--json", help="Figures and environment as JSON on stdout."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="PNG of per-frame latency (needs matplotlib)."),
+    model_dir: Optional[Path] = ModelDir,
+    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    registry: Optional[List[Path]] = Registry,
+    quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
+):
+    """Measure load time, first audio, prefill, per-frame latency, real-time factor and memory."""
+    set_flags(quiet, verbose, debug)
+    from ttscli.bench import BenchRequest, run_bench
+
+    body = read_text(text, file) if (text is not None or file is not None) else None
+    req = BenchRequest(model=model, random_weights=random_weights, text=body, repeats=repeats, warmup=warmup,
+                       backends=[b.strip() for b in code_decoder_backend.split(",") if b.strip()],
+                       prefill_modes=[m.strip() for m in prefill_mode.split(",") if m.strip()],
+                       peer=peer, stream=stream, max_frames=max_frames, prompt_tokens=prompt_tokens,
+                       model_dir=model_dir, dtype=dtype, plot=plot)
+    report = run_bench(req, registry_from(registry), console=None if quiet else err)
+    if json_out:
+        typer.echo(json.dumps(report, indent=2))
+
+
+@app.command(epilog="Example: [bold]ttscli parity piper-joe --against onnxruntime[/bold]")
+def parity(
+    model: Optional[str] = typer.Argument(None, help="Model id or alias (default: the embedded voice)."),
+    golden: Optional[Path] = typer.Option(None, "--golden", help="Goldens .npz (format: docs/parity.md)."),
+    against: Optional[str] = typer.Option(None, "--against", help="Another backend: mlx, coreml, onnxruntime."),
+    frames: int = typer.Option(20, "--frames", min=1, help="Greedy frames to compare."),
+    code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
+    json_out: bool = typer.Option(False, "--json"),
+    model_dir: Optional[Path] = ModelDir,
+    registry: Optional[List[Path]] = Registry,
+    quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
+):
+    """Check numerical fidelity against goldens or another backend; exit 1 if any check fails."""
+    set_flags(quiet, verbose, debug)
+    from ttscli.parity import ParityRequest, run_parity
+
+    if (golden is None) == (against is None):
+        raise UsageError("give exactly one of --golden FILE or --against BACKEND")
+    req = ParityRequest(model=model, golden=golden, against=against, frames=frames, model_dir=model_dir,
+                        backend=code_decoder_backend.value if code_decoder_backend else None)
+    report = run_parity(req, registry_from(registry), console=None if quiet else err)
+    if json_out:
+        typer.echo(json.dumps(report, indent=2))
+    if not report["passed"]:
+        raise typer.Exit(1)
+
+
+def version_callback(value: bool):
+    if value:
+        typer.echo(f"ttscli {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(version: bool = typer.Option(False, "--version", callback=version_callback, is_eager=True,
+                                      help="Print the version.")):
+    """Open neural text-to-speech on-device (MLX, Core ML)."""
+
+
+def fail(msg: str) -> None:
+    """The one line a user sees on error (no wrapping, no markup)."""
+    sys.stderr.write(f"error: {msg}\n")
+    sys.stderr.flush()
+
+
+def _click_exception_types():
+    """typer >= 0.16 vendors click; older versions raise click's own classes."""
+    try:
+        from typer._click.exceptions import ClickException, NoArgsIsHelpError
+    except ImportError:  # pragma: no cover
+        from click.exceptions import ClickException, NoArgsIsHelpError
+    return ClickException, NoArgsIsHelpError
+
+
+def main(argv: Optional[list] = None) -> int:
+    ClickException, NoArgsIsHelpError = _click_exception_types()
+    args = list(sys.argv[1:] if argv is None else argv)
+    State.debug = "--debug" in args
+    try:
+        app(args=args, prog_name="ttscli", standalone_mode=False)
+        return 0
+    except typer.Exit as e:
+        return e.exit_code
+    except NoArgsIsHelpError as e:  # `ttscli` alone: help, not an error
+        e.show()
+        return 0
+    except typer.Abort:
+        fail("interrupted; no output written")
+        return 130
+    except ClickException as e:
+        cmd = f" {e.ctx.command.name}" if getattr(e, "ctx", None) and e.ctx.command.name != "ttscli" else ""
+        fail(f"{e.format_message()} (see `ttscli{cmd} --help`)")
+        return 2
+    except TTSError as e:
+        if State.debug:
+            err.print_exception()
+        fail(str(e))
+        return e.exit_code
+    except KeyboardInterrupt:
+        fail("interrupted; no output written")
+        return 130
+    except (BrokenPipeError, SystemExit) as e:  # reader of stdout went away
+        return e.code if isinstance(e, SystemExit) and isinstance(e.code, int) else 1
+    except Exception as e:  # a bug: one line unless --debug
+        if State.debug:
+            err.print_exception()
+        fail(f"internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
