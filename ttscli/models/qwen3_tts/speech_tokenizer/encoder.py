@@ -1,0 +1,406 @@
+"""Qwen3-TTS-Tokenizer-12Hz encoder: 24 kHz waveform -> 16 codebook indices per 80 ms frame.
+
+It is the transformers ``MimiModel`` encoder half: causal SEANet (ELU, strides 4·5·6·8 -> 25 Hz),
+a causal transformer (LayerNorm, GELU MLP, LayerScale, RoPE), a stride-2 conv (12.5 Hz) and a split
+RVQ (1 semantic + N-1 acoustic levels, each half projecting the same input). Only the first
+``encoder_valid_num_quantizers`` levels are kept, as upstream does. Voice cloning uses it once per
+reference clip.
+
+Parameter names follow ``speech_tokenizer/model.safetensors`` after the ``encoder.`` prefix. Conv
+weights are kept in MLX layout ``[out, k, in]``; each conv runs as one matmul over stacked (strided)
+taps, which reaches BLAS on the Linux CPU where mx.conv1d does not for every shape.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx.utils import tree_flatten
+
+from ttscli.errors import AudioInputError, CheckpointError
+from ttscli.nn import Attention
+
+PREFIX = "encoder."
+IGNORED_PREFIXES = ("decoder.",)
+
+
+@dataclass
+class EncoderArgs:
+    """``encoder_config`` of speech_tokenizer/config.json (MimiConfig defaults) plus the top-level fields."""
+
+    sampling_rate: int = 24000
+    audio_channels: int = 1
+    hidden_size: int = 512
+    num_filters: int = 64
+    num_residual_layers: int = 1
+    upsampling_ratios: list = field(default_factory=lambda: [8, 6, 5, 4])
+    kernel_size: int = 7
+    last_kernel_size: int = 3
+    residual_kernel_size: int = 3
+    dilation_growth_rate: int = 2
+    use_causal_conv: bool = True
+    pad_mode: str = "constant"
+    compress: int = 2
+    codebook_size: int = 2048
+    codebook_dim: int = 256
+    num_quantizers: int = 32
+    num_semantic_quantizers: int = 1
+    use_conv_shortcut: bool = False
+    vector_quantization_hidden_dimension: int = 256
+    num_hidden_layers: int = 8
+    intermediate_size: int = 2048
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 8
+    head_dim: int | None = None
+    hidden_act: str = "gelu"
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    attention_bias: bool = False
+    _frame_rate: float | None = 12.5
+    # top level of speech_tokenizer/config.json
+    encoder_valid_num_quantizers: int = 16
+    encode_downsample_rate: int = 1920
+
+    @classmethod
+    def from_config(cls, config: dict) -> "EncoderArgs":
+        names = {f.name for f in fields(cls)}
+        d = {k: v for k, v in config.get("encoder_config", {}).items() if k in names}
+        for key in ("encoder_valid_num_quantizers", "encode_downsample_rate"):
+            if key in config:
+                d[key] = config[key]
+        args = cls(**d)
+        if args.head_dim is None:
+            args.head_dim = args.hidden_size // args.num_attention_heads
+        if not args.use_causal_conv:
+            raise CheckpointError("speech_tokenizer encoder_config.use_causal_conv=false is not supported (Qwen3-TTS uses causal convs)")
+        if args.audio_channels != 1:
+            raise CheckpointError("speech_tokenizer encoder_config.audio_channels must be 1")
+        if not args.num_semantic_quantizers < args.encoder_valid_num_quantizers <= args.num_quantizers:
+            raise CheckpointError("speech_tokenizer config: encoder_valid_num_quantizers must be within (num_semantic_quantizers, num_quantizers]")
+        return args
+
+    @property
+    def encodec_frame_rate(self) -> int:
+        return math.ceil(self.sampling_rate / math.prod(self.upsampling_ratios))
+
+    @property
+    def downsample_kernel(self) -> int:
+        frame_rate = self._frame_rate or self.sampling_rate / (math.prod(self.upsampling_ratios) * 2)
+        return 2 * int(self.encodec_frame_rate / frame_rate)
+
+
+# ----------------------------------------------------------------------------- SEANet
+
+class _ConvWeights(nn.Module):
+    def __init__(self, in_ch: int, out_ch: int, kernel_size: int, bias: bool):
+        super().__init__()
+        scale = 1.0 / math.sqrt(in_ch * kernel_size)
+        self.weight = mx.random.uniform(-scale, scale, (out_ch, kernel_size, in_ch))
+        if bias:
+            self.bias = mx.zeros((out_ch,))
+
+
+class CausalConv1d(nn.Module):
+    """MimiConv1d, causal: left pad (k_eff - stride), right pad up to a whole number of strides."""
+
+    def __init__(self, in_ch: int, out_ch: int, kernel_size: int, stride: int = 1, dilation: int = 1,
+                 bias: bool = True, pad_mode: str = "constant"):
+        super().__init__()
+        self.conv = _ConvWeights(in_ch, out_ch, kernel_size, bias)
+        self.kernel_size, self.stride, self.dilation = kernel_size, stride, dilation
+        if pad_mode not in ("constant", "replicate"):
+            raise CheckpointError(f"speech_tokenizer: unsupported pad_mode {pad_mode!r} (constant or replicate)")
+        self.pad_mode = pad_mode
+
+    def __call__(self, x: mx.array) -> mx.array:
+        k, s, d = self.kernel_size, self.stride, self.dilation
+        length = x.shape[1]
+        left = (k - 1) * d + 1 - s
+        right = -(-length // s) * s - length
+        if self.pad_mode == "constant":
+            x = mx.pad(x, [(0, 0), (left, right), (0, 0)])
+        else:
+            x = mx.concatenate([mx.repeat(x[:, :1], left, axis=1), x, mx.repeat(x[:, -1:], right, axis=1)], axis=1)
+        t_out = (x.shape[1] - (k - 1) * d - 1) // s + 1
+        w = self.conv.weight
+        if k > 1:
+            span = s * (t_out - 1) + 1
+            x = mx.concatenate([x[:, j * d: j * d + span: s] for j in range(k)], axis=-1)
+        y = x @ w.reshape(w.shape[0], -1).T
+        return y + self.conv.bias if "bias" in self.conv else y
+
+
+class ResnetBlock(nn.Module):
+    def __init__(self, args: EncoderArgs, dim: int, dilation: int):
+        super().__init__()
+        hidden = dim // args.compress
+        self.block = [
+            nn.ELU(),
+            CausalConv1d(dim, hidden, args.residual_kernel_size, dilation=dilation, pad_mode=args.pad_mode),
+            nn.ELU(),
+            CausalConv1d(hidden, dim, 1, pad_mode=args.pad_mode),
+        ]
+        if args.use_conv_shortcut:
+            self.shortcut = CausalConv1d(dim, dim, 1, pad_mode=args.pad_mode)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        y = x
+        for layer in self.block:
+            y = layer(y)
+        return (self.shortcut(x) if "shortcut" in self else x) + y
+
+
+class SEANetEncoder(nn.Module):
+    def __init__(self, args: EncoderArgs):
+        super().__init__()
+        pm = args.pad_mode
+        layers: list = [CausalConv1d(args.audio_channels, args.num_filters, args.kernel_size, pad_mode=pm)]
+        mult = 1
+        for ratio in reversed(args.upsampling_ratios):
+            dim = mult * args.num_filters
+            for j in range(args.num_residual_layers):
+                layers.append(ResnetBlock(args, dim, args.dilation_growth_rate ** j))
+            layers.append(nn.ELU())
+            layers.append(CausalConv1d(dim, dim * 2, ratio * 2, stride=ratio, pad_mode=pm))
+            mult *= 2
+        layers.append(nn.ELU())
+        layers.append(CausalConv1d(mult * args.num_filters, args.hidden_size, args.last_kernel_size, pad_mode=pm))
+        self.layers = layers
+
+    def __call__(self, x: mx.array) -> mx.array:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+# ----------------------------------------------------------------------------- transformer
+
+_ACTS = {"gelu": nn.gelu, "gelu_new": nn.gelu_approx, "gelu_pytorch_tanh": nn.gelu_approx, "relu": nn.relu,
+         "silu": nn.silu}
+
+
+class LayerScale(nn.Module):
+    def __init__(self, dims: int, init: float = 0.01):
+        super().__init__()
+        self.scale = mx.full((dims,), init)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return x * self.scale
+
+
+class MLP(nn.Module):
+    def __init__(self, args: EncoderArgs):
+        super().__init__()
+        self.fc1 = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
+        self.fc2 = nn.Linear(args.intermediate_size, args.hidden_size, bias=False)
+        if args.hidden_act not in _ACTS:
+            raise CheckpointError(f"speech_tokenizer encoder: unsupported hidden_act {args.hidden_act!r}")
+        self.act = _ACTS[args.hidden_act]
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class TransformerLayer(nn.Module):
+    def __init__(self, args: EncoderArgs):
+        super().__init__()
+        self.self_attn = Attention(args.hidden_size, args.num_attention_heads, args.num_key_value_heads,
+                                   args.head_dim, rope_theta=args.rope_theta, bias=args.attention_bias,
+                                   qk_norm=False)
+        self.mlp = MLP(args)
+        self.input_layernorm = nn.LayerNorm(args.hidden_size, eps=args.norm_eps)
+        self.post_attention_layernorm = nn.LayerNorm(args.hidden_size, eps=args.norm_eps)
+        self.self_attn_layer_scale = LayerScale(args.hidden_size)
+        self.mlp_layer_scale = LayerScale(args.hidden_size)
+
+    def __call__(self, x: mx.array, mask) -> mx.array:
+        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), mask=mask))
+        return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
+
+
+class Transformer(nn.Module):
+    def __init__(self, args: EncoderArgs):
+        super().__init__()
+        self.layers = [TransformerLayer(args) for _ in range(args.num_hidden_layers)]
+
+    def __call__(self, x: mx.array) -> mx.array:
+        # Upstream builds a plain causal mask here: MimiConfig.sliding_window is not applied by
+        # transformers' create_causal_mask (checked against goldens with a window shorter than the clip).
+        mask = "causal" if x.shape[1] > 1 else None
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
+
+
+# ----------------------------------------------------------------------------- split RVQ
+
+class EuclideanCodebook(nn.Module):
+    def __init__(self, size: int, dim: int):
+        super().__init__()
+        self.initialized = mx.ones((1,))
+        self.cluster_usage = mx.ones((size,))
+        self.embed_sum = mx.zeros((size, dim))
+
+    def embed(self) -> mx.array:
+        return self.embed_sum / mx.maximum(self.cluster_usage, 1e-5)[:, None]
+
+
+class VectorQuantization(nn.Module):
+    def __init__(self, size: int, dim: int):
+        super().__init__()
+        self.codebook = EuclideanCodebook(size, dim)
+
+
+class ResidualVectorQuantizer(nn.Module):
+    def __init__(self, args: EncoderArgs, num_quantizers: int):
+        super().__init__()
+        vq_dim = args.vector_quantization_hidden_dimension
+        self.layers = [VectorQuantization(args.codebook_size, args.codebook_dim) for _ in range(num_quantizers)]
+        if vq_dim != args.hidden_size:
+            self.input_proj = _ConvWeights(args.hidden_size, vq_dim, 1, bias=False)
+            self.output_proj = _ConvWeights(vq_dim, args.hidden_size, 1, bias=False)
+
+    def encode(self, x: mx.array, n: int) -> mx.array:
+        """``x [T, hidden]`` -> codes ``[T, n]``: greedy nearest codeword on the running residual."""
+        if "input_proj" in self:
+            x = x @ self.input_proj.weight[:, 0].T
+        codes = []
+        for layer in self.layers[:n]:
+            embed = layer.codebook.embed()
+            # argmin |x - e|^2 == argmin (|e|^2 - 2 x.e): the |x|^2 term is the same for every codeword.
+            score = mx.sum(embed * embed, axis=-1) - 2.0 * (x @ embed.T)
+            idx = mx.argmin(score, axis=-1)
+            codes.append(idx)
+            x = x - embed[idx]
+        return mx.stack(codes, axis=-1)
+
+
+class SplitResidualVectorQuantizer(nn.Module):
+    def __init__(self, args: EncoderArgs):
+        super().__init__()
+        self.num_semantic = args.num_semantic_quantizers
+        self.semantic_residual_vector_quantizer = ResidualVectorQuantizer(args, args.num_semantic_quantizers)
+        self.acoustic_residual_vector_quantizer = ResidualVectorQuantizer(
+            args, args.num_quantizers - args.num_semantic_quantizers)
+
+    def encode(self, x: mx.array, n: int) -> mx.array:
+        sem = self.semantic_residual_vector_quantizer.encode(x, self.num_semantic)
+        ac = self.acoustic_residual_vector_quantizer.encode(x, n - self.num_semantic)
+        return mx.concatenate([sem, ac], axis=-1)
+
+
+# ----------------------------------------------------------------------------- model
+
+class SpeechEncoder(nn.Module):
+    def __init__(self, args: EncoderArgs):
+        super().__init__()
+        self.args = args
+        self.encoder = SEANetEncoder(args)
+        self.encoder_transformer = Transformer(args)
+        self.downsample = CausalConv1d(args.hidden_size, args.hidden_size, args.downsample_kernel, stride=2,
+                                       bias=False, pad_mode="replicate")
+        self.quantizer = SplitResidualVectorQuantizer(args)
+
+    def hidden(self, wav: mx.array) -> mx.array:
+        """``wav [B, N]`` -> latent frames ``[B, T, hidden]`` (12.5 Hz), the quantizer input."""
+        x = self.encoder(wav[..., None])
+        x = self.encoder_transformer(x)
+        return self.downsample(x)
+
+    def encode(self, wav_24k) -> np.ndarray:
+        """Codes ``[ceil(N / 1920), encoder_valid_num_quantizers]`` int32 of one mono 24 kHz waveform."""
+        wav = np.asarray(wav_24k, dtype=np.float32) if not isinstance(wav_24k, mx.array) else wav_24k
+        if wav.ndim != 1 or wav.shape[0] == 0:
+            raise AudioInputError("reference audio must be a non-empty mono waveform")
+        n = wav.shape[0]
+        h = self.hidden(mx.array(wav).astype(mx.float32)[None])[0]
+        codes = self.quantizer.encode(h, self.args.encoder_valid_num_quantizers)
+        frames = -(-n // self.args.encode_downsample_rate)
+        return np.array(codes[:frames].astype(mx.int32))
+
+    def sanitize(self, weights: dict) -> dict:
+        """PyTorch conv weights [out, in, k] -> MLX [out, k, in] (keys without the ``encoder.`` prefix)."""
+        expected = dict(tree_flatten(self.parameters()))
+        out = {}
+        for key, value in weights.items():
+            want = expected.get(key)
+            if want is not None and value.ndim == 3 and want.ndim == 3:
+                o, k, i = want.shape
+                if tuple(value.shape) == (o, i, k):
+                    value = value.transpose(0, 2, 1)
+            out[key] = value
+        return out
+
+
+def _check(model: nn.Module, weights: dict) -> None:
+    expected = {k: tuple(v.shape) for k, v in tree_flatten(model.parameters())}
+    missing = sorted(set(expected) - set(weights))
+    unexpected = sorted(set(weights) - set(expected))
+    shaped = sorted(k for k in set(expected) & set(weights) if tuple(weights[k].shape) != expected[k])
+    problems = []
+    if missing:
+        problems.append(f"missing {len(missing)} tensor(s) e.g. {PREFIX}{missing[0]}")
+    if unexpected:
+        problems.append(f"unexpected {len(unexpected)} tensor(s) e.g. {unexpected[0]}")
+    if shaped:
+        k = shaped[0]
+        problems.append(f"{len(shaped)} mis-shaped tensor(s) e.g. {PREFIX}{k} {tuple(weights[k].shape)} != {expected[k]}")
+    if problems:
+        raise CheckpointError("speech_tokenizer/model.safetensors does not match its config.json: "
+                              + "; ".join(problems) + " (re-download the checkpoint)")
+
+
+def load_speech_encoder(path: Path, dtype: str = "float32") -> SpeechEncoder:
+    """Encoder half of ``speech_tokenizer/`` (config.json + model.safetensors): strict on ``encoder.*``."""
+    path = Path(path)
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"cannot read {path / 'config.json'}: {e}") from None
+    model = SpeechEncoder(EncoderArgs.from_config(config))
+    files = sorted(path.glob("model*.safetensors"))
+    if not files:
+        raise CheckpointError(f"no model*.safetensors in {path}")
+    weights = {}
+    for f in files:
+        for k, v in mx.load(str(f)).items():
+            if k.startswith(PREFIX):
+                weights[k[len(PREFIX):]] = v
+            elif not k.startswith(IGNORED_PREFIXES):
+                weights[k] = v  # reported as unexpected
+    weights = model.sanitize(weights)
+    _check(model, weights)
+    dt = getattr(mx, dtype)
+    model.load_weights([(k, v.astype(dt)) for k, v in weights.items()], strict=True)
+    mx.eval(model.parameters())
+    return model
+
+
+def build_random_speech_encoder(seed: int = 0, args: EncoderArgs | None = None) -> SpeechEncoder:
+    """Encoder at the published dimensions (or ``args``) with deterministic random weights, for bench."""
+    args = args or EncoderArgs()
+    if args.head_dim is None:
+        args.head_dim = args.hidden_size // args.num_attention_heads
+    mx.random.seed(seed)
+    model = SpeechEncoder(args)
+    params = []
+    for key, value in tree_flatten(model.parameters()):
+        if key.endswith(("cluster_usage", "initialized")) or "layernorm.weight" in key:
+            params.append((key, mx.ones(value.shape)))
+        elif key.endswith("layer_scale.scale"):
+            params.append((key, mx.full(value.shape, 0.1)))
+        elif key.endswith("embed_sum"):
+            params.append((key, mx.random.normal(value.shape)))
+        elif value.ndim >= 2:
+            fan_in = math.prod(value.shape[1:])
+            params.append((key, mx.random.normal(value.shape) * math.sqrt(1.0 / fan_in)))
+        else:
+            params.append((key, 0.02 * mx.random.normal(value.shape)))
+    model.load_weights(params)
+    mx.eval(model.parameters())
+    return model
