@@ -1,0 +1,277 @@
+"""`ttscli bench`: load time, first audio, prefill, per-frame latency, real-time factor, memory.
+
+Generic figures come from running the pipeline like a user would (and from the `Stats` it
+fills); a family module may add component timings with
+    bench_components(pipeline, request: BenchRequest) -> dict[str, float]
+and a peer implementation timed on the same text in the same run with
+    bench_peer(name, spec, checkpoint, text, repeats) -> dict[str, float]
+"""
+from __future__ import annotations
+
+import platform
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ttscli import __version__, hub
+from ttscli.api import family_module, load
+from ttscli.errors import UsageError
+from ttscli.generate import Request, Stats, synthesize
+from ttscli.models.base import LoadOptions
+from ttscli.registry import Registry
+
+DEFAULT_TEXT = (
+    "The quick brown fox jumps over the lazy dog. On-device speech synthesis has to be fast, "
+    "faithful and pleasant to use."
+)
+
+
+@dataclass
+class BenchRequest:
+    model: str | None = None
+    random_weights: bool = False
+    text: str | None = None
+    repeats: int = 3
+    warmup: int = 1
+    backends: list[str] = field(default_factory=lambda: ["mlx"])
+    prefill_modes: list[str] = field(default_factory=lambda: ["batched"])
+    peer: str | None = None
+    stream: bool = False
+    max_frames: int | None = None
+    prompt_tokens: int = 200
+    model_dir: Path | None = None
+    dtype: str | None = None
+    plot: Path | None = None
+    seed: int = 0
+
+
+def environment() -> dict:
+    import mlx.core as mx
+
+    from ttscli import _blas
+
+    return {
+        "ttscli": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "mlx": getattr(mx, "__version__", "?"),
+        "device": str(mx.default_device()),
+        "blas": _blas.loaded or "mlx builtin",
+        "cpu_count": __import__("os").cpu_count(),
+    }
+
+
+def rss_peak_mb() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return r / 1024 / 1024 if sys.platform == "darwin" else r / 1024
+
+
+def pct(xs, q):
+    return float(np.percentile(np.asarray(xs) * 1e3, q)) if len(xs) else None
+
+
+def run_once(pipe, request: Request) -> dict:
+    """One full synthesis; figures from the wall clock and the pipeline's Stats."""
+    pipe.stats = Stats()
+    t0 = time.perf_counter()
+    first = None
+    n = 0
+    for chunk in synthesize(pipe, request):
+        if first is None and len(chunk):
+            first = time.perf_counter() - t0
+        n += len(chunk)
+    total = time.perf_counter() - t0
+    s: Stats = pipe.stats
+    audio_s = n / pipe.sample_rate
+    out = {
+        "total_s": total,
+        "audio_s": audio_s,
+        "rtf": total / audio_s if audio_s else None,
+        "first_audio_s": first,
+    }
+    if s.frames:
+        out.update({
+            "frames": s.frames,
+            "frames_per_s": s.frames / total,
+            "talker_step_ms_p50": pct(s.step_s, 50),
+            "talker_step_ms_p95": pct(s.step_s, 95),
+            "frame_ms_p50": pct(s.frame_s, 50),
+            "frame_ms_p95": pct(s.frame_s, 95),
+            "frame_s": list(s.frame_s),
+        })
+    if s.decoder_frames:
+        out["decoder_ms_per_frame"] = s.decoder_s / s.decoder_frames * 1e3
+    if s.prefill_tokens and s.prefill_s:
+        out["prefill_tokens"] = s.prefill_tokens
+        out["prefill_tokens_per_s"] = s.prefill_tokens / s.prefill_s
+    for k, v in s.extra.items():
+        if isinstance(v, (int, float)):
+            out[k] = v
+    return out
+
+
+def _median_run(runs: list[dict]) -> dict:
+    """Median of each numeric figure over repeats (frame timings from the median-time run)."""
+    keys = {k for r in runs for k, v in r.items() if isinstance(v, (int, float)) and v is not None}
+    med = {k: float(np.median([r[k] for r in runs if r.get(k) is not None])) for k in keys}
+    by_time = sorted(runs, key=lambda r: r["total_s"])[len(runs) // 2]
+    if "frame_s" in by_time:
+        med["frame_s"] = by_time["frame_s"]
+    return med
+
+
+def run_variant(spec, req: BenchRequest, backend: str, prefill_mode: str, text: str, registry) -> dict:
+    import mlx.core as mx
+
+    mx.reset_peak_memory()
+    options = LoadOptions(dtype=req.dtype, code_decoder_backend=backend, random_weights=req.random_weights,
+                          extra={"prefill_mode": prefill_mode})
+    t0 = time.perf_counter()
+    pipe = load(spec.id, model_dir=req.model_dir, registry=registry, options=options)
+    load_s = time.perf_counter() - t0
+    extra = {"prefill_mode": prefill_mode}
+    if req.random_weights:
+        extra["ignore_eos"] = True  # random weights never say stop: time a fixed number of frames
+    request = Request(text=text, seed=req.seed, stream=req.stream, max_frames=req.max_frames or (
+        50 if req.random_weights else None), extra=extra)
+    for _ in range(req.warmup):
+        run_once(pipe, request)
+    runs = [run_once(pipe, request) for _ in range(req.repeats)]
+    fig = _median_run(runs)
+    fig["load_s"] = load_s
+    comp = getattr(family_module(spec), "bench_components", None)
+    if comp:
+        fig.update(comp(pipe, req))
+    fig["mlx_peak_mb"] = mx.get_peak_memory() / 2**20
+    fig["rss_peak_mb"] = rss_peak_mb()
+    return fig
+
+
+def run_bench(req: BenchRequest, registry: Registry, console=None) -> dict:
+    spec = registry.resolve(req.model)
+    text = req.text or DEFAULT_TEXT
+    for m in req.prefill_modes:
+        if m not in ("batched", "sequential"):
+            raise UsageError(f"--prefill-mode {m}: choose batched or sequential")
+    for b in req.backends:
+        if b not in ("mlx", "coreml"):
+            raise UsageError(f"--code-decoder-backend {b}: choose mlx or coreml")
+        if b != "mlx":
+            from ttscli.backends.select import choose_code_decoder_backend
+
+            choose_code_decoder_backend(spec, b, req.model_dir)  # clear error when unavailable here
+    variants = {}
+    for b in req.backends:
+        for m in req.prefill_modes:
+            name = b if len(req.prefill_modes) == 1 else f"{b}/{m}"
+            if console:
+                console.print(f"[dim]bench {spec.id} [{name}] …[/dim]")
+            variants[name] = run_variant(spec, req, b, m, text, registry)
+    if req.peer:
+        peer_fn = getattr(family_module(spec), "bench_peer", None)
+        if peer_fn is None:
+            raise UsageError(f"no peer to compare with for the {spec.family} family")
+        checkpoint = hub.locate(spec, req.model_dir)
+        variants[req.peer] = peer_fn(req.peer, spec, checkpoint, text, req.repeats)
+    report = {
+        "model": spec.id,
+        "random_weights": req.random_weights,
+        "text_chars": len(text),
+        "repeats": req.repeats,
+        "dtype": req.dtype or "default",
+        "environment": environment(),
+        "variants": {k: {kk: vv for kk, vv in v.items() if kk != "frame_s"} for k, v in variants.items()},
+        "ratios": ratios(variants),
+    }
+    if console:
+        console.print(render(report))
+    if req.plot:
+        plot_frames(variants, req.plot, spec.id)
+    return report
+
+
+LOWER_IS_BETTER = ("rtf", "total_s", "first_audio_s", "frame_ms_p50", "talker_step_ms_p50",
+                   "decoder_ms_per_frame", "prefill_ms", "load_s")
+
+
+def ratios(variants: dict[str, dict]) -> dict:
+    """Speed-up of every variant over the first, per figure (>1: faster than the first)."""
+    names = list(variants)
+    if len(names) < 2:
+        return {}
+    base = variants[names[0]]
+    out = {}
+    for name in names[1:]:
+        v = variants[name]
+        out[f"{name} vs {names[0]}"] = {
+            k: base[k] / v[k] for k in LOWER_IS_BETTER if base.get(k) and v.get(k)
+        }
+    return out
+
+
+ROWS = [
+    ("load_s", "load (s)", "{:.2f}"),
+    ("first_audio_s", "first audio (s)", "{:.3f}"),
+    ("prefill_tokens_per_s", "prefill (tokens/s)", "{:.0f}"),
+    ("talker_step_ms_p50", "talker step p50 (ms)", "{:.2f}"),
+    ("talker_step_ms_p95", "talker step p95 (ms)", "{:.2f}"),
+    ("frame_ms_p50", "full frame p50 (ms)", "{:.2f}"),
+    ("frame_ms_p95", "full frame p95 (ms)", "{:.2f}"),
+    ("decoder_ms_per_frame", "decoder (ms/frame)", "{:.2f}"),
+    ("frames_per_s", "frames/s", "{:.1f}"),
+    ("audio_s", "audio (s)", "{:.2f}"),
+    ("total_s", "synthesis (s)", "{:.3f}"),
+    ("rtf", "real-time factor", "{:.3f}"),
+    ("mlx_peak_mb", "MLX peak (MB)", "{:.0f}"),
+    ("rss_peak_mb", "RSS peak (MB)", "{:.0f}"),
+]
+
+
+def render(report: dict):
+    from rich.table import Table
+
+    variants = report["variants"]
+    names = list(variants)
+    t = Table(title=f"ttscli bench {report['model']}" + (" (random weights)" if report["random_weights"] else ""),
+              caption="real-time factor = synthesis time / audio duration (lower is faster); "
+                      "ratio = first column's time / this column's (>1: faster)")
+    t.add_column("figure")
+    for n in names:
+        t.add_column(n, justify="right")
+    if len(names) > 1:
+        for n in names[1:]:
+            t.add_column(f"ratio {n}", justify="right")
+    keys = [r for r in ROWS if any(r[0] in v for v in variants.values())]
+    extra = sorted({k for v in variants.values() for k in v} - {r[0] for r in ROWS} - {"frames", "prefill_tokens"})
+    for key, label, fmt in keys + [(k, k, "{:.3f}") for k in extra]:
+        cells = [fmt.format(variants[n][key]) if isinstance(variants[n].get(key), (int, float)) else "-" for n in names]
+        for n in names[1:]:
+            r = report["ratios"].get(f"{n} vs {names[0]}", {}).get(key)
+            cells.append(f"{r:.2f}x" if r else "")
+        t.add_row(label, *cells)
+    return t
+
+
+def plot_frames(variants: dict, path: Path, title: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'ttscli[plot]'") from None
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for name, v in variants.items():
+        if v.get("frame_s"):
+            ax.plot(np.asarray(v["frame_s"]) * 1e3, label=name)
+    ax.set_xlabel("frame")
+    ax.set_ylabel("ms")
+    ax.set_title(f"{title}: per-frame latency")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)

@@ -1,0 +1,115 @@
+"""`ttscli convert`: checkpoints to MLX safetensors (optionally quantized) or Core ML packages.
+
+Each family module may expose
+    convert_mlx(spec, checkpoint, out_dir, *, quantize, q_bits, q_group_size, dtype, progress) -> None
+    convert_coreml(spec, checkpoint, out_dir, *, capacity, weights_8bit, progress) -> None
+writing into an empty `out_dir`. This module owns the rest: argument checks, refusing to
+overwrite without --force, and writing into a temp folder renamed into place at the end.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ttscli import hub
+from ttscli.api import family_module
+from ttscli.errors import Interrupted, NotImplementedModelError, UsageError
+from ttscli.registry import Registry
+
+DTYPES = ("float16", "bfloat16", "float32")
+
+
+@dataclass
+class ConvertRequest:
+    model: str
+    to: str
+    output: Path
+    quantize: bool = False
+    q_bits: int = 4
+    q_group_size: int = 64
+    dtype: str | None = None
+    capacity: int = 256
+    force: bool = False
+    model_dir: Path | None = None
+
+
+def check(req: ConvertRequest) -> None:
+    if req.to not in ("mlx", "coreml"):
+        raise UsageError(f"--to {req.to}: choose mlx or coreml")
+    if req.q_bits not in (4, 8):
+        raise UsageError(f"--q-bits {req.q_bits}: choose 4 or 8")
+    if req.q_group_size not in (32, 64, 128):
+        raise UsageError(f"--q-group-size {req.q_group_size}: choose 32, 64 or 128")
+    if req.dtype is not None and req.dtype not in DTYPES:
+        raise UsageError(f"--dtype {req.dtype}: choose one of {', '.join(DTYPES)}")
+    if req.to == "coreml" and req.dtype not in (None, "float16"):
+        raise UsageError("Core ML packages compute in float16; drop --dtype or use --dtype float16")
+    if req.to == "coreml" and not 16 <= req.capacity <= 8192:
+        raise UsageError(f"--capacity {req.capacity}: choose 16..8192 positions")
+    out = Path(req.output)
+    if out.exists() and not req.force:
+        raise UsageError(f"{out} already exists; pass --force to overwrite it")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out} exists and is not a folder")
+
+
+def convert(req: ConvertRequest, registry: Registry, note: Callable[[str], None] = print) -> Path:
+    check(req)
+    spec = registry.resolve(req.model)
+    if not spec.implemented:
+        raise NotImplementedModelError(f"{spec.id} is not implemented yet, so it cannot be converted")
+    module = family_module(spec)
+    fn = getattr(module, f"convert_{req.to}", None)
+    if fn is None:
+        raise UsageError(f"{spec.id}: conversion to {req.to} is not available for the {spec.family} family")
+    if spec.license_notice:
+        note(f"note: {spec.license_notice}")
+    checkpoint = hub.locate(spec, req.model_dir)
+    out = Path(req.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    progress = _progress(note)
+    try:
+        if req.to == "mlx":
+            fn(spec, checkpoint, tmp, quantize=req.quantize, q_bits=req.q_bits, q_group_size=req.q_group_size,
+               dtype=req.dtype, progress=progress)
+        else:
+            if req.quantize and req.q_bits != 8:
+                raise UsageError("Core ML weights quantize to 8 bits only; use -q --q-bits 8")
+            fn(spec, checkpoint, tmp, capacity=req.capacity, weights_8bit=req.quantize, progress=progress)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except KeyboardInterrupt:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise Interrupted("interrupted; nothing written") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _progress(note: Callable[[str], None]):
+    """A `progress(done, total, what)` callback drawing a bar on stderr when it is a terminal."""
+    import sys
+
+    if not sys.stderr.isatty():
+        return lambda done, total, what="": None
+    from rich.console import Console
+    from rich.progress import Progress
+
+    state: dict = {}
+
+    def progress(done: int, total: int, what: str = "converting"):
+        if "bar" not in state:
+            state["bar"] = Progress(console=Console(stderr=True), transient=True)
+            state["bar"].start()
+            state["task"] = state["bar"].add_task(what, total=total)
+        state["bar"].update(state["task"], completed=done, total=total, description=what)
+        if done >= total:
+            state.pop("bar").stop()
+
+    return progress

@@ -1,0 +1,105 @@
+"""`ttscli parity`: numerical fidelity against goldens or another backend.
+
+A family module provides
+    parity_checks(spec, checkpoint, *, golden: Path | None, against: str | None, frames: int,
+                  backend: str | None) -> list[Check]
+The goldens format of each family is documented in docs/parity.md.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ttscli import hub
+from ttscli.api import family_module
+from ttscli.errors import NotImplementedModelError, UsageError
+from ttscli.registry import Registry
+
+
+@dataclass
+class Check:
+    name: str
+    value: float
+    threshold: float
+    op: str            # ">=" (similarity), "<=" (error) or "==" (exact count of matches)
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        if self.value is None or (isinstance(self.value, float) and math.isnan(self.value)):
+            return False
+        return {">=": self.value >= self.threshold, "<=": self.value <= self.threshold,
+                "==": self.value == self.threshold}[self.op]
+
+
+def cosine(a, b) -> float:
+    a = np.asarray(a, np.float64).ravel()
+    b = np.asarray(b, np.float64).ravel()
+    den = np.linalg.norm(a) * np.linalg.norm(b)
+    return float(a @ b / den) if den else float("nan")
+
+
+def max_abs(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a.shape != b.shape:
+        return float("inf")
+    return float(np.max(np.abs(a - b))) if a.size else 0.0
+
+
+def rel_l2(a, b) -> float:
+    """||a - b|| / ||b|| (b is the reference)."""
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    if a.shape != b.shape:
+        return float("inf")
+    den = np.linalg.norm(b)
+    return float(np.linalg.norm(a - b) / den) if den else float(np.linalg.norm(a))
+
+
+@dataclass
+class ParityRequest:
+    model: str | None = None
+    golden: Path | None = None
+    against: str | None = None
+    frames: int = 20
+    model_dir: Path | None = None
+    backend: str | None = None
+
+
+def run_parity(req: ParityRequest, registry: Registry, console=None) -> dict:
+    spec = registry.resolve(req.model)
+    if not spec.implemented:
+        raise NotImplementedModelError(f"{spec.id} is not implemented yet")
+    fn = getattr(family_module(spec), "parity_checks", None)
+    if fn is None:
+        raise UsageError(f"no parity checks exist for the {spec.family} family yet")
+    if req.golden is not None and not Path(req.golden).is_file():
+        raise UsageError(f"--golden {req.golden} does not exist")
+    checkpoint = hub.locate(spec, req.model_dir)
+    checks = fn(spec, checkpoint, golden=req.golden, against=req.against, frames=req.frames, backend=req.backend)
+    report = {
+        "model": spec.id,
+        "reference": str(req.golden) if req.golden else req.against,
+        "checks": [dict(asdict(c), passed=c.passed) for c in checks],
+        "passed": bool(checks) and all(c.passed for c in checks),
+    }
+    if console:
+        console.print(render(report))
+    return report
+
+
+def render(report: dict):
+    from rich.table import Table
+
+    t = Table(title=f"ttscli parity {report['model']} vs {report['reference']}")
+    for col in ("check", "figure", "threshold", "result", "detail"):
+        t.add_column(col)
+    for c in report["checks"]:
+        v = c["value"]
+        fig = f"{v:.3e}" if isinstance(v, float) and (abs(v) < 1e-2 or abs(v) >= 1e4) and v != 0 else (
+            f"{v:.6f}" if isinstance(v, float) else str(v))
+        t.add_row(c["name"], fig, f"{c['op']} {c['threshold']:g}",
+                  "[green]pass[/green]" if c["passed"] else "[red]FAIL[/red]", c.get("detail", ""))
+    return t
