@@ -1,0 +1,112 @@
+"""The code predictor ("sub-talker"): codebooks 1..15 of a frame, one at a time.
+
+Per frame it starts from an empty cache at position 0, prefills ``[h_t, E0(c0)]`` (the talker's
+last hidden state and its codebook-0 embedding), samples c1 from ``lm_head[0]``, then feeds
+``codec_embedding[j-2](c_{j-1})`` for j = 2..15.  All 16 positions have fixed shapes, so the
+whole frame (15 forwards + on-device sampling) is one function that :func:`mx.compile` traces
+once and replays every frame without host syncs.
+
+``small_to_mtp_projection`` exists only when the talker is wider than the predictor (1.7B).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from ttscli.models.qwen3_tts.config import CodePredictorArgs
+from ttscli.nn import DecoderLayer, RMSNorm
+from ttscli.sample import SamplingParams, sample
+
+
+class _ListCache:
+    """Functional per-layer KV store for the predictor: concatenation keeps it traceable."""
+
+    def __init__(self):
+        self.keys = None
+        self.values = None
+        self.offset = 0
+
+    def update_and_fetch(self, k: mx.array, v: mx.array) -> tuple[mx.array, mx.array]:
+        if self.keys is None:
+            self.keys, self.values = k, v
+        else:
+            self.keys = mx.concatenate([self.keys, k], axis=2)
+            self.values = mx.concatenate([self.values, v], axis=2)
+        self.offset += k.shape[2]
+        return self.keys, self.values
+
+
+class CodePredictorModel(nn.Module):
+    def __init__(self, a: CodePredictorArgs, embedding_dim: int):
+        super().__init__()
+        self.codec_embedding = [nn.Embedding(a.vocab_size, embedding_dim)
+                                for _ in range(a.num_code_groups - 1)]
+        self.layers = [DecoderLayer(a.hidden_size, a.intermediate_size, a.num_attention_heads,
+                                    a.num_key_value_heads, a.head_dim, a.rope_theta, a.rms_norm_eps,
+                                    a.attention_bias, qk_norm=True)
+                       for _ in range(a.num_hidden_layers)]
+        self.norm = RMSNorm(a.hidden_size, a.rms_norm_eps)
+
+    def __call__(self, x: mx.array, cache: list) -> mx.array:
+        mask = None if x.shape[1] == 1 else "causal"
+        for layer, c in zip(self.layers, cache):
+            x = layer(x, mask, c)
+        return self.norm(x)
+
+
+class CodePredictor(nn.Module):
+    def __init__(self, a: CodePredictorArgs, talker_hidden: int):
+        super().__init__()
+        self.args = a
+        self.model = CodePredictorModel(a, talker_hidden)
+        self.lm_head = [nn.Linear(a.hidden_size, a.vocab_size, bias=False)
+                        for _ in range(a.num_code_groups - 1)]
+        if a.hidden_size != talker_hidden:
+            self.small_to_mtp_projection = nn.Linear(talker_hidden, a.hidden_size, bias=True)
+        # a plain attribute, not a child of the parameter tree
+        object.__setattr__(self, "_compiled", {})
+
+    def project(self, x: mx.array) -> mx.array:
+        if "small_to_mtp_projection" in self:
+            return self.small_to_mtp_projection(x)
+        return x
+
+    def frame(self, hidden: mx.array, c0_embed: mx.array, params: SamplingParams,
+              keys: mx.array | None) -> tuple[mx.array, mx.array]:
+        """Codes 1..15 for one frame and the summed embedding of all 16 codes.
+
+        ``hidden [B, H]`` is the talker's post-norm state, ``c0_embed [B, H]`` its codebook-0
+        embedding; ``keys [15, 2]`` one PRNG key per draw (ignored when greedy).
+        Returns ``codes [B, 15] int32`` and ``frame_embed [B, H]`` (lazy).
+        """
+        cache = [_ListCache() for _ in self.model.layers]
+        x = mx.stack([hidden, c0_embed], axis=1)
+        total = c0_embed
+        codes = []
+        n = len(self.lm_head)
+        for j in range(n):
+            h = self.model(self.project(x), cache)[:, -1, :]
+            code = sample(self.lm_head[j](h), params, None if keys is None else keys[j])
+            codes.append(code)
+            e = self.model.codec_embedding[j](code)
+            total = total + e
+            if j + 1 < n:
+                x = e[:, None, :]
+        return mx.stack(codes, axis=1), total
+
+    def reset_compiled(self) -> None:
+        """Forget traced frames (their weights are baked in): call after changing weights."""
+        self._compiled.clear()
+
+    def compiled_frame(self, params: SamplingParams) -> Callable:
+        """``frame`` compiled for these sampling params (traced on first use, then replayed)."""
+        fn = self._compiled.get(params)
+        if fn is None:
+            if params.greedy:
+                fn = mx.compile(lambda h, e: self.frame(h, e, params, None))
+            else:
+                fn = mx.compile(lambda h, e, k: self.frame(h, e, params, k))
+            self._compiled[params] = fn
+        return fn

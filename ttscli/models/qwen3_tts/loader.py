@@ -1,0 +1,106 @@
+"""Load a Qwen3-TTS 12 Hz checkpoint folder exactly as published on Hugging Face.
+
+Files read: ``config.json``, ``generation_config.json``, ``model.safetensors`` (one file, bf16
+on disk; cast to the compute dtype, float32 by default on CPU), and the text tokenizer
+``vocab.json`` + ``merges.txt`` + ``tokenizer_config.json`` (a ``Qwen2Tokenizer``: the repos
+ship no ``tokenizer.json``, so the byte-level BPE is assembled here with ``tokenizers``).
+The speech codec in ``speech_tokenizer/`` is loaded by that package.
+
+Other published conversions:
+
+- ``mlx-community/Qwen3-TTS-12Hz-*-bf16`` / ``-fp16`` style repos (mlx-audio conversions) keep
+  the same tensor names and shapes for the talker (its linear layers are [out, in] in both
+  frameworks), so they load, as long as the folder also carries the tokenizer files and
+  ``config.json`` unchanged.  Their speaker-encoder convs are already transposed to MLX
+  layout ([out, k, in]); the strict shape check reports those as mis-shaped rather than
+  guessing, because a shape heuristic cannot tell a transposed k=1 conv apart.
+- Quantised conversions (``-4bit``, ``-6bit``, ``-8bit``) do not load: they replace
+  ``weight`` by packed ``weight``/``scales``/``biases`` triples, which this loader rejects
+  as unexpected tensors (quantisation is ``ttscli convert``'s job).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlx.core as mx
+
+from ttscli.errors import CheckpointError
+from ttscli.models.qwen3_tts.config import GenerationConfig, ModelArgs, read_json
+from ttscli.models.qwen3_tts.model import Qwen3TTSModel, to_dtype
+
+# transformers' Qwen2 pre-tokenizer split (the published Qwen2/Qwen3 text tokenizer).
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+class TextTokenizer:
+    """Qwen2 byte-level BPE: ``encode(str) -> list[int]`` with added/special tokens matched whole."""
+
+    def __init__(self, tok):
+        self._tok = tok
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(ids, skip_special_tokens=False)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._tok.token_to_id(token)
+
+
+def load_tokenizer(path: Path) -> TextTokenizer:
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+    from tokenizers.models import BPE
+
+    path = Path(path)
+    if (path / "tokenizer.json").exists() and not (path / "vocab.json").exists():
+        return TextTokenizer(Tokenizer.from_file(str(path / "tokenizer.json")))
+    try:
+        vocab = json.loads((path / "vocab.json").read_text(encoding="utf-8"))
+        lines = (path / "merges.txt").read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError as e:
+        raise CheckpointError(f"{path}: text tokenizer file missing ({Path(e.filename).name}); "
+                              "the checkpoint folder needs vocab.json and merges.txt") from e
+    merges = [tuple(l.split(" ")) for l in lines if l and not l.startswith("#version")]
+    tok = Tokenizer(BPE(vocab=vocab, merges=merges, unk_token=None, continuing_subword_prefix="",
+                        end_of_word_suffix="", fuse_unk=False, byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    cfg = read_json(path / "tokenizer_config.json") if (path / "tokenizer_config.json").exists() else {}
+    added = sorted(cfg.get("added_tokens_decoder", {}).items(), key=lambda kv: int(kv[0]))
+    for idx, t in added:
+        token = AddedToken(t["content"], single_word=t.get("single_word", False), lstrip=t.get("lstrip", False),
+                           rstrip=t.get("rstrip", False), normalized=t.get("normalized", False),
+                           special=t.get("special", False))
+        if t.get("special", False):
+            tok.add_special_tokens([token])
+        else:
+            tok.add_tokens([token])
+        if tok.token_to_id(t["content"]) != int(idx):
+            raise CheckpointError(f"{path / 'tokenizer_config.json'}: added token {t['content']!r} should have "
+                                  f"id {idx} but follows a vocab of {len(vocab)} entries")
+    return TextTokenizer(tok)
+
+
+def load_model(path: Path, dtype: str | None = None) -> tuple[Qwen3TTSModel, GenerationConfig]:
+    """Build from ``config.json`` and load ``model.safetensors`` strictly."""
+    path = Path(path)
+    args = ModelArgs.from_file(path / "config.json")
+    model = Qwen3TTSModel(args)
+    st = path / "model.safetensors"
+    if not st.exists():
+        if (path / "model.safetensors.index.json").exists():
+            raise CheckpointError(f"{path}: sharded checkpoints are not published for Qwen3-TTS; expected one model.safetensors")
+        raise CheckpointError(f"{st} is missing; pass the checkpoint folder in its Hugging Face layout")
+    try:
+        weights = mx.load(str(st))
+    except Exception as e:  # mlx raises plain RuntimeError/ValueError on a corrupt file
+        raise CheckpointError(f"{st}: cannot read ({e})") from e
+    model.load_checkpoint_weights(weights, to_dtype(dtype), str(st))
+    return model, GenerationConfig.from_file(path / "generation_config.json")

@@ -1,0 +1,89 @@
+"""The talker: a Qwen3 decoder over dual-track (text + codec) input embeddings.
+
+Checkpoint prefix ``talker.``: ``model.{text_embedding,codec_embedding,layers,norm}``,
+``text_projection.{linear_fc1,linear_fc2}``, ``codec_head`` and ``code_predictor``.
+
+The talker's RoPE is configured as interleaved M-RoPE (sections [24, 20, 20]) but TTS always
+feeds three identical position rows, which makes it the plain rotate-half 1-D RoPE.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from ttscli.cache import make_cache
+from ttscli.models.qwen3_tts.code_predictor import CodePredictor
+from ttscli.models.qwen3_tts.config import TalkerArgs
+from ttscli.nn import DecoderLayer, RMSNorm, create_causal_mask
+
+
+class ResizeMLP(nn.Module):
+    """text_projection: Linear -> SiLU -> Linear (both with bias), text width -> talker width."""
+
+    def __init__(self, in_dims: int, hidden: int, out_dims: int):
+        super().__init__()
+        self.linear_fc1 = nn.Linear(in_dims, hidden, bias=True)
+        self.linear_fc2 = nn.Linear(hidden, out_dims, bias=True)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.linear_fc2(nn.silu(self.linear_fc1(x)))
+
+
+def decoder_layers(n: int, hidden: int, inter: int, heads: int, kv_heads: int, head_dim: int,
+                   theta: float, eps: float, bias: bool) -> list[DecoderLayer]:
+    return [DecoderLayer(hidden, inter, heads, kv_heads, head_dim, theta, eps, bias, qk_norm=True)
+            for _ in range(n)]
+
+
+class TalkerModel(nn.Module):
+    def __init__(self, a: TalkerArgs):
+        super().__init__()
+        self.text_embedding = nn.Embedding(a.text_vocab_size, a.text_hidden_size)
+        self.codec_embedding = nn.Embedding(a.vocab_size, a.hidden_size)
+        self.layers = decoder_layers(a.num_hidden_layers, a.hidden_size, a.intermediate_size,
+                                     a.num_attention_heads, a.num_key_value_heads, a.head_dim,
+                                     a.rope_theta, a.rms_norm_eps, a.attention_bias)
+        self.norm = RMSNorm(a.hidden_size, a.rms_norm_eps)
+
+    def __call__(self, embeds: mx.array, cache: list[Any] | None = None) -> mx.array:
+        """Post-norm hidden states for ``embeds [B, L, H]``; ``cache`` grows by L."""
+        offset = cache[0].offset if cache else 0
+        mask = create_causal_mask(embeds.shape[1], offset)
+        h = embeds
+        for i, layer in enumerate(self.layers):
+            h = layer(h, mask, cache[i] if cache else None)
+        return self.norm(h)
+
+
+class Talker(nn.Module):
+    def __init__(self, a: TalkerArgs):
+        super().__init__()
+        self.args = a
+        self.model = TalkerModel(a)
+        self.text_projection = ResizeMLP(a.text_hidden_size, a.text_hidden_size, a.hidden_size)
+        self.codec_head = nn.Linear(a.hidden_size, a.vocab_size, bias=False)
+        self.code_predictor = CodePredictor(a.code_predictor_config, a.hidden_size)
+
+    def embed_text(self, ids: mx.array) -> mx.array:
+        """Text track: ``text_projection(text_embedding(ids))`` -> ``[..., H]``."""
+        return self.text_projection(self.model.text_embedding(ids))
+
+    def embed_codec(self, ids: mx.array) -> mx.array:
+        return self.model.codec_embedding(ids)
+
+    def embed_frame(self, codes: mx.array) -> mx.array:
+        """Codec track of whole frames: sum of the 16 codebook embeddings, ``codes [..., 16]``."""
+        out = self.model.codec_embedding(codes[..., 0])
+        for q, emb in enumerate(self.code_predictor.model.codec_embedding):
+            out = out + emb(codes[..., q + 1])
+        return out
+
+    def new_cache(self) -> list[Any]:
+        return make_cache(len(self.model.layers))
+
+    def __call__(self, embeds: mx.array, cache: list[Any] | None = None) -> tuple[mx.array, mx.array]:
+        """Logits and post-norm hidden state of the LAST position: ``([B, V], [B, H])``."""
+        h = self.model(embeds, cache)[:, -1, :]
+        return self.codec_head(h), h
