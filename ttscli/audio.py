@@ -188,6 +188,23 @@ class MultiSink(Sink):
                 pass
 
 
+def check_output(output: str | None, fmt: str | None = None) -> None:
+    """Validate -o/--format before any model work, so mistakes cost nothing."""
+    if output is None:
+        if fmt is not None:
+            raise UsageError("--format needs -o/--output (a file, or - for stdout)")
+        return
+    f = format_for(output, fmt)
+    check_format_supported(f)
+    if output != "-":
+        path = Path(output)
+        folder = path.parent if str(path.parent) else Path(".")
+        if not folder.is_dir():
+            raise UsageError(f"output folder {folder} does not exist")
+        if path.is_dir():
+            raise UsageError(f"output {path} is a folder; give a file name")
+
+
 def open_sink(output: str | None, sample_rate: int, fmt: str | None = None, play: bool = False) -> Sink:
     sinks: list[Sink] = []
     if output is not None:
@@ -221,8 +238,8 @@ def resample(x: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
     return soxr.resample(x, sr_in, sr_out, quality="HQ").astype(np.float32)
 
 
-def read_reference(path: str | Path, sample_rate: int, max_seconds: float = 30.0, min_seconds: float = 0.5) -> np.ndarray:
-    """Any format soundfile reads, any rate/channels -> mono float32 at `sample_rate`."""
+def read_reference(path: str | Path, max_seconds: float = 30.0, min_seconds: float = 0.5) -> tuple[np.ndarray, int]:
+    """Any format soundfile reads, any rate/channels -> (mono float32, its rate), validated."""
     import soundfile as sf
 
     path = Path(path)
@@ -233,7 +250,7 @@ def read_reference(path: str | Path, sample_rate: int, max_seconds: float = 30.0
         duration = info.frames / info.samplerate if info.samplerate else 0.0
         if duration > max_seconds:
             raise AudioInputError(
-                f"reference audio {path} is {duration:.1f} s; the limit is {max_seconds:.0f} s — trim it"
+                f"reference audio {path} is {duration:.1f} s; the limit is {max_seconds:g} s: trim it"
             )
         data, sr = sf.read(str(path), dtype="float32", always_2d=True)
     except AudioInputError:
@@ -242,9 +259,9 @@ def read_reference(path: str | Path, sample_rate: int, max_seconds: float = 30.0
         raise AudioInputError(f"cannot read reference audio {path}: {str(e).splitlines()[0]}") from None
     mono = data.mean(axis=1)
     if len(mono) / sr < min_seconds:
-        raise AudioInputError(f"reference audio {path} is {len(mono) / sr:.2f} s; give at least {min_seconds} s")
+        raise AudioInputError(f"reference audio {path} is {len(mono) / sr:.2f} s; give at least {min_seconds:g} s")
     if not np.all(np.isfinite(mono)):
         raise AudioInputError(f"reference audio {path} contains NaN or infinite samples")
     if float(np.sqrt(np.mean(mono.astype(np.float64) ** 2))) < SILENCE_RMS:
         raise AudioInputError(f"reference audio {path} is silent; record some speech")
-    return resample(mono, sr, sample_rate)
+    return mono, sr

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from ttscli import __version__
+from ttscli.audio import check_output
 from ttscli.errors import Interrupted, TTSError, UsageError
 
 err = Console(stderr=True, highlight=False)
@@ -131,13 +132,11 @@ def run_synthesis(pipe, request, output: Optional[str], fmt: Optional[str], play
         note(f"wrote {output} ({n / pipe.sample_rate:.2f} s at {pipe.sample_rate} Hz)")
 
 
-def load_pipeline(model, model_dir, registry, backend, dtype, for_clone=False):
+def load_pipeline(model, model_dir, registry, backend, dtype):
     from ttscli import api
     from ttscli.models.base import LoadOptions
 
     reg = registry_from(registry)
-    if model is None and for_clone:
-        model = reg.default_clone
     spec = reg.resolve(model)
     if spec.license_notice:
         note(f"note: {spec.license_notice}")
@@ -193,6 +192,7 @@ def speak(
     from ttscli.text import MAX_TEXT_BYTES, check_text
 
     body = read_text(text, file)
+    check_output(default_output(output, play), fmt)
     if instruct is not None:
         instruct = check_text(instruct, "--instruct", MAX_TEXT_BYTES)
     spec, pipe = load_pipeline(model, model_dir, registry, code_decoder_backend, dtype)
@@ -235,11 +235,12 @@ def clone(
 ):
     """Speak text in the voice of a reference recording."""
     set_flags(quiet, verbose, debug)
-    from ttscli.audio import read_reference
+    from ttscli.audio import read_reference, resample
     from ttscli.generate import Request
     from ttscli.text import check_text
 
     body = read_text(text, file)
+    check_output(default_output(output, play), fmt)
     if ref is None:
         raise UsageError("clone needs --ref FILE (a recording of the voice)")
     if ref_text is None and not x_vector_only:
@@ -248,11 +249,14 @@ def clone(
         ref_text = check_text(ref_text, "--ref-text")
     if save_voice is not None and save_voice.suffix != ".safetensors":
         raise UsageError("--save-voice must name a .safetensors file")
-    spec, pipe = load_pipeline(model, model_dir, registry, code_decoder_backend, dtype, for_clone=True)
+    reg = registry_from(registry)
+    spec = reg.resolve(model or reg.default_clone)
     if not spec.can("clone"):
         raise UsageError(f"{spec.id} cannot clone voices; pick a model with clone support (see `ttscli models`)")
+    mono, sr = read_reference(ref, max_seconds=float(spec.defaults.get("max_ref_seconds", 30.0)))
+    spec, pipe = load_pipeline(spec.id, model_dir, registry, code_decoder_backend, dtype)
     rate = getattr(pipe, "ref_sample_rate", pipe.sample_rate)
-    audio = read_reference(ref, rate, max_seconds=getattr(pipe, "max_ref_seconds", 30.0))
+    audio = resample(mono, sr, rate)
     request = Request(
         text=body, ref_audio=audio, ref_sample_rate=rate, ref_text=ref_text, x_vector_only=x_vector_only,
         save_voice=save_voice, language=language, seed=seed, max_frames=max_frames, stream=stream,

@@ -40,8 +40,8 @@ def check_text(text: str, what: str = "text", max_bytes: int = MAX_TEXT_BYTES) -
     return text
 
 
-def _ends_sentence(text: str, end: int, mark: str) -> bool:
-    """Whether the punctuation run `mark` ending at text[end] closes a sentence."""
+def _ends_sentence(text: str, mark_end: int, end: int, mark: str) -> bool:
+    """Whether the punctuation run `mark` (ending at mark_end, closers up to end) closes a sentence."""
     if mark[0] in _CJK_END:
         return True
     nxt = text[end:end + 1]
@@ -51,11 +51,11 @@ def _ends_sentence(text: str, end: int, mark: str) -> bool:
     if following and following.islower():
         return False  # '"Really?" she asked.'
     if mark == ".":
-        m = re.search(r"([\w.]+)\.$", text[: end])
-        word = m.group(1).lower() if m else ""
-        if word in ABBREVIATIONS:
+        m = re.search(r"([\w.]+)\.$", text[:mark_end])
+        word = m.group(1) if m else ""
+        if word.lower() in ABBREVIATIONS:
             return False
-        if len(m.group(1)) == 1 and m.group(1).isupper():  # initials: J. R. R. Tolkien
+        if len(word) == 1 and word.isupper() and end == mark_end:  # initials: J. R. R. Tolkien
             return False
     return True
 
@@ -69,7 +69,7 @@ def split_sentences(text: str) -> list[str]:
         end = m.end()
         while end < len(text) and text[end] in _CLOSERS:
             end += 1
-        if _ends_sentence(text, end, m.group(1)):
+        if _ends_sentence(text, m.end(), end, m.group(1)):
             piece = text[start:end].strip()
             if piece:
                 out.append(piece)

@@ -1,0 +1,32 @@
+# Two commands set everything up from nothing:
+#   make speak TEXT="Hello"   creates .venv, installs ttscli, speaks with the embedded voice -> speech.wav
+#   make test                 creates .venv, installs ttscli with its test extras, runs the tests
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+TEXT   ?= Hello from ttscli, speaking on this machine with no network.
+OUT    ?= speech.wav
+STAMP  := $(VENV)/.installed
+
+.PHONY: install speak test clean blas
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@scripts/install-openblas.sh || true
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+speak: $(STAMP)
+	$(BIN)/ttscli speak "$(TEXT)" -o $(OUT)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+blas:
+	scripts/install-openblas.sh
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,48 @@
+import pytest
+
+from ttscli.errors import InputTooLongError, UsageError
+from ttscli.text import MAX_TEXT_BYTES, check_text, chunk_text, decode_text, split_sentences
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Dr. Smith paid $3.50 for it. Then he left!", ["Dr. Smith paid $3.50 for it.", "Then he left!"]),
+    ('"Really?" she asked. Yes.', ['"Really?" she asked.', "Yes."]),
+    ('He said "Stop." Then silence.', ['He said "Stop."', "Then silence."]),
+    ("J. R. R. Tolkien wrote it, e.g. The Hobbit... It sold well.",
+     ["J. R. R. Tolkien wrote it, e.g. The Hobbit...", "It sold well."]),
+    ("Pi is 3.14159 roughly. Visit example.com now.", ["Pi is 3.14159 roughly.", "Visit example.com now."]),
+    ("Meet at 5 p.m. tomorrow. Bring Mrs. Jones.", ["Meet at 5 p.m. tomorrow.", "Bring Mrs. Jones."]),
+    ("今天天气很好。我们去公园吧！好的", ["今天天气很好。", "我们去公园吧！", "好的"]),
+    ("「你好。」他说。", ["「你好。」", "他说。"]),
+    ("What?! No way… Really.", ["What?!", "No way…", "Really."]),
+    ("First paragraph without stop\n\nSecond one.", ["First paragraph without stop", "Second one."]),
+    ("no punctuation at all", ["no punctuation at all"]),
+])
+def test_split_sentences(text, expected):
+    assert split_sentences(text) == expected
+
+
+def test_chunks_respect_budget_and_keep_every_word():
+    text = " ".join(f"Sentence number {i} is here, with a clause." for i in range(40))
+    chunks = chunk_text(text, 120)
+    assert all(len(c) <= 120 for c in chunks)
+    assert " ".join(chunks).split() == text.split()
+
+
+def test_overlong_sentence_is_split_at_clauses_then_spaces():
+    text = "word " * 100 + "end, and more words here."
+    chunks = chunk_text(text, 50)
+    assert all(len(c) <= 50 for c in chunks)
+    assert " ".join(chunks).split() == text.split()
+
+
+def test_limits():
+    assert check_text("a" * MAX_TEXT_BYTES) == "a" * MAX_TEXT_BYTES
+    with pytest.raises(InputTooLongError, match="32,768"):
+        check_text("a" * (MAX_TEXT_BYTES + 1))
+    with pytest.raises(UsageError, match="empty"):
+        check_text(" \n ")
+    with pytest.raises(UsageError, match="UTF-8"):
+        decode_text(b"\xc3\x28")
+    with pytest.raises(UsageError, match="UTF-8"):
+        check_text("bad \udce9 surrogate")
