@@ -1,0 +1,8 @@
+"""Qwen3-TTS-Tokenizer-12Hz (speech codec): decoder (codes -> 24 kHz) and encoder (audio -> codes)."""
+from .config import DecoderArgs
+from .decoder import DecoderCache, SpeechDecoder
+from .streaming import StreamingDecoder
+from .weights import build_random_decoder, load_speech_decoder
+
+__all__ = ["DecoderArgs", "DecoderCache", "SpeechDecoder", "StreamingDecoder", "build_random_decoder",
+           "load_speech_decoder"]

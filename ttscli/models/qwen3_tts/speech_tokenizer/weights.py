@@ -1,0 +1,172 @@
+"""Load the speech decoder from speech_tokenizer/ (strictly), or build it with random weights."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+
+from ttscli.errors import CheckpointError
+
+from .config import DecoderArgs
+from .conv import CausalConv1d, CausalConvTranspose1d, CausalDepthwiseConv1d
+from .decoder import SpeechDecoder
+
+PREFIX = "decoder."
+DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
+
+# MLX layout <- PyTorch layout, per conv kind (see conv.py for why these layouts)
+_TO_MLX = {
+    "conv": lambda w: w.transpose(2, 1, 0),            # [out, in, k] -> [k, in, out]
+    "depthwise": lambda w: w[:, 0, :].T,               # [C, 1, k]    -> [k, C]
+    "transposed": lambda w: w.transpose(0, 2, 1),      # [in, out, k] -> [in, k, out]
+}
+_TO_TORCH_SHAPE = {
+    "conv": lambda s: (s[2], s[1], s[0]),
+    "depthwise": lambda s: (s[1], 1, s[0]),
+    "transposed": lambda s: (s[0], s[2], s[1]),
+}
+
+
+def _layouts(model: SpeechDecoder) -> dict[str, str]:
+    kinds = {}
+    for name, m in model.named_modules():
+        if isinstance(m, CausalConv1d):
+            kinds[f"{name}.conv.weight"] = "conv"
+        elif isinstance(m, CausalDepthwiseConv1d):
+            kinds[f"{name}.conv.weight"] = "depthwise"
+        elif isinstance(m, CausalConvTranspose1d):
+            kinds[f"{name}.conv.weight"] = "transposed"
+    return kinds
+
+
+def _checkpoint_name(key: str) -> str:
+    return key.replace(".codebook.", "._codebook.")
+
+
+def checkpoint_shapes(model: SpeechDecoder) -> dict[str, tuple]:
+    """Every ``decoder.*`` tensor of speech_tokenizer/model.safetensors and its PyTorch shape."""
+    kinds = _layouts(model)
+    shapes = {}
+    for key, value in tree_flatten(model.parameters()):
+        shape = tuple(value.shape)
+        if key in kinds:
+            shape = _TO_TORCH_SHAPE[kinds[key]](shape)
+        shapes[PREFIX + _checkpoint_name(key)] = shape
+    return shapes
+
+
+def sanitize(model: SpeechDecoder, weights: dict[str, mx.array]) -> dict[str, mx.array]:
+    """Checkpoint ``decoder.*`` tensors (PyTorch layout) -> this module's names and layouts."""
+    kinds = _layouts(model)
+    out = {}
+    for key, w in weights.items():
+        if not key.startswith(PREFIX):
+            continue
+        name = key[len(PREFIX):].replace("._codebook.", ".codebook.")
+        out[name] = _TO_MLX[kinds[name]](w) if name in kinds else w
+    return out
+
+
+def _check(model: SpeechDecoder, weights: dict[str, mx.array], source: str) -> None:
+    want = checkpoint_shapes(model)
+    have = {k: tuple(v.shape) for k, v in weights.items() if k.startswith(PREFIX)}
+    problems = []
+    missing = sorted(set(want) - set(have))
+    unexpected = sorted(set(have) - set(want))
+    bad = sorted(k for k in set(want) & set(have) if want[k] != have[k])
+
+    def names(keys, fmt=str):
+        head = ", ".join(fmt(k) for k in keys[:4])
+        return head + (f" (+{len(keys) - 4} more)" if len(keys) > 4 else "")
+
+    if missing:
+        problems.append(f"missing {names(missing)}")
+    if unexpected:
+        problems.append(f"unexpected {names(unexpected)}")
+    if bad:
+        problems.append("mis-shaped " + names(bad, lambda k: f"{k} {list(have[k])} (expected {list(want[k])})"))
+    if problems:
+        raise CheckpointError(f"{source}: speech decoder weights do not match its config: "
+                              + "; ".join(problems) + ". Use the model's own speech_tokenizer/ folder.")
+
+
+def _dtype(dtype) -> mx.Dtype:
+    if isinstance(dtype, mx.Dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise CheckpointError(f"unsupported speech decoder dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def _install(model: SpeechDecoder, weights: dict[str, mx.array], dtype: mx.Dtype) -> SpeechDecoder:
+    params = sanitize(model, weights)
+    # codebooks stay float32 until prepare() has projected them
+    params = {k: (v if ".codebook." in k else v.astype(dtype)) for k, v in params.items()}
+    model.load_weights(list(params.items()), strict=True)
+    mx.eval(model.parameters())
+    model.eval()
+    return model.prepare()
+
+
+def load_speech_decoder(path: Path, dtype: str = "float32") -> SpeechDecoder:
+    """The decoder of a speech tokenizer folder (``config.json`` + ``model.safetensors``).
+
+    ``path`` is the ``speech_tokenizer/`` folder itself or a model folder that contains one.
+    ``encoder.*`` tensors are ignored; ``decoder.*`` must match the config exactly.
+    """
+    path = Path(path)
+    if not (path / "config.json").is_file() and (path / "speech_tokenizer" / "config.json").is_file():
+        path = path / "speech_tokenizer"
+    cfg, weights_file = path / "config.json", path / "model.safetensors"
+    for f in (cfg, weights_file):
+        if not f.is_file():
+            raise CheckpointError(f"speech tokenizer file missing: {f}")
+    args = DecoderArgs.from_tokenizer_config(cfg)
+    try:
+        weights = mx.load(str(weights_file))
+    except Exception as e:  # noqa: BLE001  (mlx raises plain RuntimeError/ValueError)
+        raise CheckpointError(f"cannot read {weights_file}: {e}") from None
+    weights = {k: v for k, v in weights.items() if k.startswith(PREFIX)}
+    model = SpeechDecoder(args)
+    _check(model, weights, str(weights_file))
+    return _install(model, weights, _dtype(dtype))
+
+
+def random_weights(model: SpeechDecoder, seed: int = 0) -> dict[str, mx.array]:
+    """Checkpoint-layout weights with the statistics the goldens use (audio neither silent nor clipped)."""
+    key = mx.random.key(seed)
+    out = {}
+    for i, (name, shape) in enumerate(sorted(checkpoint_shapes(model).items())):
+        k = mx.random.fold_in(key, i) if hasattr(mx.random, "fold_in") else mx.random.key(seed * 100003 + i)
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf == "cluster_usage":
+            v = mx.random.uniform(0.5, 2.0, shape, key=k)
+        elif leaf == "embedding_sum":
+            v = mx.random.normal(shape, key=k) * 0.3     # usage ~1: entries ~N(0, 0.3)
+        elif leaf in ("alpha", "beta"):
+            v = mx.random.normal(shape, key=k) * 0.3
+        elif leaf in ("scale", "gamma"):
+            v = mx.random.uniform(0.2, 0.6, shape, key=k)
+        elif "norm" in name and leaf == "weight":
+            v = 1.0 + 0.1 * mx.random.normal(shape, key=k)
+        elif leaf == "bias":
+            v = 0.05 * mx.random.normal(shape, key=k)
+        else:
+            fan_in = math.prod(shape[1:]) if len(shape) > 1 else 1
+            if ".block.1.conv." in name or name.startswith("decoder.upsample.") and name.endswith(".0.conv.weight"):
+                fan_in = shape[0] * 2                        # transposed conv: in * (k / stride)
+            v = mx.random.normal(shape, key=k) / math.sqrt(fan_in)
+            if name.endswith("conv2.conv.weight"):
+                v = v * 0.3
+        out[name] = v
+    n = len(model.decoder) - 1
+    out[f"{PREFIX}decoder.{n}.conv.weight"] = out[f"{PREFIX}decoder.{n}.conv.weight"] * 0.1
+    return out
+
+
+def build_random_decoder(dtype: str = "float32", args: DecoderArgs | None = None, seed: int = 0) -> SpeechDecoder:
+    """The decoder at the released dimensions (or ``args``) with random weights, for bench."""
+    model = SpeechDecoder(args or DecoderArgs())
+    return _install(model, random_weights(model, seed), _dtype(dtype))
