@@ -240,3 +240,35 @@ class MILInterpreter:
             contrib = np.einsum("co,nct->not", w[:, :, tap], x)
             y[:, :, tap: tap + (length - 1) * stride + 1: stride] += contrib
         return y if b is None else y + np.asarray(b, np.float32)[None, :, None]
+
+
+def load_package_program(path):
+    """The MIL program stored in a saved .mlpackage (its spec + weight file), as pymil."""
+    from pathlib import Path
+
+    import coremltools as ct
+    from coremltools.converters.mil.frontend.milproto.load import load
+
+    path = Path(path)
+    spec = ct.utils.load_spec(str(path))
+    return load(spec, spec.specificationVersion,
+                file_weights_dir=str(path / "Data" / "com.apple.CoreML" / "weights"))
+
+
+class InterpretedModel:
+    """Stands in for a loaded Core ML model: ``new_state()`` / ``predict(inputs, state=None)``,
+    running the package's own MIL program with :class:`MILInterpreter`."""
+
+    def __init__(self, path, fp16: bool = True):
+        self.program = load_package_program(path)
+        self.fp16 = fp16
+        self._stateless = None
+
+    def new_state(self) -> MILInterpreter:
+        return MILInterpreter(self.program, fp16=self.fp16)
+
+    def predict(self, inputs, state=None):
+        if state is None:
+            self._stateless = self._stateless or MILInterpreter(self.program, fp16=self.fp16)
+            state = self._stateless
+        return state.run(inputs)

@@ -181,21 +181,19 @@ def read_configs(checkpoint_dir: Path) -> tuple[dict, dict]:
     return out[0], out[1]
 
 
-def talker_weights(checkpoint_dir: Path, cfg: dict):
-    """(dims, stack tensors, codec_head) of the talker, shape-checked."""
+def talker_weights(st, cfg: dict):
+    """(dims, stack tensors, codec_head) of the talker from ``st`` (model.safetensors), shape-checked."""
     tc = cfg["talker_config"]
     dims = _lm_dims(tc)
-    st = SafeTensors(Path(checkpoint_dir) / "model.safetensors")
     w = _take(st, "talker.model.", _lm_layer_shapes(dims, tc["intermediate_size"]))
     head = _take(st, "talker.", {"codec_head.weight": (tc["vocab_size"], dims.hidden_size)})
     return dims, w, head["codec_head.weight"]
 
 
-def code_predictor_weights(checkpoint_dir: Path, cfg: dict):
+def code_predictor_weights(st, cfg: dict):
     """(dims, stack tensors, heads [n, vocab, H], optional in-projection) of the code predictor."""
     tc, cc = cfg["talker_config"], cfg["talker_config"]["code_predictor_config"]
     dims = _lm_dims(cc)
-    st = SafeTensors(Path(checkpoint_dir) / "model.safetensors")
     w = _take(st, "talker.code_predictor.model.", _lm_layer_shapes(dims, cc["intermediate_size"]))
     n = cc["num_code_groups"] - 1
     heads = _take(st, "talker.code_predictor.", {f"lm_head.{i}.weight": (cc["vocab_size"], dims.hidden_size)
@@ -209,10 +207,73 @@ def code_predictor_weights(checkpoint_dir: Path, cfg: dict):
     return dims, w, heads, proj
 
 
-def decoder_weights(checkpoint_dir: Path, tok_cfg: dict):
+def decoder_weights(st, tok_cfg: dict):
+    """(dims, decoder tensors without the ``decoder.`` prefix) from ``st`` (speech_tokenizer/model.safetensors)."""
     dims = DecoderDims.from_config(tok_cfg["decoder_config"])
-    st = SafeTensors(Path(checkpoint_dir) / "speech_tokenizer" / "model.safetensors")
     return dims, _take(st, "decoder.", _decoder_shapes(dims))
+
+
+class RandomWeights:
+    """A weight source with the checkpoint's names and shapes and random values (bench/build-time
+    measurements at real dimensions without downloading anything)."""
+
+    def __init__(self, shapes: dict[str, tuple[int, ...]], seed: int = 0, path: str = "random weights"):
+        self._shapes = dict(shapes)
+        self._seed = seed
+        self.path = Path(path)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._shapes
+
+    def keys(self):
+        return self._shapes.keys()
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        return tuple(self._shapes[key])
+
+    def get(self, key: str) -> np.ndarray:
+        shape = self._shapes[key]
+        rng = np.random.default_rng([self._seed, int(hashlib.md5(key.encode()).hexdigest()[:8], 16)])
+        leaf = key.rsplit(".", 1)[-1]
+        if "cluster_usage" in key:
+            return rng.uniform(0.5, 2.0, shape).astype(np.float32)
+        if len(shape) == 1:
+            if leaf in ("alpha", "beta", "bias"):
+                return (0.05 * rng.standard_normal(shape)).astype(np.float32)
+            return (1.0 + 0.05 * rng.standard_normal(shape)).astype(np.float32)
+        fan_in = int(np.prod(shape[1:]))
+        return (rng.standard_normal(shape, dtype=np.float32) / np.sqrt(fan_in)).astype(np.float32)
+
+
+def random_sources(cfg: dict, tok_cfg: dict, seed: int = 0) -> tuple[RandomWeights, RandomWeights]:
+    """(model source, speech-tokenizer source) with every tensor the export reads, at the
+    dimensions of ``cfg`` / ``tok_cfg`` (e.g. ``config.preset_config("0.6B-Base")``)."""
+    tc = cfg["talker_config"]
+    cc = tc["code_predictor_config"]
+    td, cd = _lm_dims(tc), _lm_dims(cc)
+    shapes = {"talker.model." + k: v for k, v in _lm_layer_shapes(td, tc["intermediate_size"]).items()}
+    shapes["talker.codec_head.weight"] = (tc["vocab_size"], td.hidden_size)
+    shapes.update({"talker.code_predictor.model." + k: v
+                   for k, v in _lm_layer_shapes(cd, cc["intermediate_size"]).items()})
+    for i in range(cc["num_code_groups"] - 1):
+        shapes[f"talker.code_predictor.lm_head.{i}.weight"] = (cc["vocab_size"], cd.hidden_size)
+    if td.hidden_size != cd.hidden_size:
+        shapes["talker.code_predictor.small_to_mtp_projection.weight"] = (cd.hidden_size, td.hidden_size)
+        shapes["talker.code_predictor.small_to_mtp_projection.bias"] = (cd.hidden_size,)
+    dd = DecoderDims.from_config(tok_cfg["decoder_config"])
+    dec = {"decoder." + k: v for k, v in _decoder_shapes(dd).items()}
+    return RandomWeights(shapes, seed, "model.safetensors"), RandomWeights(dec, seed + 1, "speech_tokenizer")
+
+
+# Decoder section of the published speech_tokenizer/config.json (Qwen3-TTS-Tokenizer-12Hz).
+REAL_TOKENIZER_CONFIG = {
+    "output_sample_rate": 24000,
+    "decoder_config": {
+        "latent_dim": 1024, "codebook_dim": 512, "codebook_size": 2048, "decoder_dim": 1536,
+        "hidden_size": 512, "intermediate_size": 1024, "head_dim": 64, "num_attention_heads": 16,
+        "num_hidden_layers": 8, "num_key_value_heads": 16, "num_quantizers": 16, "rms_norm_eps": 1e-5,
+        "rope_theta": 10000, "sliding_window": 72, "upsample_rates": [8, 5, 4, 3], "upsampling_ratios": [2, 2]},
+}
 
 
 def sha256(path: Path, chunk: int = 1 << 22) -> str:
@@ -234,9 +295,9 @@ def _feature(f, kind: str) -> dict:
     return {"name": f.name, "shape": [int(s) for s in t.shape], "dtype": dtype}
 
 
-def describe(mlmodel) -> dict:
-    """Inputs, outputs and states as the saved spec declares them."""
-    d = mlmodel.get_spec().description
+def describe_spec(spec) -> dict:
+    """Inputs, outputs and states as a Core ML spec declares them."""
+    d = spec.description
     return {"inputs": [_feature(f, "input") for f in d.input],
             "outputs": [_feature(f, "output") for f in d.output],
             "states": [_feature(f, "state") for f in d.state]}
@@ -259,15 +320,52 @@ def _convert(prog, weights_8bit: bool, precision: str = "float16"):
 
 
 def export_coreml(checkpoint_dir: Path, out_dir: Path, capacity: int = 256, weights_8bit: bool = False,
-                  progress: Callable[[str], None] | None = None, decoder_frames: int = 100,
+                  progress: Callable[..., None] | None = None, decoder_frames: int = 100,
+                  precision: str = "float16",
                   components: tuple[str, ...] = (TALKER, CODE_PREDICTOR, SPEECH_DECODER)) -> dict:
     """Build the Core ML packages of a Qwen3-TTS checkpoint into ``out_dir``; returns the manifest.
 
     ``capacity``: talker KV positions (prompt + generated frames must fit; the runtime raises
     GenerationError past it). ``weights_8bit``: int8 per-channel symmetric weights for the talker
-    and code predictor (the speech decoder stays fp16). ``decoder_frames``: the speech decoder's
-    fixed window.
+    and code predictor (the speech decoder keeps fp16 weights). ``decoder_frames``: the speech
+    decoder's fixed window. ``precision``: compute precision, float16 (default; what the Neural
+    Engine runs) or float32 (GPU/CPU; for parity checks). ``progress(done, total, what)`` is
+    called after each step.
     """
+    checkpoint_dir = Path(checkpoint_dir)
+    cfg, tok_cfg = read_configs(checkpoint_dir)
+    sources = (lambda: SafeTensors(checkpoint_dir / "model.safetensors"),
+               lambda: SafeTensors(checkpoint_dir / "speech_tokenizer" / "model.safetensors"))
+    manifest = export_from_sources(cfg, tok_cfg, sources, out_dir, capacity=capacity, weights_8bit=weights_8bit,
+                                   progress=progress, decoder_frames=decoder_frames, precision=precision,
+                                   components=components, source_name=str(checkpoint_dir))
+    hashes = {}
+    for rel in ("model.safetensors", "speech_tokenizer/model.safetensors"):
+        hashes[rel] = sha256(checkpoint_dir / rel)
+    manifest["source"]["sha256"] = hashes
+    (Path(out_dir) / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def export_random(preset: str, out_dir: Path, seed: int = 0, **kw) -> dict:
+    """Packages at the real dimensions of ``preset`` (see ``config.preset_config``) with random
+    weights, e.g. to measure build time or on-device speed without a download."""
+    from .config import preset_config
+
+    cfg = preset_config(preset)
+    tok_cfg = REAL_TOKENIZER_CONFIG
+    model_src, tok_src = random_sources(cfg, tok_cfg, seed)
+    return export_from_sources(cfg, tok_cfg, (lambda: model_src, lambda: tok_src), out_dir,
+                               source_name=f"random weights ({preset}, seed {seed})", **kw)
+
+
+def export_from_sources(cfg: dict, tok_cfg: dict, sources, out_dir: Path, capacity: int = 256,
+                        weights_8bit: bool = False, progress: Callable[..., None] | None = None,
+                        decoder_frames: int = 100, precision: str = "float16",
+                        components: tuple[str, ...] = (TALKER, CODE_PREDICTOR, SPEECH_DECODER),
+                        source_name: str = "") -> dict:
+    """export_coreml from weight sources: ``sources`` = (model thunk, speech-tokenizer thunk),
+    each returning an object with ``keys() / shape(key) / get(key) / in``."""
     import coremltools as ct
 
     import ttscli
@@ -277,12 +375,14 @@ def export_coreml(checkpoint_dir: Path, out_dir: Path, capacity: int = 256, weig
     unknown = set(components) - {TALKER, CODE_PREDICTOR, SPEECH_DECODER}
     if unknown:
         raise UsageError(f"unknown Core ML components {sorted(unknown)}")
-    say = progress or (lambda msg: None)
-    checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
-    cfg, tok_cfg = read_configs(checkpoint_dir)
     if "talker_config" not in cfg or "code_predictor_config" not in cfg["talker_config"]:
-        raise CheckpointError(f"{checkpoint_dir / 'config.json'} has no talker_config/code_predictor_config")
+        raise CheckpointError("config.json has no talker_config/code_predictor_config; is this Qwen3-TTS?")
+    if "decoder_config" not in tok_cfg:
+        raise CheckpointError("speech_tokenizer/config.json has no decoder_config")
+    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    total = len(components)
+    say = progress or (lambda done, total, what="": None)
     weight_desc = "int8-linear-symmetric-per-channel" if weights_8bit else "float16"
     tc = cfg["talker_config"]
     cc = tc["code_predictor_config"]
@@ -290,30 +390,31 @@ def export_coreml(checkpoint_dir: Path, out_dir: Path, capacity: int = 256, weig
 
     def save(name: str, prog, quantize: bool, extra: dict):
         t0 = time.perf_counter()
-        model = _convert(prog, quantize)
+        model = _convert(prog, quantize, precision)
         path = out_dir / f"{name}.mlpackage"
         if path.exists():
             shutil.rmtree(path)
         model.save(str(path))
-        packages[name] = {"path": path.name, "compute_precision": "float16",
+        packages[name] = {"path": path.name, "compute_precision": precision,
                           "weights": weight_desc if quantize else "float16",
-                          **describe(model), **extra, "size_bytes": _dir_size(path),
+                          **describe_spec(model.get_spec()), **extra, "size_bytes": _dir_size(path),
                           "build_seconds": round(time.perf_counter() - t0, 2)}
-        say(f"{name}: {path} ({packages[name]['size_bytes'] / 1e6:.1f} MB)")
-        return model
+        say(len(packages), total, f"Core ML: {name} done")
 
+    model_src = sources[0]() if {TALKER, CODE_PREDICTOR} & set(components) else None
     if TALKER in components:
-        say("talker: reading weights")
-        dims, w, head = talker_weights(checkpoint_dir, cfg)
+        say(len(packages), total, "Core ML: talker")
+        dims, w, head = talker_weights(model_src, cfg)
         prog = build_step_program(w, dims, capacity, dims.hidden_size, head)
         del w
         save(TALKER, prog, weights_8bit,
              {"kind": "stateful_step", "capacity": capacity, "hidden_size": dims.hidden_size,
               "vocab_size": int(head.shape[0]), "num_layers": dims.num_layers,
               "cache_shape": list(cache_shape(dims, capacity))})
+        del prog
     if CODE_PREDICTOR in components:
-        say("code_predictor: reading weights")
-        dims, w, heads, proj = code_predictor_weights(checkpoint_dir, cfg)
+        say(len(packages), total, "Core ML: code predictor")
+        dims, w, heads, proj = code_predictor_weights(model_src, cfg)
         slots = cc["num_code_groups"]
         prog = build_step_program(w, dims, slots, tc["hidden_size"], heads, in_proj=proj)
         del w
@@ -322,9 +423,10 @@ def export_coreml(checkpoint_dir: Path, out_dir: Path, capacity: int = 256, weig
               "input_size": tc["hidden_size"], "vocab_size": int(heads.shape[1]),
               "num_heads": int(heads.shape[0]), "num_layers": dims.num_layers,
               "cache_shape": list(cache_shape(dims, slots))})
+        del prog
     if SPEECH_DECODER in components:
-        say("speech_decoder: reading weights")
-        dims, w = decoder_weights(checkpoint_dir, tok_cfg)
+        say(len(packages), total, "Core ML: speech decoder")
+        dims, w = decoder_weights(sources[1](), tok_cfg)
         prog = build_decoder_program(w, dims, decoder_frames)
         del w
         save(SPEECH_DECODER, prog, False,
@@ -332,20 +434,22 @@ def export_coreml(checkpoint_dir: Path, out_dir: Path, capacity: int = 256, weig
               "samples_per_frame": dims.samples_per_frame,
               "sample_rate": int(tok_cfg.get("output_sample_rate", 24000))})
 
-    sources = {}
-    for rel in ("model.safetensors", "speech_tokenizer/model.safetensors"):
-        say(f"sha256 {rel}")
-        sources[rel] = sha256(checkpoint_dir / rel)
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "ttscli_version": ttscli.__version__, "coremltools_version": ct.__version__,
         "minimum_deployment_target": "macOS15",
-        "source": {"checkpoint": str(checkpoint_dir), "sha256": sources,
+        "source": {"checkpoint": source_name, "sha256": {},
                    "tts_model_type": cfg.get("tts_model_type"), "tts_model_size": cfg.get("tts_model_size")},
         "packages": packages,
     }
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+def convert_coreml(spec, checkpoint: Path, out_dir: Path, *, capacity: int = 256, weights_8bit: bool = False,
+                   progress: Callable[..., None] | None = None) -> None:
+    """The family hook ``ttscli convert MODEL --to coreml`` calls (see ttscli/convert.py)."""
+    export_coreml(checkpoint, out_dir, capacity=capacity, weights_8bit=weights_8bit, progress=progress)
 
 
 def read_manifest(out_dir: Path) -> dict:

@@ -1,0 +1,49 @@
+"""Core ML packages built once per session from the tiny upstream fixture.
+
+tests/fixtures/coreml/ is written by scripts/goldens/qwen3_tts_coreml.py (upstream qwen_tts
+classes): a tiny checkpoint in the published layout and goldens.npz.
+"""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+FIXTURE = HERE.parent / "fixtures" / "coreml"
+CHECKPOINT = FIXTURE / "qwen3_tts_tiny"
+CAPACITY = 16          # the goldens use 12 talker positions
+DECODER_FRAMES = 9     # = the one-shot golden's length; chunked golden: window 9 = chunk 6 + context 3
+
+
+@pytest.fixture(scope="session")
+def goldens():
+    return dict(np.load(FIXTURE / "goldens.npz"))
+
+
+def _build(tmp_path_factory, name, **kw):
+    from ttscli.models.qwen3_tts.coreml_export import export_coreml
+
+    out = tmp_path_factory.mktemp(name)
+    manifest = export_coreml(CHECKPOINT, out, capacity=CAPACITY, decoder_frames=DECODER_FRAMES, **kw)
+    return out, manifest
+
+
+@pytest.fixture(scope="session")
+def packages(tmp_path_factory):
+    """(folder, manifest) of the default export: fp16 compute, fp16 weights."""
+    return _build(tmp_path_factory, "coreml-fp16")
+
+
+@pytest.fixture(scope="session")
+def packages_8bit(tmp_path_factory):
+    """int8 weights; the speech decoder is never quantized, so it is not rebuilt here."""
+    return _build(tmp_path_factory, "coreml-int8", weights_8bit=True, components=("talker", "code_predictor"))
+
+
+@pytest.fixture(scope="session")
+def packages_fp32(tmp_path_factory):
+    """fp32 compute: isolates graph errors from fp16 rounding (weights are still fp16)."""
+    return _build(tmp_path_factory, "coreml-fp32", precision="float32")

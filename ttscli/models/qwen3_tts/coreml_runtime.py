@@ -1,0 +1,194 @@
+"""Run the Core ML packages built by coreml_export.py (macOS 15+).
+
+:class:`CoreMLTalker` has the MLX talker's small protocol: ``new_cache()``, ``prefill(embeds,
+cache)`` (fed one position per call: the package is a one-position program), ``step(embed,
+cache) -> (logits, hidden)``, and ``__call__(embeds, cache)`` like ``Talker.__call__``. Its KV
+cache has a fixed capacity; passing it raises GenerationError, never a silent clamp.
+Arrays come back as mx.array when the input was one, else numpy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ttscli.backends.coreml import CoreMLModel, require_coreml
+from ttscli.errors import CheckpointError, GenerationError
+
+from .coreml_export import CODE_PREDICTOR, SPEECH_DECODER, TALKER, read_manifest
+
+
+def _np(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.float32)
+
+
+def _like(a: np.ndarray, ref):
+    if type(ref).__module__.startswith("mlx"):
+        import mlx.core as mx
+
+        return mx.array(a)
+    return a
+
+
+def _entry(manifest: dict, name: str, package_dir: Path) -> dict:
+    try:
+        return manifest["packages"][name]
+    except KeyError:
+        raise CheckpointError(f"{package_dir}: no {name} package in the manifest; convert again") from None
+
+
+def _load(package_dir: Path, entry: dict, compute_units: str) -> CoreMLModel:
+    require_coreml()
+    return CoreMLModel(package_dir, entry, compute_units)
+
+
+def capacity_error(capacity: int, needed: int, what: str = "prompt + generated frames") -> GenerationError:
+    return GenerationError(
+        f"Core ML talker capacity is {capacity} positions but the {what} need {needed}; "
+        f"re-export with a larger capacity (ttscli convert MODEL --to coreml --capacity N) "
+        f"or use --code-decoder-backend mlx")
+
+
+@dataclass
+class CoreMLCache:
+    """One request's Core ML state plus how many positions it holds."""
+
+    state: Any
+    capacity: int
+    offset: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class CoreMLTalker:
+    def __init__(self, package_dir: Path, compute_units: str = "all", manifest: dict | None = None,
+                 model=None):
+        """``model``: anything with ``new_state()`` and ``predict(inputs, state)`` to use instead of
+        loading the package through Core ML (tests run the package's MIL program with numpy)."""
+        self.package_dir = Path(package_dir)
+        manifest = manifest or read_manifest(self.package_dir)
+        entry = _entry(manifest, TALKER, self.package_dir)
+        self.model = model or _load(self.package_dir, entry, compute_units)
+        self.capacity = int(entry["capacity"])
+        self.hidden_size = int(entry["hidden_size"])
+        self.vocab_size = int(entry["vocab_size"])
+
+    def new_cache(self) -> CoreMLCache:
+        return CoreMLCache(self.model.new_state(), self.capacity)
+
+    def ensure_fits(self, cache: CoreMLCache, positions: int, what: str = "prompt + generated frames") -> None:
+        """Raise before work starts if ``positions`` more would pass the capacity."""
+        if cache.offset + positions > cache.capacity:
+            raise capacity_error(cache.capacity, cache.offset + positions, what)
+
+    def _one(self, x: np.ndarray, cache: CoreMLCache) -> tuple[np.ndarray, np.ndarray]:
+        self.ensure_fits(cache, 1)
+        out = self.model.predict({"inputs_embeds": x.reshape(1, 1, self.hidden_size),
+                                  "position": np.array([cache.offset], np.int32)}, cache.state)
+        cache.offset += 1
+        return out["logits"].reshape(1, -1), out["hidden"].reshape(1, -1)
+
+    def prefill(self, embeds, cache: CoreMLCache):
+        """Feed ``embeds [1, L, H]`` (one call per position); logits/hidden of the last one."""
+        e = _np(embeds).reshape(-1, self.hidden_size)
+        self.ensure_fits(cache, e.shape[0], "prompt")
+        logits = hidden = None
+        for row in e:
+            logits, hidden = self._one(row, cache)
+        return _like(logits, embeds), _like(hidden, embeds)
+
+    def step(self, embed, cache: CoreMLCache):
+        """One position ``embed [1, 1, H]`` or ``[1, H]`` -> ``(logits [1, V], hidden [1, H])``."""
+        logits, hidden = self._one(_np(embed).reshape(self.hidden_size), cache)
+        return _like(logits, embed), _like(hidden, embed)
+
+    def __call__(self, embeds, cache: CoreMLCache):
+        return self.prefill(embeds, cache)
+
+
+class CoreMLCodePredictor:
+    """Codebooks 1..15 of one frame. Slots are reused every frame: the program masks by position,
+    so what an earlier frame left beyond the current position is never attended to."""
+
+    def __init__(self, package_dir: Path, compute_units: str = "all", manifest: dict | None = None,
+                 model=None):
+        self.package_dir = Path(package_dir)
+        manifest = manifest or read_manifest(self.package_dir)
+        entry = _entry(manifest, CODE_PREDICTOR, self.package_dir)
+        self.model = model or _load(self.package_dir, entry, compute_units)
+        self.input_size = int(entry["input_size"])
+        self.num_heads = int(entry["num_heads"])
+        self.vocab_size = int(entry["vocab_size"])
+
+    def new_cache(self) -> CoreMLCache:
+        return CoreMLCache(self.model.new_state(), self.num_heads + 1)
+
+    def logits(self, embed, position: int, head: int, cache: CoreMLCache) -> np.ndarray:
+        out = self.model.predict({"inputs_embeds": _np(embed).reshape(1, 1, self.input_size),
+                                  "position": np.array([position], np.int32),
+                                  "head": np.array([head], np.int32)}, cache.state)
+        return out["logits"].reshape(-1)
+
+    def frame(self, hidden, c0_embed, embed_code: Callable[[int, int], np.ndarray],
+              sample: Callable[[np.ndarray], int], cache: CoreMLCache) -> list[int]:
+        """Codes c1..c15. ``hidden``/``c0_embed``: the talker's post-norm state and E0(c0);
+        ``embed_code(j, code)`` is ``code_predictor.model.codec_embedding[j](code)`` (numpy [H]);
+        ``sample(logits)`` picks a code from ``logits [vocab]``."""
+        self.logits(hidden, 0, 0, cache)                # position 0 only fills the cache
+        codes = [int(sample(self.logits(c0_embed, 1, 0, cache)))]
+        for j in range(1, self.num_heads):
+            x = embed_code(j - 1, codes[-1])
+            codes.append(int(sample(self.logits(x, j + 1, j, cache))))
+        return codes
+
+
+def windowed_decode(codes: np.ndarray, window: int, left_context: int,
+                    decode_window: Callable[[np.ndarray], np.ndarray], samples_per_frame: int) -> np.ndarray:
+    """The reference ``chunked_decode`` over a fixed-window decoder.
+
+    ``codes [T, Q]``. Chunks of ``window - left_context`` new frames are decoded after up to
+    ``left_context`` earlier frames (positions restart per window), right-padded to ``window``
+    with code 0 (causality makes the padding invisible), and the context's samples dropped.
+    A clip of at most ``window - left_context`` frames is one exact full decode.
+    """
+    codes = np.asarray(codes, np.int32)
+    if codes.ndim != 2:
+        raise ValueError(f"codes must be [frames, quantizers], got shape {codes.shape}")
+    if not 0 <= left_context < window:
+        raise ValueError(f"left_context {left_context} must be in [0, window={window})")
+    chunk = window - left_context
+    total, q = codes.shape
+    out = []
+    start = 0
+    while start < total:
+        end = min(start + chunk, total)
+        ctx = left_context if start - left_context > 0 else start
+        piece = codes[start - ctx:end]
+        padded = np.zeros((q, window), np.int32)
+        padded[:, :piece.shape[0]] = piece.T
+        wav = np.asarray(decode_window(padded[None]), np.float32).reshape(-1)
+        out.append(wav[ctx * samples_per_frame:(ctx + end - start) * samples_per_frame])
+        start = end
+    return np.concatenate(out) if out else np.zeros(0, np.float32)
+
+
+class CoreMLSpeechDecoder:
+    def __init__(self, package_dir: Path, compute_units: str = "all", manifest: dict | None = None,
+                 left_context: int = 25, model=None):
+        self.package_dir = Path(package_dir)
+        manifest = manifest or read_manifest(self.package_dir)
+        entry = _entry(manifest, SPEECH_DECODER, self.package_dir)
+        self.model = model or _load(self.package_dir, entry, compute_units)
+        self.window = int(entry["frames"])
+        self.samples_per_frame = int(entry["samples_per_frame"])
+        self.sample_rate = int(entry["sample_rate"])
+        self.left_context = min(left_context, self.window // 2)
+
+    def decode_window(self, codes: np.ndarray) -> np.ndarray:
+        return self.model.predict({"codes": codes})["audio"].reshape(-1)
+
+    def decode(self, codes) -> np.ndarray:
+        """``codes [T, 16]`` -> float32 waveform ``[T * 1920]``."""
+        return windowed_decode(np.asarray(codes), self.window, self.left_context, self.decode_window,
+                               self.samples_per_frame)
