@@ -127,12 +127,47 @@ class CausalConv1d(nn.Module):
         else:
             x = mx.concatenate([mx.repeat(x[:, :1], left, axis=1), x, mx.repeat(x[:, -1:], right, axis=1)], axis=1)
         t_out = (x.shape[1] - (k - 1) * d - 1) // s + 1
-        w = self.conv.weight
-        if k > 1:
+        w = self.conv.weight  # [out, k, in]
+        in_ch = w.shape[2]
+        if k == 1:
+            y = x[:, ::s] @ w[:, 0].T
+        elif in_ch >= 8 and (s == 1 or (d == 1 and k % s == 0)):
+            # A sum of shifted GEMMs over contiguous per-tap weights: no [T, k*in] copy of the
+            # input. Measured 1.5-2.7x faster than im2col or mx.conv1d for the SEANet shapes.
+            # A strided kernel of m whole strides is the same over blocks of s frames.
+            taps = self._tap_weights()
+            if s > 1:
+                x = x.reshape(x.shape[0], -1, s * in_ch)
+            step = d if s == 1 else 1
+            y = x[:, 0:t_out] @ taps[0].T
+            for j in range(1, taps.shape[0]):
+                y = mx.addmm(y, x[:, j * step: j * step + t_out], taps[j].T)
+        else:
             span = s * (t_out - 1) + 1
             x = mx.concatenate([x[:, j * d: j * d + span: s] for j in range(k)], axis=-1)
-        y = x @ w.reshape(w.shape[0], -1).T
+            y = x @ w.reshape(w.shape[0], -1).T
         return y + self.conv.bias if "bias" in self.conv else y
+
+    def _tap_weights(self) -> mx.array:
+        """``[m, out, s*in]`` contiguous tap matrices, rebuilt whenever the weight array is replaced
+        (slicing taps out of ``[out, k, in]`` on every call costs a slow strided copy)."""
+        w = self.conv.weight
+        if self.get("_taps_of") is not w:
+            out_ch, k, in_ch = w.shape
+            s = 1 if self.stride == 1 else self.stride
+            self._taps = mx.contiguous(w.reshape(out_ch, k // s, s * in_ch).transpose(1, 0, 2))
+            self._taps_of = w
+        return self._taps
+
+
+class ELU(nn.Module):
+    """ELU (alpha 1) evaluated by numpy: MLX's CPU exp is ~8x slower than numpy's vectorised expm1,
+    and the SEANet applies ELU to ~70M activations per 10 s of audio. One host sync per call is
+    fine here: the encoder runs once per reference clip."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        a = np.asarray(x)
+        return mx.array(np.maximum(a, np.expm1(np.minimum(a, 0.0))))
 
 
 class ResnetBlock(nn.Module):
@@ -140,9 +175,9 @@ class ResnetBlock(nn.Module):
         super().__init__()
         hidden = dim // args.compress
         self.block = [
-            nn.ELU(),
+            ELU(),
             CausalConv1d(dim, hidden, args.residual_kernel_size, dilation=dilation, pad_mode=args.pad_mode),
-            nn.ELU(),
+            ELU(),
             CausalConv1d(hidden, dim, 1, pad_mode=args.pad_mode),
         ]
         if args.use_conv_shortcut:
@@ -165,10 +200,10 @@ class SEANetEncoder(nn.Module):
             dim = mult * args.num_filters
             for j in range(args.num_residual_layers):
                 layers.append(ResnetBlock(args, dim, args.dilation_growth_rate ** j))
-            layers.append(nn.ELU())
+            layers.append(ELU())
             layers.append(CausalConv1d(dim, dim * 2, ratio * 2, stride=ratio, pad_mode=pm))
             mult *= 2
-        layers.append(nn.ELU())
+        layers.append(ELU())
         layers.append(CausalConv1d(mult * args.num_filters, args.hidden_size, args.last_kernel_size, pad_mode=pm))
         self.layers = layers
 
@@ -388,6 +423,10 @@ def build_random_speech_encoder(seed: int = 0, args: EncoderArgs | None = None) 
         args.head_dim = args.hidden_size // args.num_attention_heads
     mx.random.seed(seed)
     model = SpeechEncoder(args)
+
+    def uniform(shape, std):  # uniform draws are ~3x cheaper than normals on the CPU; same variance
+        return mx.random.uniform(-std * math.sqrt(3.0), std * math.sqrt(3.0), shape)
+
     params = []
     for key, value in tree_flatten(model.parameters()):
         if key.endswith(("cluster_usage", "initialized")) or "layernorm.weight" in key:
@@ -395,12 +434,11 @@ def build_random_speech_encoder(seed: int = 0, args: EncoderArgs | None = None) 
         elif key.endswith("layer_scale.scale"):
             params.append((key, mx.full(value.shape, 0.1)))
         elif key.endswith("embed_sum"):
-            params.append((key, mx.random.normal(value.shape)))
+            params.append((key, uniform(value.shape, 1.0)))
         elif value.ndim >= 2:
-            fan_in = math.prod(value.shape[1:])
-            params.append((key, mx.random.normal(value.shape) * math.sqrt(1.0 / fan_in)))
+            params.append((key, uniform(value.shape, math.sqrt(1.0 / math.prod(value.shape[1:])))))
         else:
-            params.append((key, 0.02 * mx.random.normal(value.shape)))
+            params.append((key, uniform(value.shape, 0.02)))
     model.load_weights(params)
     mx.eval(model.parameters())
     return model

@@ -1,0 +1,137 @@
+"""Qwen3-TTS speech-tokenizer encoder vs goldens from the upstream Qwen3TTSTokenizer (scripts/goldens/qwen3_encoders.py)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import ttscli  # noqa: F401  (loads OpenBLAS before mlx)
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from ttscli.errors import AudioInputError, CheckpointError
+from ttscli.models.qwen3_tts.speech_tokenizer.encoder import (
+    EncoderArgs,
+    SpeechEncoder,
+    build_random_speech_encoder,
+    load_speech_encoder,
+)
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_tts" / "tokenizer_enc"
+
+
+@pytest.fixture(scope="module")
+def golden():
+    return np.load(FIX / "golden.npz")
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_speech_encoder(FIX)
+
+
+@pytest.mark.parametrize("tag", ["a", "b", "c"])
+def test_codes_equal_upstream(model, golden, tag):
+    wav = golden[f"wav_{tag}"]
+    codes = model.encode(wav)
+    ref = golden[f"codes_{tag}"]
+    assert codes.dtype == np.int32
+    assert codes.shape == ref.shape == (-(-len(wav) // 1920), 16)
+    np.testing.assert_array_equal(codes, ref)
+
+
+def test_golden_codes_are_not_degenerate(golden):
+    # every level uses many entries, so equality above tests real nearest-neighbour choices
+    codes = golden["codes_a"]
+    assert min(len(set(codes[:, q])) for q in range(codes.shape[1])) >= 10
+
+
+def test_latent_matches_upstream(model, golden):
+    h = np.array(model.hidden(mx.array(golden["wav_a"])[None])[0])
+    ref = golden["hidden_a"]
+    assert h.shape == ref.shape
+    assert np.abs(h - ref).max() < 1e-4 * np.abs(ref).max()
+
+
+def test_accepts_mx_input_and_is_causal(model, golden):
+    wav = golden["wav_a"]
+    full = model.encode(mx.array(wav))
+    np.testing.assert_array_equal(full, golden["codes_a"])
+    # causal convs + causal attention: the first frames do not depend on later audio
+    head = model.encode(wav[: 1920 * 20])
+    np.testing.assert_array_equal(head[:19], full[:19])
+
+
+def test_empty_audio_is_rejected(model):
+    with pytest.raises(AudioInputError):
+        model.encode(np.zeros((0,), np.float32))
+
+
+def _copy_fixture(tmp_path: Path) -> Path:
+    dst = tmp_path / "speech_tokenizer"
+    shutil.copytree(FIX, dst)
+    return dst
+
+
+def test_strict_about_encoder_keys_ignores_decoder(tmp_path):
+    path = _copy_fixture(tmp_path)
+    weights = mx.load(str(path / "model.safetensors"))
+    assert any(k.startswith("decoder.") for k in weights)
+
+    no_decoder = {k: v for k, v in weights.items() if not k.startswith("decoder.")}
+    mx.save_safetensors(str(path / "model.safetensors"), no_decoder)
+    load_speech_encoder(path)
+
+    key = "encoder.quantizer.acoustic_residual_vector_quantizer.layers.18.codebook.embed_sum"
+    missing = {k: v for k, v in weights.items() if k != key}
+    mx.save_safetensors(str(path / "model.safetensors"), missing)
+    with pytest.raises(CheckpointError, match="layers.18.codebook.embed_sum"):
+        load_speech_encoder(path)
+
+    shaped = dict(weights, **{"encoder.downsample.conv.weight": mx.zeros((32, 32, 3))})
+    mx.save_safetensors(str(path / "model.safetensors"), shaped)
+    with pytest.raises(CheckpointError, match="downsample.conv.weight"):
+        load_speech_encoder(path)
+
+    extra = dict(weights, **{"encoder.upsample.conv.weight": mx.zeros((32, 1, 4))})
+    mx.save_safetensors(str(path / "model.safetensors"), extra)
+    with pytest.raises(CheckpointError, match="upsample.conv.weight"):
+        load_speech_encoder(path)
+
+
+def test_config_mismatch_is_a_checkpoint_error(tmp_path):
+    path = _copy_fixture(tmp_path)
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["encoder_config"]["num_hidden_layers"] = 3
+    (path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="encoder_transformer.layers.2"):
+        load_speech_encoder(path)
+
+
+def test_published_config_defaults_and_layout():
+    from mlx.utils import tree_flatten
+
+    args = EncoderArgs.from_config({"encoder_valid_num_quantizers": 16, "encoder_config": {"_frame_rate": 12.5}})
+    assert args.downsample_kernel == 4 and args.head_dim == 64
+    shapes = {k: tuple(v.shape) for k, v in tree_flatten(SpeechEncoder(args).parameters())}
+    # keys/shapes from LAYOUT.md (PyTorch conv [out, in, k] -> ours [out, k, in])
+    assert shapes["encoder.layers.0.conv.weight"] == (64, 7, 1)
+    assert shapes["encoder.layers.12.conv.weight"] == (1024, 16, 512)
+    assert shapes["encoder.layers.14.conv.weight"] == (512, 3, 1024)
+    assert shapes["downsample.conv.weight"] == (512, 4, 512)
+    assert shapes["encoder_transformer.layers.7.mlp.fc1.weight"] == (2048, 512)
+    assert shapes["quantizer.acoustic_residual_vector_quantizer.layers.30.codebook.embed_sum"] == (2048, 256)
+    assert shapes["quantizer.semantic_residual_vector_quantizer.input_proj.weight"] == (256, 1, 512)
+    n_seanet = 2 + 4 * (4 + 2) + 2  # first conv, 4 x (resblock 2 convs + down conv), last conv; w+b
+    n_tf = 8 * 12
+    n_rvq = 32 * 3 + 4
+    assert len(shapes) == n_seanet + n_tf + 1 + n_rvq == 225  # the encoder.* count of LAYOUT.md
+
+
+def test_random_real_dims_runs():
+    model = build_random_speech_encoder(seed=0)
+    wav = (0.3 * np.sin(np.arange(4000) * 0.03)).astype(np.float32)
+    codes = model.encode(wav)
+    assert codes.shape == (3, 16)
+    assert codes.min() >= 0 and codes.max() < 2048
