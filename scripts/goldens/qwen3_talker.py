@@ -199,9 +199,17 @@ def build(name: str, kind: str, seed: int):
     return d, cfg, model
 
 
-def save(d: Path, model) -> None:
+def save(d: Path, model, cfg: dict) -> None:
     model.to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
     model.to(torch.float32)
+    # The cast rounded the RoPE inv_freq buffers to bf16 too: restore the float32 originals.
+    for mod in model.modules():
+        if hasattr(mod, "original_inv_freq"):
+            assert mod.original_inv_freq.dtype == torch.float32
+            mod.inv_freq = mod.original_inv_freq.clone()
+    # save_pretrained writes sub-config fields (e.g. speaker_encoder_config.model_type) that the
+    # upstream config class cannot read back; the published config.json has the plain layout.
+    (d / "config.json").write_text(json.dumps(dict(cfg, transformers_version="4.57.3"), indent=2))
     (d / "generation_config.json").write_text(json.dumps(GEN_CONFIG, indent=2))
     write_tokenizer(d)
 
@@ -305,7 +313,7 @@ def record(name: str, kind: str, seed: int, cases: dict[str, dict], greedy: list
             model.talker.codec_head.weight[cfg["talker_config"]["codec_eos_token_id"]] = (
                 (4.0 * v / v.norm()).to(torch.bfloat16).float())
         del saved
-    save(d, model)
+    save(d, model, cfg)
     w = load_wrapper(d, model)
     g: dict[str, np.ndarray] = {}
     if eos_case:

@@ -1,0 +1,151 @@
+"""Frame loop: talker step -> codebook 0 -> code predictor (codebooks 1..15) -> next input.
+
+The talker sits behind :class:`CodeDecoder` so a Core ML talker can replace the MLX one; the
+embeddings, the code predictor and sampling stay in MLX.  Sampling runs on device and the loop
+syncs with the host once per frame (to test codebook 0 for EOS).
+
+Sampling follows the reference ``generate``: repetition penalty on previously generated
+codebook-0 ids, control ids 2048.. (except EOS) suppressed, EOS blocked for the first
+``min_new_tokens`` frames, then temperature / top-k / top-p; the sub-talker has its own
+temperature / top-k / top-p and no penalty.  Reaching ``max_frames`` before EOS raises
+:class:`GenerationError` (never truncated audio).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator, Protocol, runtime_checkable
+
+import mlx.core as mx
+import numpy as np
+
+from ttscli.errors import GenerationError
+from ttscli.generate import Stats
+from ttscli.models.qwen3_tts.config import GenerationConfig
+from ttscli.models.qwen3_tts.prompt import Prompt
+from ttscli.models.qwen3_tts.talker import Talker
+from ttscli.sample import KeyStream, SamplingParams, logit_bias, sample
+
+
+@runtime_checkable
+class CodeDecoder(Protocol):
+    """The talker as the loop sees it. Caches are opaque objects owned by one request."""
+
+    def new_cache(self) -> Any: ...
+
+    def prefill(self, embeds: mx.array, cache: Any) -> tuple[mx.array, mx.array]:
+        """``embeds [1, T, H]`` -> (logits ``[1, V]``, post-norm hidden ``[1, H]``) of the last position."""
+        ...
+
+    def step(self, embed: mx.array, cache: Any) -> tuple[mx.array, mx.array]:
+        """One position ``[1, 1, H]`` -> (logits ``[1, V]``, hidden ``[1, H]``)."""
+        ...
+
+
+class MLXCodeDecoder:
+    """The MLX talker. ``sequential=True`` prefills one position per call (bench baseline)."""
+
+    def __init__(self, talker: Talker, sequential: bool = False):
+        self.talker = talker
+        self.sequential = sequential
+
+    def new_cache(self) -> list:
+        return self.talker.new_cache()
+
+    def prefill(self, embeds: mx.array, cache: list) -> tuple[mx.array, mx.array]:
+        if not self.sequential:
+            return self.talker(embeds, cache)
+        out = None
+        for i in range(embeds.shape[1]):
+            out = self.talker(embeds[:, i:i + 1], cache)
+            mx.eval(out, [c.state for c in cache])
+        return out
+
+    def step(self, embed: mx.array, cache: list) -> tuple[mx.array, mx.array]:
+        return self.talker(embed, cache)
+
+
+@dataclass
+class LoopConfig:
+    talker: SamplingParams
+    sub: SamplingParams
+    max_frames: int
+    min_new_tokens: int = 2
+
+    @classmethod
+    def from_generation_config(cls, g: GenerationConfig, overrides: dict | None = None,
+                               max_frames: int | None = None) -> "LoopConfig":
+        """Defaults from generation_config.json; ``overrides`` may set temperature, top_k, top_p,
+        min_p, repetition_penalty, do_sample and the same with a ``subtalker_`` prefix."""
+        o = dict(overrides or {})
+        talker = SamplingParams(g.temperature, g.top_k, g.top_p, 0.0, g.repetition_penalty, g.do_sample)
+        sub = SamplingParams(g.subtalker_temperature, g.subtalker_top_k, g.subtalker_top_p, 0.0, 1.0,
+                             g.subtalker_dosample)
+        sub_o = {k[len("subtalker_"):]: v for k, v in o.items() if k.startswith("subtalker_")}
+        talker = talker.merged({k: v for k, v in o.items() if not k.startswith("subtalker_")}).validate("sampling")
+        sub = sub.merged(sub_o).validate("sub-talker sampling")
+        mf = max_frames if max_frames is not None else g.max_new_tokens
+        if mf < 1:
+            raise GenerationError(f"max_frames must be >= 1, got {mf}")
+        return cls(talker, sub, mf)
+
+
+def generate_frames(talker: Talker, decoder: CodeDecoder, prompt: Prompt, cfg: LoopConfig, *,
+                    seed: int | None = None, stats: Stats | None = None) -> Iterator[np.ndarray]:
+    """Yield each frame's 16 codes (``int32 [16]``) until EOS.
+
+    Raises GenerationError when ``cfg.max_frames`` frames were produced without EOS.
+    """
+    a = talker.args
+    V = a.vocab_size
+    eos = a.codec_eos_token_id
+    suppressed = [i for i in range(V - 1024, V) if i != eos]
+    bias_open = logit_bias(V, suppressed)[None]
+    bias_closed = logit_bias(V, suppressed + [eos])[None]
+    keys = KeyStream(seed)
+    cp = talker.code_predictor
+    greedy_sub = cfg.sub.greedy
+    cp_frame = cp.compiled_frame(cfg.sub)
+    use_penalty = cfg.talker.repetition_penalty != 1.0
+    seen = mx.zeros((1, V), dtype=mx.bool_) if use_penalty else None
+    vocab = mx.arange(V)[None]
+
+    t0 = time.perf_counter()
+    cache = decoder.new_cache()
+    logits, hidden = decoder.prefill(prompt.embeds, cache)
+    mx.eval(logits, hidden)
+    if stats is not None:
+        stats.prefill_tokens = prompt.embeds.shape[1]
+        stats.prefill_s = time.perf_counter() - t0
+
+    for s in range(cfg.max_frames):
+        t_frame = time.perf_counter()
+        k = keys.take(16)
+        bias = bias_closed if s < cfg.min_new_tokens else bias_open
+        c0 = sample(logits, cfg.talker, k[0], seen=seen, bias=bias)
+        c0_embed = talker.embed_codec(c0)
+        if greedy_sub:
+            rest, frame_embed = cp_frame(hidden, c0_embed)
+        else:
+            rest, frame_embed = cp_frame(hidden, c0_embed, k[1:])
+        codes = mx.concatenate([c0[:, None], rest], axis=1)[0]
+        nxt = frame_embed[:, None, :] + prompt.text_at(s)
+        # Queue the next talker step before waiting, so graph building overlaps the predictor.
+        logits, hidden = decoder.step(nxt, cache)
+        mx.async_eval(codes, logits, hidden)
+        if use_penalty:
+            seen = mx.logical_or(seen, vocab == c0[:, None])
+        out = np.array(codes)
+        if stats is not None:
+            stats.frame_s.append(time.perf_counter() - t_frame)
+        if int(out[0]) == eos:
+            return
+        if stats is not None:
+            stats.frames += 1
+        yield out
+    # Exactly max_frames frames followed by EOS is a complete utterance, not an overrun.
+    last = sample(logits, cfg.talker, keys.next(), seen=seen, bias=bias_open)
+    if int(last.item()) == eos:
+        return
+    raise GenerationError(f"reached max frames ({cfg.max_frames}, {cfg.max_frames / 12.5:.1f} s of audio) "
+                          "before end of speech; raise --max-frames or shorten the text chunk")
