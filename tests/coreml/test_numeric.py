@@ -215,3 +215,12 @@ def test_greedy_frames_equal_mlx(packages_fp32):
         return out
 
     assert frames_coreml(4) == frames_mlx(4)
+
+
+def test_speech_decoder_matches_mlx_decoder(packages_fp32, goldens):
+    pytest.importorskip("mlx.core")
+    from ttscli.models.qwen3_tts.speech_tokenizer.weights import load_speech_decoder
+
+    codes = goldens["decoder_codes"].T
+    want = load_speech_decoder(CHECKPOINT / "speech_tokenizer").decode(codes)
+    np.testing.assert_allclose(decoder(packages_fp32, False, 0).decode(codes), want, atol=1e-4)
