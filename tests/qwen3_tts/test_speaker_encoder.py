@@ -145,3 +145,12 @@ def test_random_real_dims_shape():
     emb = model.embed(wav)
     assert emb.shape == (2048,)
     assert bool(mx.all(mx.isfinite(emb)))
+
+
+def test_too_short_audio_is_a_clear_error(model):
+    from ttscli.errors import AudioInputError
+
+    # 4 mel frames: upstream's reflect padding (dilation 4) fails there too
+    with pytest.raises(AudioInputError, match="too short"):
+        model.embed(np.zeros(1279, np.float32))
+    assert model.embed(np.full(1280, 0.1, np.float32)).shape == (model.config.enc_dim,)

@@ -18,7 +18,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten
 
-from ttscli.errors import CheckpointError
+from ttscli.errors import AudioInputError, CheckpointError
 
 # Fixed in upstream extract_speaker_embedding (not read from the config).
 SAMPLE_RATE = 24000
@@ -254,6 +254,14 @@ class SpeakerEncoder(nn.Module):
 
     def embed(self, wav_24k) -> mx.array:
         """Speaker embedding ``[enc_dim]`` (float32) of a mono 24 kHz waveform."""
+        n = int(np.prod(wav_24k.shape))
+        # reflect padding needs more frames than the widest conv's half-span
+        cfg = self.config
+        min_frames = max((k - 1) * d // 2 for k, d in zip(cfg.enc_kernel_sizes, cfg.enc_dilations)) + 1
+        min_samples = (min_frames - 1) * HOP + N_FFT - 2 * ((N_FFT - HOP) // 2)
+        if n < max(min_samples, (N_FFT - HOP) // 2 + 1):
+            raise AudioInputError(f"reference audio is too short for the speaker encoder ({n} samples at 24 kHz; "
+                                  f"need at least {max(min_samples, (N_FFT - HOP) // 2 + 1)})")
         return self(mel_spectrogram(wav_24k)[None])[0]
 
     def sanitize(self, weights: dict) -> dict:
