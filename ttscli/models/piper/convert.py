@@ -169,6 +169,8 @@ def convert_onnx(onnx_path: Path, out_dir: Path, progress: Callable[[str], None]
         voice = json.loads(voice_json.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise CheckpointError(f"cannot read {voice_json}: {err}") from err
+    if voice.get("phoneme_type", "espeak") != "espeak":
+        raise CheckpointError(f"{onnx_path.name}: phoneme_type {voice.get('phoneme_type')!r} is not supported (espeak only)")
     if int(voice.get("num_speakers", 1)) > 1:
         raise CheckpointError(f"{onnx_path.name}: multi-speaker Piper voices are not supported yet")
 
@@ -199,7 +201,12 @@ def convert_onnx(onnx_path: Path, out_dir: Path, progress: Callable[[str], None]
         if out_dir.exists():
             old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
             os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
+        try:
+            os.replace(tmp, out_dir)
+        except OSError:
+            if not out_dir.exists():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)     # another process finished first
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     except BaseException:

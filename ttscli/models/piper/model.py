@@ -73,21 +73,26 @@ class Vits(nn.Module):
     # -- inference, in three steps so callers can time / inspect each --------------------
 
     def durations(self, ids: mx.array, noise_w: float, length_scale: float,
-                  key: mx.array | None = None) -> tuple[mx.array, mx.array, np.ndarray]:
-        """Phoneme ids ``[1, T]`` -> (m_p, logs_p, frames per phoneme as int numpy ``[T]``)."""
+                  key: mx.array | None = None, noise: mx.array | None = None,
+                  ) -> tuple[mx.array, mx.array, np.ndarray]:
+        """Phoneme ids ``[1, T]`` -> (m_p, logs_p, frames per phoneme as int numpy ``[T]``).
+
+        ``noise`` (standard normal ``[1, T, 2]``) replaces the draw from ``key`` (parity tests).
+        """
         x, m_p, logs_p = self.enc_p(ids)
         t = ids.shape[1]
-        if noise_w:
-            noise = mx.random.normal((1, t, 2), key=key) * noise_w
-        else:
-            noise = mx.zeros((1, t, 2))
-        logw = self.dp.reverse(x, noise)
+        if noise is None:
+            noise = mx.random.normal((1, t, 2), key=key) if noise_w else mx.zeros((1, t, 2))
+        logw = self.dp.reverse(x, noise * noise_w)
         w = mx.ceil(mx.exp(logw) * length_scale)
         return m_p, logs_p, np.array(w[0]).astype(np.int64)
 
     def latents(self, m_p: mx.array, logs_p: mx.array, frames: np.ndarray, noise_scale: float,
-                key: mx.array | None = None) -> mx.array:
-        """Expand the prior by the durations, sample it and invert the flow -> ``[1, F, C]``."""
+                key: mx.array | None = None, noise: mx.array | None = None) -> mx.array:
+        """Expand the prior by the durations, sample it and invert the flow -> ``[1, F, C]``.
+
+        ``noise`` (standard normal ``[1, F, C]``) replaces the draw from ``key``.
+        """
         frames = np.maximum(frames, 0)
         if frames.sum() == 0:
             # as the original: at least one frame, with an all-zero alignment
@@ -96,8 +101,10 @@ class Vits(nn.Module):
             idx = mx.array(np.repeat(np.arange(len(frames)), frames))
             m, logs = m_p[:, idx], logs_p[:, idx]
         z_p = m
-        if noise_scale:
-            z_p = m + mx.random.normal(m.shape, key=key) * mx.exp(logs) * noise_scale
+        if noise is not None or noise_scale:
+            if noise is None:
+                noise = mx.random.normal(m.shape, key=key)
+            z_p = m + noise * mx.exp(logs) * noise_scale
         return self.flow.reverse(z_p)
 
     def decode(self, z: mx.array) -> mx.array:

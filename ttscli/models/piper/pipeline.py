@@ -1,0 +1,87 @@
+"""Piper pipeline: text -> sentences of phoneme ids -> VITS -> one float32 chunk per sentence."""
+from __future__ import annotations
+
+import os
+import time
+from typing import Iterator
+
+import mlx.core as mx
+import numpy as np
+
+from ttscli.errors import UsageError
+from ttscli.generate import Request, Stats
+
+from .model import Vits
+from .phonemize import text_to_ids
+
+
+class PiperPipeline:
+    max_chunk_chars = 400
+
+    def __init__(self, model: Vits, id_map: dict, espeak_voice: str = "en-us"):
+        self.model = model
+        self.id_map = id_map
+        self.espeak_voice = espeak_voice
+        self.sample_rate = model.args.sample_rate
+        self.stats = Stats()
+
+    def settings(self, request: Request) -> dict:
+        """Inference scales: the voice's defaults, ``request.sampling`` overrides, then speed."""
+        a = self.model.args
+        s = request.sampling or {}
+        known = {"noise_scale", "noise_w", "length_scale"}
+        unknown = sorted(set(s) - known)
+        if unknown:
+            raise UsageError(f"Piper has no sampling setting {', '.join(unknown)} "
+                             f"(it takes {', '.join(sorted(known))})")
+        speed = float(request.speed or 1.0)
+        if speed <= 0:
+            raise UsageError(f"--speed must be positive, got {speed}")
+        out = {
+            "noise_scale": float(s.get("noise_scale", a.noise_scale)),
+            "noise_w": float(s.get("noise_w", a.noise_w)),
+            "length_scale": float(s.get("length_scale", a.length_scale)) / speed,
+        }
+        if out["length_scale"] <= 0 or out["noise_scale"] < 0 or out["noise_w"] < 0:
+            raise UsageError(f"Piper settings out of range: {out}")
+        return out
+
+    def generate(self, request: Request) -> Iterator[np.ndarray]:
+        """Yield audio per sentence (piper synthesises sentence by sentence), as piper-tts does:
+        peak-normalised per sentence unless ``request.extra["normalize"]`` is False."""
+        cfg = self.settings(request)
+        seed = request.seed if request.seed is not None else int.from_bytes(os.urandom(4), "little")
+        key = mx.random.key(seed)
+        normalize = request.extra.get("normalize", True)
+        volume = float(request.extra.get("volume", 1.0))
+        self.stats = stats = Stats()
+        t0 = time.perf_counter()
+        sentences = text_to_ids(request.text, self.id_map, self.espeak_voice)
+        stats.extra["phonemize_s"] = time.perf_counter() - t0
+        stats.extra["sentences"] = len(sentences)
+        stats.extra["audio_s"] = 0.0
+        for ids in sentences:
+            key, k_dur, k_prior = mx.random.split(key, 3)
+            t1 = time.perf_counter()
+            m_p, logs_p, frames = self.model.durations(mx.array([ids]), cfg["noise_w"], cfg["length_scale"], k_dur)
+            t2 = time.perf_counter()
+            z = self.model.latents(m_p, logs_p, frames, cfg["noise_scale"], k_prior)
+            audio = self.model.decode(z)[0]
+            mx.eval(audio)
+            t3 = time.perf_counter()
+            audio = np.array(audio, dtype=np.float32)
+            if normalize:
+                peak = float(np.max(np.abs(audio))) if audio.size else 0.0
+                audio = audio / peak if peak >= 1e-8 else np.zeros_like(audio)
+            if volume != 1.0:
+                audio = audio * volume
+            audio = np.clip(audio, -1.0, 1.0).astype(np.float32)
+            stats.prefill_tokens += len(ids)
+            stats.prefill_s += t2 - t1
+            stats.decoder_s += t3 - t2
+            stats.frames += int(z.shape[1])
+            stats.decoder_frames += int(z.shape[1])
+            stats.extra["audio_s"] += audio.size / self.sample_rate
+            if stats.first_audio_s is None:
+                stats.first_audio_s = time.perf_counter() - t0
+            yield audio
