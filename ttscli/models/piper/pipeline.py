@@ -34,7 +34,7 @@ class PiperPipeline:
         if unknown:
             raise UsageError(f"Piper has no sampling setting {', '.join(unknown)} "
                              f"(it takes {', '.join(sorted(known))})")
-        speed = float(request.speed or 1.0)
+        speed = 1.0 if request.speed is None else float(request.speed)
         if speed <= 0:
             raise UsageError(f"--speed must be positive, got {speed}")
         out = {
