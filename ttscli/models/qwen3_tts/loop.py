@@ -71,6 +71,7 @@ class LoopConfig:
     sub: SamplingParams
     max_frames: int
     min_new_tokens: int = 2
+    ignore_eos: bool = False     # bench with random weights: always run max_frames, no error
 
     @classmethod
     def from_generation_config(cls, g: GenerationConfig, overrides: dict | None = None,
@@ -100,7 +101,7 @@ def generate_frames(talker: Talker, decoder: CodeDecoder, prompt: Prompt, cfg: L
     V = a.vocab_size
     eos = a.codec_eos_token_id
     suppressed = [i for i in range(V - 1024, V) if i != eos]
-    bias_open = logit_bias(V, suppressed)[None]
+    bias_open = logit_bias(V, suppressed + ([eos] if cfg.ignore_eos else []))[None]
     bias_closed = logit_bias(V, suppressed + [eos])[None]
     keys = KeyStream(seed)
     cp = talker.code_predictor
@@ -143,6 +144,8 @@ def generate_frames(talker: Talker, decoder: CodeDecoder, prompt: Prompt, cfg: L
         if stats is not None:
             stats.frames += 1
         yield out
+    if cfg.ignore_eos:
+        return
     # Exactly max_frames frames followed by EOS is a complete utterance, not an overrun.
     last = sample(logits, cfg.talker, keys.next(), seen=seen, bias=bias_open)
     if int(last.item()) == eos:

@@ -152,6 +152,7 @@ class VoicePrompt:
     x_vector: mx.array                   # [enc_dim] speaker-encoder output
     ref_codes: mx.array | None = None    # [Tref, 16]; None: x-vector-only
     ref_text: str | None = None
+    ref_ids: list[int] | None = None     # tokens of ref_text_template(ref_text), when saved
 
     @property
     def icl(self) -> bool:
@@ -190,10 +191,13 @@ def prepare(talker: Talker, args: ModelArgs, tokenizer, text: str, *, language: 
     instruct_ids = tokenizer.encode(instruct_text(instruct)) if instruct else None
     ref_ids = None
     if voice is not None and voice.icl:
-        if not voice.ref_text:
+        if voice.ref_ids is not None:
+            ref_ids = voice.ref_ids
+        elif not voice.ref_text:
             raise UsageError("in-context voice clone needs the reference transcript (--ref-text), "
                              "or use x-vector-only mode")
-        ref_ids = tokenizer.encode(ref_text_template(voice.ref_text))
+        else:
+            ref_ids = tokenizer.encode(ref_text_template(voice.ref_text))
     return build_prompt(talker, args, text_ids, language=language, speaker=speaker if kind == "custom_voice" else None,
                         instruct_ids=instruct_ids, x_vector=voice.x_vector if voice is not None else None,
                         ref_codes=voice.ref_codes if voice is not None else None, ref_ids=ref_ids,

@@ -1,0 +1,115 @@
+"""Qwen3-TTS 12 Hz family (Base clone, CustomVoice, VoiceDesign; 0.6B and 1.7B)."""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from ttscli.errors import BackendUnavailableError, CheckpointError
+from ttscli.models.base import LoadOptions
+
+
+def preset_for(spec_id: str) -> str:
+    """Registry id (e.g. "qwen3-tts-1.7b-customvoice") -> preset name ("1.7B-CustomVoice")."""
+    m = re.search(r"(0\.6b|1\.7b)-(base|customvoice|voicedesign)", spec_id.lower())
+    if not m:
+        raise CheckpointError(f"{spec_id}: cannot tell the model size/kind for random weights")
+    kind = {"base": "Base", "customvoice": "CustomVoice", "voicedesign": "VoiceDesign"}[m.group(2)]
+    return f"{m.group(1).upper()}-{kind}"
+
+
+class ByteTokenizer:
+    """Stand-in text tokenizer for random-weight bench: special tokens by name, other text as
+    its UTF-8 bytes (ids 0..255), which is the right length scale for timing."""
+
+    def __init__(self, args):
+        self.special = {"<|im_start|>": args.im_start_token_id, "<|im_end|>": args.im_end_token_id}
+        self._re = re.compile("(" + "|".join(map(re.escape, self.special)) + ")")
+
+    def encode(self, text: str) -> list[int]:
+        out: list[int] = []
+        for part in self._re.split(text):
+            if part in self.special:
+                out.append(self.special[part])
+            elif part.startswith("assistant") or part.startswith("user"):
+                word = part.split("\n", 1)[0]
+                out.append(77091 if word == "assistant" else 872)
+                out.extend(part[len(word):].encode())
+            else:
+                out.extend(part.encode())
+        return out
+
+
+def load_code_decoder(backend: str, model, checkpoint: Path | None, options: LoadOptions):
+    from ttscli.models.qwen3_tts.loop import MLXCodeDecoder
+
+    if backend == "mlx":
+        return MLXCodeDecoder(model.talker, sequential=options.extra.get("prefill_mode") == "sequential")
+    if backend == "coreml":
+        # Integration point for the Core ML talker: a class with new_cache / prefill / step as in
+        # loop.CodeDecoder, built from the converted package of this checkpoint.
+        try:
+            from ttscli.models.qwen3_tts.coreml_runtime import CoreMLCodeDecoder
+        except ModuleNotFoundError as e:
+            raise BackendUnavailableError("the Core ML talker runtime is not available in this install; "
+                                          "use --code-decoder-backend mlx") from e
+        return CoreMLCodeDecoder.load(model, checkpoint, options)
+    raise BackendUnavailableError(f"unknown code decoder backend {backend!r}; use mlx or coreml")
+
+
+def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
+    """Build the pipeline for a checkpoint folder in its Hugging Face layout (or random weights)."""
+    from ttscli.models.qwen3_tts.config import GenerationConfig, preset_config
+    from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer
+    from ttscli.models.qwen3_tts.model import build_random
+    from ttscli.models.qwen3_tts.pipeline import Qwen3TTSPipeline
+    from ttscli.models.qwen3_tts.speech_tokenizer import build_random_decoder, load_speech_decoder
+
+    dtype = options.dtype or "float32"
+    if options.random_weights:
+        preset = preset_for(spec.id)
+        model = build_random(preset_config(preset), dtype)
+        gen = GenerationConfig.from_dict(dict(getattr(spec, "defaults", {}) or {}))
+        tokenizer = ByteTokenizer(model.args)
+        decoder = build_random_decoder(dtype)
+        checkpoint = None
+    else:
+        checkpoint = Path(checkpoint)
+        model, gen = load_model(checkpoint, dtype)
+        tokenizer = load_tokenizer(checkpoint)
+        decoder = load_speech_decoder(checkpoint / "speech_tokenizer", dtype)
+    code_decoder = load_code_decoder(options.code_decoder_backend, model, checkpoint, options)
+    return Qwen3TTSPipeline(spec, model, gen, tokenizer, decoder, code_decoder, checkpoint,
+                            random_weights=options.random_weights)
+
+
+def bench_components(pipeline, req) -> dict[str, float]:
+    """Talker step and code-predictor frame times (ms), measured apart with a sync after each."""
+    import mlx.core as mx
+
+    from ttscli.sample import SamplingParams
+
+    talker = pipeline.model.talker
+    H = talker.args.hidden_size
+    dec = pipeline.code_decoder
+    cache = dec.new_cache()
+    x = mx.random.normal((1, 200, H), key=mx.random.key(1)) * 0.1
+    mx.eval(dec.prefill(x, cache))
+    step_ms, cp_ms = [], []
+    cp = talker.code_predictor.compiled_frame(SamplingParams(0.9, 50, 1.0))
+    keys = mx.random.split(mx.random.key(2), 15)
+    for i in range(12):
+        t = time.perf_counter()
+        logits, h = dec.step(x[:, i:i + 1], cache)
+        mx.eval(logits, h)
+        t1 = time.perf_counter()
+        codes, emb = cp(h, talker.embed_codec(mx.array([5])), keys)
+        mx.eval(codes, emb)
+        t2 = time.perf_counter()
+        if i >= 2:
+            step_ms.append((t1 - t) * 1e3)
+            cp_ms.append((t2 - t1) * 1e3)
+    import numpy as np
+
+    return {"talker_step_ms": float(np.median(step_ms)), "code_predictor_frame_ms": float(np.median(cp_ms))}

@@ -1,0 +1,161 @@
+"""Qwen3-TTS pipeline: request -> voice prompt -> talker prompt -> frames -> 24 kHz audio.
+
+Components and where they run: text tokenizer (``tokenizers``), talker behind
+:class:`~ttscli.models.qwen3_tts.loop.CodeDecoder` (MLX, or Core ML when converted), code
+predictor / embeddings / sampling (MLX), speaker encoder and speech encoder (MLX, Base clone
+only, loaded on first use), speech decoder (``speech_tokenizer`` package, MLX).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import mlx.core as mx
+import numpy as np
+
+from ttscli.errors import BackendUnavailableError, UsageError
+from ttscli.generate import Request, Stats
+from ttscli.models.qwen3_tts.config import GenerationConfig
+from ttscli.models.qwen3_tts.loop import CodeDecoder, LoopConfig, MLXCodeDecoder, generate_frames
+from ttscli.models.qwen3_tts.model import Qwen3TTSModel
+from ttscli.models.qwen3_tts.prompt import VoicePrompt, prepare, ref_text_template
+from ttscli.models.qwen3_tts.voice import is_voice_file, load_voice, save_voice
+
+SAMPLE_RATE = 24000
+
+
+class Qwen3TTSPipeline:
+    sample_rate = SAMPLE_RATE
+    max_chunk_chars = 400
+
+    def __init__(self, spec: Any, model: Qwen3TTSModel, gen: GenerationConfig, tokenizer, speech_decoder,
+                 code_decoder: CodeDecoder, checkpoint: Path | None = None, random_weights: bool = False):
+        self.spec = spec
+        self.model = model
+        self.gen = gen
+        self.tokenizer = tokenizer
+        self.speech_decoder = speech_decoder
+        self.code_decoder = code_decoder
+        self.checkpoint = checkpoint
+        self.random_weights = random_weights
+        self.stats = Stats()
+        self._speech_encoder = None
+        self._voice_cache: tuple[Any, VoicePrompt] | None = None
+
+    # ---------------------------------------------------------------- voices
+    @property
+    def args(self):
+        return self.model.args
+
+    def list_voices(self) -> list[str]:
+        return self.args.speakers
+
+    def speech_encoder(self):
+        if self._speech_encoder is None:
+            from ttscli.models.qwen3_tts.speech_tokenizer.encoder import load_speech_encoder
+
+            if self.checkpoint is None:
+                raise UsageError("in-context clone needs the real speech tokenizer; use --x-vector-only with random weights")
+            self._speech_encoder = load_speech_encoder(self.checkpoint / "speech_tokenizer")
+        return self._speech_encoder
+
+    def voice_prompt(self, r: Request) -> VoicePrompt | None:
+        """The clone voice for a Base model, from a saved file or the reference audio (cached per request)."""
+        if not self.args.is_base:
+            return None
+        enc_dim = (self.args.speaker_encoder_config or {}).get("enc_dim", self.args.talker_config.hidden_size)
+        if is_voice_file(r.voice):
+            return load_voice(Path(r.voice), self.args.tts_model_size, enc_dim)
+        if r.ref_audio is None:
+            if self.random_weights:  # bench: any speaker vector will do
+                return VoicePrompt(mx.random.normal((enc_dim,), key=mx.random.key(0)))
+            raise UsageError("Base models clone a voice: give reference audio (--ref) or a saved voice (--voice x.safetensors)")
+        key = (id(r.ref_audio), r.ref_sample_rate, r.ref_text, r.x_vector_only)
+        if self._voice_cache and self._voice_cache[0] == key:
+            return self._voice_cache[1]
+        wav = np.asarray(r.ref_audio, np.float32).reshape(-1)
+        if r.ref_sample_rate and r.ref_sample_rate != SAMPLE_RATE:
+            import soxr
+
+            wav = soxr.resample(wav, r.ref_sample_rate, SAMPLE_RATE).astype(np.float32)
+        if not self.model.has_speaker_encoder:
+            raise BackendUnavailableError("the speaker encoder module is not available in this install")
+        xvec = self.model.speaker_encoder.embed(mx.array(wav))
+        if r.x_vector_only:
+            voice = VoicePrompt(xvec)
+        else:
+            if not r.ref_text:
+                raise UsageError("in-context clone needs the transcript of the reference (--ref-text), "
+                                 "or use --x-vector-only")
+            codes = mx.array(np.asarray(self.speech_encoder().encode(wav), np.int32))
+            voice = VoicePrompt(xvec, codes, r.ref_text, self.tokenizer.encode(ref_text_template(r.ref_text)))
+        mx.eval(voice.x_vector)
+        if r.save_voice:
+            save_voice(Path(r.save_voice), voice, getattr(self.spec, "id", "?"), self.args.tts_model_size)
+        self._voice_cache = (key, voice)
+        return voice
+
+    # ---------------------------------------------------------------- generation
+    def loop_config(self, r: Request) -> LoopConfig:
+        cfg = LoopConfig.from_generation_config(self.gen, r.sampling, r.max_frames)
+        cfg.ignore_eos = bool(r.extra.get("ignore_eos", False))
+        return cfg
+
+    def frames(self, r: Request) -> tuple[Iterator[np.ndarray], VoicePrompt | None]:
+        if r.speed != 1.0:
+            raise UsageError("Qwen3-TTS has no speed control; drop --speed (or describe the pace with --instruct on "
+                             "1.7B CustomVoice/VoiceDesign)")
+        voice = self.voice_prompt(r)
+        speaker = None if is_voice_file(r.voice) or self.args.is_base else r.voice
+        if self.args.tts_model_type == "custom_voice" and not speaker:
+            speaker = (getattr(self.spec, "defaults", {}) or {}).get("voice")
+        prompt = prepare(self.model.talker, self.args, self.tokenizer, r.text, language=r.language,
+                         speaker=speaker, instruct=r.instruct, voice=voice,
+                         non_streaming=r.extra.get("non_streaming"))
+        it = generate_frames(self.model.talker, self.code_decoder, prompt, self.loop_config(r),
+                             seed=r.seed, stats=self.stats)
+        return it, voice
+
+    def generate(self, request: Request) -> Iterator[np.ndarray]:
+        from ttscli.models.qwen3_tts.speech_tokenizer import StreamingDecoder
+
+        t0 = time.perf_counter()
+        frames, voice = self.frames(request)
+        dec = self.speech_decoder
+        if request.stream:
+            sd = StreamingDecoder(dec, max(1, request.first_chunk_frames), max(1, request.chunk_frames))
+        else:  # one-shot output, decoded in bounded chunks through one exact cache
+            sd = StreamingDecoder(dec, 50, 50)
+        if voice is not None and voice.ref_codes is not None:
+            # ICL: the reference frames are the decoder's left context (upstream decodes
+            # ref + generated in one pass and cuts the reference audio off).
+            mx.eval(dec(voice.ref_codes.astype(mx.int32), sd.cache))
+        collected = []
+        for codes in frames:
+            td = time.perf_counter()
+            chunks = sd.push(codes)
+            self.stats.decoder_s += time.perf_counter() - td
+            for c in chunks:
+                if request.stream:
+                    self._mark_first(t0)
+                    yield c
+                else:
+                    collected.append(c)
+        td = time.perf_counter()
+        tail = sd.flush()
+        self.stats.decoder_s += time.perf_counter() - td
+        self.stats.decoder_frames = self.stats.frames
+        if tail is not None and len(tail):
+            if request.stream:
+                self._mark_first(t0)
+                yield tail
+            else:
+                collected.append(tail)
+        if not request.stream:
+            self._mark_first(t0)
+            yield np.concatenate(collected) if collected else np.zeros(0, np.float32)
+
+    def _mark_first(self, t0: float) -> None:
+        if self.stats.first_audio_s is None:
+            self.stats.first_audio_s = time.perf_counter() - t0
