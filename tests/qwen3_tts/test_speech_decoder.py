@@ -217,3 +217,16 @@ def test_random_decoder_builds_at_given_dims():
     wav = d.decode(np.random.default_rng(0).integers(0, 16, (5, 16)))
     assert wav.shape == (5 * 1920,) and np.isfinite(wav).all() and wav.std() > 1e-3
     assert DecoderArgs().samples_per_frame == 1920
+
+
+def test_prime_with_reference_codes_equals_upstream_one_pass(dec, golden):
+    # voice clone: upstream decodes cat(ref, generated) in one pass and cuts the reference audio
+    codes = golden["codes_a"]
+    ref, gen = codes[:30], codes[30:]
+    assert dec.conv_history_frames == 10                   # ~18000 samples behind the transformer
+    s = StreamingDecoder(dec, first_chunk_frames=3, chunk_frames=25)
+    s.prime(ref)
+    out = s.push(gen) + [s.flush()]
+    wav = np.concatenate([c for c in out if c is not None])
+    assert maxerr(wav, golden["wav_a"][30 * 1920:]) < TOL
+    assert s.frames == 48

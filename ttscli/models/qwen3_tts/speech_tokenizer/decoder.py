@@ -159,6 +159,16 @@ class DecoderCache:
         return self.transformer.reprimes
 
 
+def _conv_caches(cache: DecoderCache):
+    stack = [cache.pre_conv, cache.upsample, cache.decoder]
+    while stack:
+        c = stack.pop()
+        if isinstance(c, list):
+            stack.extend(c)
+        elif c is not None:
+            yield c
+
+
 class SpeechDecoder(nn.Module):
     def __init__(self, args: DecoderArgs):
         super().__init__()
@@ -193,6 +203,47 @@ class SpeechDecoder(nn.Module):
             if isinstance(m, SnakeBeta):
                 m.prepare()
         return self
+
+    @property
+    def conv_history_frames(self) -> int:
+        """Frames of transformer output that the conv stack after it reaches back (FIR, so finite)."""
+        per_step = self.samples_per_frame         # output samples per input step, stage by stage
+        back = 0
+        for stage in self.upsample:
+            per_step //= stage[0].stride
+            back += (stage[1].dwconv.kernel_size - 1) * per_step
+        back += (self.decoder[0].kernel_size - 1) * per_step
+        for m in self.decoder:
+            if isinstance(m, Sequential):
+                t = m.block[1]
+                back += (t.blocks - 1) * per_step
+                per_step //= t.stride
+                back += sum((u.conv1.kernel_size - 1) * u.conv1.dilation for u in m.block[2:]) * per_step
+        back += (self.decoder[-1].kernel_size - 1) * per_step
+        return -(-back // self.samples_per_frame)
+
+    def prime(self, codes: mx.array, cache: DecoderCache) -> None:
+        """Advance ``cache`` over ``codes`` as left context without producing their audio.
+
+        The transformer sees every context frame; the conv stack after it only the last
+        ``conv_history_frames + 1`` (its receptive field), from a fresh state: the same caches
+        a full decode would leave, for a fraction of the cost (e.g. voice-clone reference codes).
+        """
+        n = codes.shape[0]
+        keep = min(n, self.conv_history_frames + 1)
+        x = self.pre_conv(self.quantizer(codes), cache.pre_conv)
+        x = self.pre_transformer(x[None], cache.transformer)[0][n - keep:]
+        fresh = self.make_cache()
+        cache.upsample, cache.decoder = fresh.upsample, fresh.decoder
+        for s, stage in enumerate(self.upsample):
+            for j, m in enumerate(stage):
+                x = m(x, cache.upsample[s][j])
+        for j, m in enumerate(self.decoder[:-1]):
+            x = m(x, cache.decoder[j])
+        x = self.decoder[-1](x, cache.decoder[-1])
+        mx.eval(x, [c.tail for c in _conv_caches(cache)],
+                [(kv.keys, kv.values) for kv in cache.transformer.layers])
+        cache.frames += n
 
     def make_cache(self, capacity: int | None = None, reprime_frames: int = 24) -> DecoderCache:
         """A fresh stream. ``capacity`` switches the transformer to a fixed-slot cache with re-prime."""

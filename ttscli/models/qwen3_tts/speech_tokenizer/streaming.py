@@ -44,6 +44,18 @@ class StreamingDecoder:
     def reprimes(self) -> int:
         return self.cache.reprimes
 
+    def prime(self, codes) -> None:
+        """Use ``[n, Q]`` frames as left context only (voice-clone reference codes): no audio.
+
+        Call before the first ``push``. The generated frames then decode exactly as upstream's
+        one-pass decode of ``cat(reference, generated)`` with the reference audio cut off.
+        """
+        if self.frames or self._pending_frames:
+            raise RuntimeError("prime() must come before the first pushed frame")
+        codes = np.asarray(codes)
+        if codes.shape[0]:
+            self.decoder.prime(mx.array(np.maximum(codes, 0).astype(np.int32)), self.cache)
+
     def _next_size(self) -> int:
         return self.first_chunk_frames if self.chunks == 0 else self.chunk_frames
 
