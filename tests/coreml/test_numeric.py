@@ -224,3 +224,36 @@ def test_speech_decoder_matches_mlx_decoder(packages_fp32, goldens):
     codes = goldens["decoder_codes"].T
     want = load_speech_decoder(CHECKPOINT / "speech_tokenizer").decode(codes)
     np.testing.assert_allclose(decoder(packages_fp32, False, 0).decode(codes), want, atol=1e-4)
+
+
+def test_8bit_packages_close_to_upstream(packages_8bit, goldens):
+    folder, manifest = packages_8bit
+    t = CoreMLTalker(folder, manifest=manifest, model=InterpretedModel(folder / "talker.mlpackage"))
+    logits, _, _ = run_talker(t, goldens["talker_embeds"])
+    assert cosine_rows(logits, goldens["talker_logits"]).min() > 0.999
+    np.testing.assert_array_equal(logits.argmax(-1), goldens["talker_logits"].argmax(-1))
+    cp = CoreMLCodePredictor(folder, manifest=manifest, model=InterpretedModel(folder / "code_predictor.mlpackage"))
+    x, cache = goldens["cp_inputs"], cp.new_cache()
+    cp.logits(x[0], 0, 0, cache)
+    got = np.stack([cp.logits(x[j + 1], j + 1, j, cache) for j in range(15)])
+    assert cosine_rows(got, goldens["cp_logits"]).min() > 0.999
+
+
+def test_8bit_quantizes_only_weight_matrices(tmp_path, goldens):
+    """At capacity 256 the RoPE tables pass coremltools' size threshold; they must stay exact
+    (position 0's sin row is all zeros, which a per-row int8 scale turns into NaN)."""
+    from mil_interp import load_package_program
+
+    from ttscli.models.qwen3_tts.coreml_export import export_coreml
+
+    export_coreml(CHECKPOINT, tmp_path, capacity=256, weights_8bit=True, components=("talker", "code_predictor"))
+    for name in ("talker", "code_predictor"):
+        fn = load_package_program(tmp_path / f"{name}.mlpackage").functions["main"]
+        for op in fn.operations:
+            if op.op_type.startswith("constexpr"):
+                users = op.outputs[0].child_ops
+                assert all(u.op_type == "linear" or u.name.startswith("cp_heads") for u in users), op.name
+                assert op.scale.val.shape[:-1] == op.data.val.shape[:-1]      # one scale per output row
+    t = CoreMLTalker(tmp_path, model=InterpretedModel(tmp_path / "talker.mlpackage"))
+    logits, _, _ = run_talker(t, goldens["talker_embeds"][:3])
+    assert np.isfinite(logits).all()

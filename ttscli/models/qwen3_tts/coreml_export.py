@@ -25,7 +25,7 @@ import numpy as np
 from ttscli.errors import CheckpointError, UsageError
 
 from .coreml_decoder import DecoderDims, build_decoder_program
-from .coreml_talker import LMDims, build_step_program, cache_shape
+from .coreml_talker import HEADS_GATHER, LMDims, build_step_program, cache_shape
 
 MANIFEST = "manifest.json"
 FORMAT = "ttscli-coreml-qwen3-tts"
@@ -313,8 +313,16 @@ def _convert(prog, weights_8bit: bool, precision: str = "float16"):
                        compute_precision=ct.precision.FLOAT16 if precision == "float16" else ct.precision.FLOAT32,
                        skip_model_load=True)
     if weights_8bit:
-        cfg = cto.OptimizationConfig(global_config=cto.OpLinearQuantizerConfig(
-            mode="linear_symmetric", dtype="int8", granularity="per_channel"))
+        # Only matrices: linear weights and the code predictor's stacked heads. A global config
+        # would also quantize constant tables (RoPE cos/sin, whose all-zero row at position 0
+        # has a zero scale), which must stay exact.
+        q = cto.OpLinearQuantizerConfig(mode="linear_symmetric", dtype="int8", granularity="per_channel")
+        # Heads [n, vocab, H]: one scale per (head, vocab row), as per-channel for a linear.
+        per_row = cto.OpLinearQuantizerConfig(mode="linear_symmetric", dtype="int8", granularity="per_block",
+                                              block_size=[1, 1, 0])
+        heads = {op.name: per_row for op in model._mil_program.functions["main"].operations
+                 if op.op_type == "gather" and op.name.startswith(HEADS_GATHER)}
+        cfg = cto.OptimizationConfig(op_type_configs={"linear": q}, op_name_configs=heads)
         model = cto.linear_quantize_weights(model, config=cfg)
     return model
 

@@ -19,6 +19,8 @@ from coremltools.converters.mil.mil import types
 
 # Additive mask value: large enough to zero a softmax term, small enough to stay finite in fp16.
 MASK_NEG = -30000.0
+# Name prefix of the gather that picks one code-predictor head; 8-bit export quantizes its table.
+HEADS_GATHER = "cp_heads"
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,7 @@ def build_step_program(w: dict, dims: LMDims, capacity: int, input_size: int, he
             x = decoder_layer_step(x, w, i, dims, capacity, position, cos, sin_signed, mask, caches)
         hidden = rms_norm(x, w["norm.weight"], dims.rms_norm_eps, name="hidden")
         if multi_head:
-            head_w = mb.reshape(x=mb.gather(x=f32(head), indices=head_index, axis=0),
+            head_w = mb.reshape(x=mb.gather(x=f32(head), indices=head_index, axis=0, name=HEADS_GATHER),
                                 shape=list(head.shape[1:]))
             logits = mb.matmul(x=hidden, y=head_w, transpose_y=True, name="logits")
         else:
