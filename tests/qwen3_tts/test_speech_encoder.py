@@ -147,3 +147,14 @@ def test_random_real_dims_runs():
     codes = model.encode(wav)
     assert codes.shape == (3, 16)
     assert codes.min() >= 0 and codes.max() < 2048
+
+
+def test_gelu_erf_matches_exact_gelu():
+    import math
+
+    from ttscli.models.qwen3_tts.speech_tokenizer.encoder import gelu_erf
+
+    xs = np.linspace(-9, 9, 1001).astype(np.float32)
+    ref = np.array([0.5 * v * math.erfc(-v / math.sqrt(2)) for v in xs.astype(np.float64)])
+    out = np.array(gelu_erf(mx.array(xs)))
+    assert np.abs(out - ref).max() < 1e-6

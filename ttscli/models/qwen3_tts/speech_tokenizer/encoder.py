@@ -256,7 +256,36 @@ class SEANetEncoder(nn.Module):
 
 # ----------------------------------------------------------------------------- transformer
 
-_ACTS = {"gelu": nn.gelu, "gelu_new": nn.gelu_approx, "gelu_pytorch_tanh": nn.gelu_approx, "relu": nn.relu,
+# Numerical Recipes erfcc coefficients: erfc(z) = t * exp(-z^2 + P(t)), t = 1 / (1 + z/2), z >= 0,
+# fractional error < 1.2e-7 everywhere.
+_ERFC = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
+         -0.82215223, 0.17087277)
+
+
+def gelu_erf(x: mx.array) -> mx.array:
+    """Exact (erf) GELU, x/2 * erfc(-x/sqrt2), evaluated by numpy: MLX's CPU erf costs ~50 ns per
+    element (2.5x slower than this for the 8 x [T, 2048] MLP activations), and is less accurate in the
+    negative tail."""
+    a = np.asarray(x)
+    z = np.abs(a) * np.float32(1.0 / math.sqrt(2.0))
+    t = 0.5 * z
+    t += 1.0
+    np.reciprocal(t, out=t)
+    p = np.full_like(t, _ERFC[-1])
+    for c in _ERFC[-2::-1]:
+        p *= t
+        p += c
+    z *= z
+    np.subtract(p, z, out=p)
+    np.exp(p, out=p)
+    p *= t  # erfc(|x|/sqrt2)
+    np.subtract(2.0, p, out=p, where=a > 0)  # erfc(-x/sqrt2) for x > 0
+    p *= a
+    p *= 0.5
+    return mx.array(p)
+
+
+_ACTS = {"gelu": gelu_erf, "gelu_new": nn.gelu_approx, "gelu_pytorch_tanh": nn.gelu_approx, "relu": nn.relu,
          "silu": nn.silu}
 
 
