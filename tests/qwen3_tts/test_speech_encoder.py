@@ -158,3 +158,27 @@ def test_gelu_erf_matches_exact_gelu():
     ref = np.array([0.5 * v * math.erfc(-v / math.sqrt(2)) for v in xs.astype(np.float64)])
     out = np.array(gelu_erf(mx.array(xs)))
     assert np.abs(out - ref).max() < 1e-6
+
+
+@pytest.mark.parametrize("in_ch,k,s,d", [(8, 3, 2, 1), (8, 4, 2, 1), (8, 3, 1, 2), (2, 7, 1, 1), (16, 1, 1, 1), (8, 10, 5, 1)])
+def test_causal_conv_forms_and_chunking(in_ch, k, s, d):
+    from ttscli.models.qwen3_tts.speech_tokenizer.encoder import CausalConv1d
+
+    rng = np.random.default_rng(k * 10 + s)
+    conv = CausalConv1d(in_ch, 5, k, stride=s, dilation=d)
+    conv.conv.weight = mx.array(rng.standard_normal((5, k, in_ch)).astype(np.float32))
+    conv.conv.bias = mx.array(rng.standard_normal(5).astype(np.float32))
+    n = 61
+    x = rng.standard_normal((1, n, in_ch)).astype(np.float32)
+    # direct definition: left pad (k-1)d+1-s zeros, right pad to a whole number of strides
+    left, right = (k - 1) * d + 1 - s, -(-n // s) * s - n
+    xp = np.pad(x[0], ((left, right), (0, 0)))
+    w = np.array(conv.conv.weight)
+    ref = np.stack([sum(xp[t * s + j * d] @ w[:, j].T for j in range(k)) for t in range(-(-n // s))]) + np.array(conv.conv.bias)
+    out = np.array(conv(mx.array(x))[0])
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    # chunks of a whole number of strides with carried context give the same result
+    cache: dict = {}
+    step = 4 * s
+    parts = [conv(mx.array(x[:, i: i + step]), cache=cache, final=i + step >= n) for i in range(0, n, step)]
+    np.testing.assert_allclose(np.array(mx.concatenate(parts, axis=1)[0]), ref, rtol=1e-5, atol=1e-5)

@@ -289,8 +289,9 @@ class SpeakerEncoder(nn.Module):
         mx.eval(self.parameters())
 
 
-def check_weights(model: nn.Module, weights: dict, where: str = "") -> None:
-    """Raise CheckpointError naming missing, unexpected and mis-shaped tensors."""
+def check_weights(model: nn.Module, weights: dict, where: str = "", what: str = "speaker encoder weights",
+                  hint: str = "is this a Qwen3-TTS Base checkpoint?") -> None:
+    """Raise CheckpointError naming missing, unexpected and mis-shaped tensors (keys shown as ``where + key``)."""
     expected = {k: tuple(v.shape) for k, v in tree_flatten(model.parameters())}
     missing = sorted(set(expected) - set(weights))
     unexpected = sorted(set(weights) - set(expected))
@@ -304,8 +305,7 @@ def check_weights(model: nn.Module, weights: dict, where: str = "") -> None:
         k = shaped[0]
         problems.append(f"{len(shaped)} mis-shaped tensor(s) e.g. {where}{k} {tuple(weights[k].shape)} != {expected[k]}")
     if problems:
-        raise CheckpointError("speaker encoder weights do not match the config: " + "; ".join(problems)
-                              + " (is this a Qwen3-TTS Base checkpoint?)")
+        raise CheckpointError(f"{what} do not match the config: " + "; ".join(problems) + f" ({hint})")
 
 
 def load_speaker_encoder(path: Path, dtype=mx.float32) -> SpeakerEncoder:

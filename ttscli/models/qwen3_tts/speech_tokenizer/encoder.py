@@ -23,6 +23,7 @@ import numpy as np
 from mlx.utils import tree_flatten
 
 from ttscli.errors import AudioInputError, CheckpointError
+from ttscli.models.qwen3_tts.speaker_encoder import check_weights
 from ttscli.nn import Attention
 
 PREFIX = "encoder."
@@ -61,7 +62,7 @@ class EncoderArgs:
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     attention_bias: bool = False
-    _frame_rate: float | None = 12.5
+    _frame_rate: float | None = None
     # top level of speech_tokenizer/config.json
     encoder_valid_num_quantizers: int = 16
     encode_downsample_rate: int = 1920
@@ -77,11 +78,12 @@ class EncoderArgs:
         if args.head_dim is None:
             args.head_dim = args.hidden_size // args.num_attention_heads
         if not args.use_causal_conv:
-            raise CheckpointError("speech_tokenizer encoder_config.use_causal_conv=false is not supported (Qwen3-TTS uses causal convs)")
+            raise CheckpointError("speech_tokenizer encoder_config.use_causal_conv=false is not supported")
         if args.audio_channels != 1:
             raise CheckpointError("speech_tokenizer encoder_config.audio_channels must be 1")
         if not args.num_semantic_quantizers < args.encoder_valid_num_quantizers <= args.num_quantizers:
-            raise CheckpointError("speech_tokenizer config: encoder_valid_num_quantizers must be within (num_semantic_quantizers, num_quantizers]")
+            raise CheckpointError("speech_tokenizer config.json: encoder_valid_num_quantizers must be in "
+                                  "(num_semantic_quantizers, num_quantizers]")
         return args
 
     @property
@@ -126,13 +128,14 @@ class CausalConv1d(nn.Module):
         the final chunk is padded on the right.
         """
         k, s, d = self.kernel_size, self.stride, self.dilation
-        left = (k - 1) * d + 1 - s
+        context = (k - 1) * d + 1 - s
+        length = x.shape[1]
+        right = (-(-length // s) * s - length) if final else 0
         prev = cache.get(id(self)) if cache is not None else None
+        left = context
         if prev is not None:
             x = mx.concatenate([prev, x], axis=1)
             left = 0
-        length = x.shape[1] - left if prev is None else x.shape[1]
-        right = (-(-length // s) * s - length) if final else 0
         if left or right:
             if self.pad_mode == "constant":
                 x = mx.pad(x, [(0, 0), (left, right), (0, 0)])
@@ -140,8 +143,7 @@ class CausalConv1d(nn.Module):
                 x = mx.concatenate([mx.repeat(x[:, :1], left, axis=1), x, mx.repeat(x[:, -1:], right, axis=1)],
                                    axis=1)
         if cache is not None and not final:
-            p = (k - 1) * d + 1 - s
-            cache[id(self)] = x[:, x.shape[1] - p:] if p else x[:, :0]
+            cache[id(self)] = x[:, x.shape[1] - context:]
         t_out = (x.shape[1] - (k - 1) * d - 1) // s + 1
         w = self.conv.weight  # [out, k, in]
         in_ch = w.shape[2]
@@ -445,24 +447,6 @@ class SpeechEncoder(nn.Module):
         return out
 
 
-def _check(model: nn.Module, weights: dict) -> None:
-    expected = {k: tuple(v.shape) for k, v in tree_flatten(model.parameters())}
-    missing = sorted(set(expected) - set(weights))
-    unexpected = sorted(set(weights) - set(expected))
-    shaped = sorted(k for k in set(expected) & set(weights) if tuple(weights[k].shape) != expected[k])
-    problems = []
-    if missing:
-        problems.append(f"missing {len(missing)} tensor(s) e.g. {PREFIX}{missing[0]}")
-    if unexpected:
-        problems.append(f"unexpected {len(unexpected)} tensor(s) e.g. {unexpected[0]}")
-    if shaped:
-        k = shaped[0]
-        problems.append(f"{len(shaped)} mis-shaped tensor(s) e.g. {PREFIX}{k} {tuple(weights[k].shape)} != {expected[k]}")
-    if problems:
-        raise CheckpointError("speech_tokenizer/model.safetensors does not match its config.json: "
-                              + "; ".join(problems) + " (re-download the checkpoint)")
-
-
 def load_speech_encoder(path: Path, dtype: str = "float32") -> SpeechEncoder:
     """Encoder half of ``speech_tokenizer/`` (config.json + model.safetensors): strict on ``encoder.*``."""
     path = Path(path)
@@ -480,10 +464,11 @@ def load_speech_encoder(path: Path, dtype: str = "float32") -> SpeechEncoder:
             if k.startswith(PREFIX):
                 weights[k[len(PREFIX):]] = v
             elif not k.startswith(IGNORED_PREFIXES):
-                weights[k] = v  # reported as unexpected
+                raise CheckpointError(f"unexpected tensor {k} in {f} (expected only encoder.* and decoder.*)")
     weights = model.sanitize(weights)
-    _check(model, weights)
-    dt = getattr(mx, dtype)
+    check_weights(model, weights, where=PREFIX, what="speech_tokenizer encoder weights",
+                  hint="re-download the checkpoint")
+    dt = getattr(mx, dtype) if isinstance(dtype, str) else dtype
     model.load_weights([(k, v.astype(dt)) for k, v in weights.items()], strict=True)
     mx.eval(model.parameters())
     return model
