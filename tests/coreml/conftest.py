@@ -16,6 +16,7 @@ FIXTURE = HERE.parent / "fixtures" / "coreml"
 CHECKPOINT = FIXTURE / "qwen3_tts_tiny"
 CAPACITY = 16          # the goldens use 12 talker positions
 DECODER_FRAMES = 9     # = the one-shot golden's length; chunked golden: window 9 = chunk 6 + context 3
+STREAM_FRAMES = 3      # frames per call of the streaming decoder (the tiny window is 4 frames)
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +28,8 @@ def _build(tmp_path_factory, name, **kw):
     from ttscli.models.qwen3_tts.coreml_export import export_coreml
 
     out = tmp_path_factory.mktemp(name)
-    manifest = export_coreml(CHECKPOINT, out, capacity=CAPACITY, decoder_frames=DECODER_FRAMES, **kw)
+    manifest = export_coreml(CHECKPOINT, out, capacity=CAPACITY, decoder_frames=DECODER_FRAMES,
+                             stream_frames=STREAM_FRAMES, **kw)
     return out, manifest
 
 

@@ -86,7 +86,7 @@ class MILInterpreter:
         binary = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "real_div": np.divide,
                   "maximum": np.maximum, "minimum": np.minimum, "less_equal": np.less_equal,
                   "greater_equal": np.greater_equal, "less": np.less, "greater": np.greater,
-                  "equal": np.equal}
+                  "equal": np.equal, "logical_or": np.logical_or, "logical_and": np.logical_and}
         if t in binary:
             return binary[t](g("x"), g("y"))
         unary = {"abs": np.abs, "rsqrt": lambda x: 1.0 / np.sqrt(x), "sin": np.sin, "cos": np.cos,
@@ -116,6 +116,14 @@ class MILInterpreter:
         if t == "concat":
             assert not g("interleave")
             return np.concatenate(g("values"), axis=int(g("axis")))
+        if t == "stack":
+            return np.stack(g("values"), axis=int(g("axis")))
+        if t == "pad":
+            assert str(g("mode")) == "constant"
+            p = [int(v) for v in g("pad")]
+            x = g("x")
+            widths = [(0, 0)] * (x.ndim - len(p) // 2) + [(p[i], p[i + 1]) for i in range(0, len(p), 2)]
+            return np.pad(x, widths, constant_values=float(g("constant_val") or 0.0))
         if t == "gather":
             assert int(g("batch_dims") or 0) == 0
             return np.take(g("x"), np.asarray(g("indices")).astype(np.int64), axis=int(g("axis")))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CAPACITY, CHECKPOINT, DECODER_FRAMES
+from conftest import CAPACITY, CHECKPOINT, DECODER_FRAMES, STREAM_FRAMES
 
 import coremltools as ct
 
@@ -64,6 +64,23 @@ def test_speech_decoder_package_is_a_fixed_window(packages):
                  "outputs": [feature("audio", (1, DECODER_FRAMES * 1920), "float32")], "states": []}
     entry = manifest["packages"]["speech_decoder"]
     assert entry["kind"] == "fixed_window" and entry["samples_per_frame"] == 1920 and entry["sample_rate"] == 24000
+
+
+def test_stream_decoder_package_carries_every_layer_in_state(packages):
+    folder, manifest = packages
+    d = describe_spec(spec_of(folder, "speech_decoder_stream"))
+    assert d["inputs"] == [feature("codes", (1, 16, STREAM_FRAMES), "int32"), feature("frames_seen", (1,), "int32")]
+    assert d["outputs"] == [feature("audio", (1, STREAM_FRAMES * 1920), "float32")]
+    dc = json.loads((CHECKPOINT / "speech_tokenizer" / "config.json").read_text())["decoder_config"]
+    states = {s["name"]: s for s in d["states"]}
+    kv = (dc["num_hidden_layers"], dc["num_attention_heads"], dc["sliding_window"], dc["head_dim"])
+    assert states["key_window"] == feature("key_window", kv, "float16")
+    # pre_conv, 2 ConvNeXt dwconvs, decoder.0, per block a transposed-conv tail + 3 dilated convs, final conv
+    assert len(states) == 2 + 1 + 2 + 1 + 4 * 4 + 1
+    assert all(s["dtype"] == "float16" for s in d["states"])
+    assert states["conv_decoder_4_block_4_conv1_conv"]["shape"] == [1, dc["decoder_dim"] // 16, 6 * 9]
+    assert states["tail_decoder_1_block_1_conv"]["shape"] == [1, dc["decoder_dim"] // 2, 8]
+    assert manifest["packages"]["speech_decoder_stream"]["kind"] == "stateful_stream"
 
 
 def test_manifest_names_sources_versions_and_sizes(packages):

@@ -257,3 +257,37 @@ def test_8bit_quantizes_only_weight_matrices(tmp_path, goldens):
     t = CoreMLTalker(tmp_path, model=InterpretedModel(tmp_path / "talker.mlpackage"))
     logits, _, _ = run_talker(t, goldens["talker_embeds"][:3])
     assert np.isfinite(logits).all()
+
+
+def stream_decoder(pk, fp16):
+    from ttscli.models.qwen3_tts.coreml_runtime import CoreMLStreamDecoder
+
+    folder, manifest = pk
+    return CoreMLStreamDecoder(folder, manifest=manifest,
+                               model=InterpretedModel(folder / "speech_decoder_stream.mlpackage", fp16=fp16))
+
+
+def test_stream_decoder_equals_one_shot_upstream(packages_fp32, goldens):
+    """9 frames through a 4-frame attention window, 3 frames per call, pushed unevenly."""
+    d = stream_decoder(packages_fp32, False)
+    codes, ref = goldens["decoder_codes"].T, goldens["decoder_wav"]
+    s = d.new_stream()
+    parts = [d.push(codes[:1], s), d.push(codes[1:5], s), d.push(codes[5:7], s), d.flush(s)]
+    assert [len(p) // 1920 for p in parts] == [0, 3, 3, 1]
+    np.testing.assert_allclose(np.concatenate(parts), ref[:7 * 1920], atol=1e-4)
+    np.testing.assert_allclose(d.decode(codes), ref, atol=1e-4)
+
+
+def test_stream_decoder_prime_drops_context_audio(packages_fp32, goldens):
+    d = stream_decoder(packages_fp32, False)
+    codes, ref = goldens["decoder_codes"].T, goldens["decoder_wav"]
+    s = d.new_stream()
+    d.prime(codes[:4], s)
+    wav = np.concatenate([d.push(codes[4:], s), d.flush(s)])
+    np.testing.assert_allclose(wav, ref[4 * 1920:], atol=1e-4)
+
+
+def test_stream_decoder_fp16_close_to_upstream(packages, goldens):
+    wav = stream_decoder(packages, True).decode(goldens["decoder_codes"].T)
+    ref = goldens["decoder_wav"]
+    assert 10 * np.log10((ref ** 2).sum() / ((wav - ref) ** 2).sum()) > 25

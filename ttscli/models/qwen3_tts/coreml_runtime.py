@@ -17,7 +17,7 @@ import numpy as np
 from ttscli.backends.coreml import CoreMLModel, require_coreml
 from ttscli.errors import CheckpointError, GenerationError
 
-from .coreml_export import CODE_PREDICTOR, SPEECH_DECODER, TALKER, read_manifest
+from .coreml_export import CODE_PREDICTOR, SPEECH_DECODER, SPEECH_DECODER_STREAM, TALKER, read_manifest
 
 
 def _np(x) -> np.ndarray:
@@ -192,3 +192,69 @@ class CoreMLSpeechDecoder:
         """``codes [T, 16]`` -> float32 waveform ``[T * 1920]``."""
         return windowed_decode(np.asarray(codes), self.window, self.left_context, self.decode_window,
                                self.samples_per_frame)
+
+
+class CoreMLStreamDecoder:
+    """The stateful streaming decoder: push frames as they come, get their audio; equals a
+    one-shot decode of all frames pushed so far. Calls run on whole ``frames``-sized groups;
+    ``flush`` pads the remainder with code 0 (invisible to earlier samples: causal)."""
+
+    def __init__(self, package_dir: Path, compute_units: str = "all", manifest: dict | None = None,
+                 model=None):
+        self.package_dir = Path(package_dir)
+        manifest = manifest or read_manifest(self.package_dir)
+        entry = _entry(manifest, SPEECH_DECODER_STREAM, self.package_dir)
+        self.model = model or _load(self.package_dir, entry, compute_units)
+        self.frames = int(entry["frames"])
+        self.num_quantizers = int(entry["num_quantizers"])
+        self.samples_per_frame = int(entry["samples_per_frame"])
+        self.sample_rate = int(entry["sample_rate"])
+
+    def new_stream(self) -> CoreMLCache:
+        s = CoreMLCache(self.model.new_state(), capacity=2**31 - 1)
+        s.extra["pending"] = np.zeros((0, self.num_quantizers), np.int32)
+        return s
+
+    def _run(self, codes: np.ndarray, stream: CoreMLCache) -> np.ndarray:
+        out = self.model.predict({"codes": np.ascontiguousarray(codes.T[None], np.int32),
+                                  "frames_seen": np.array([min(stream.offset, 2**30)], np.int32)}, stream.state)
+        stream.offset += codes.shape[0]
+        return np.asarray(out["audio"], np.float32).reshape(-1)
+
+    def push(self, codes, stream: CoreMLCache) -> np.ndarray:
+        """``codes [n, Q]`` -> audio of every complete group decoded now (maybe empty)."""
+        codes = np.maximum(np.asarray(codes, np.int32).reshape(-1, self.num_quantizers), 0)
+        pending = np.concatenate([stream.extra["pending"], codes])
+        n = (pending.shape[0] // self.frames) * self.frames
+        out = [self._run(pending[i:i + self.frames], stream) for i in range(0, n, self.frames)]
+        stream.extra["pending"] = pending[n:]
+        return self._drop(np.concatenate(out) if out else np.zeros(0, np.float32), stream)
+
+    def flush(self, stream: CoreMLCache) -> np.ndarray:
+        """Audio of the frames still pending; the stream ends here (the padding entered its state)."""
+        pending = stream.extra["pending"]
+        if not pending.shape[0]:
+            return np.zeros(0, np.float32)
+        padded = np.zeros((self.frames, self.num_quantizers), np.int32)
+        padded[:pending.shape[0]] = pending
+        stream.extra["pending"] = pending[:0]
+        return self._drop(self._run(padded, stream)[:pending.shape[0] * self.samples_per_frame], stream)
+
+    def prime(self, codes, stream: CoreMLCache) -> None:
+        """Left context only (voice-clone reference codes): decoded into the state, audio dropped."""
+        codes = np.asarray(codes).reshape(-1, self.num_quantizers)
+        if stream.offset or stream.extra["pending"].shape[0]:
+            raise ValueError("prime() must come before the first pushed frame")
+        self.push(codes, stream)
+        stream.extra["drop"] = stream.extra["pending"].shape[0] * self.samples_per_frame
+
+    @staticmethod
+    def _drop(wav: np.ndarray, stream: CoreMLCache) -> np.ndarray:
+        drop = min(stream.extra.get("drop", 0), wav.shape[0])
+        stream.extra["drop"] = stream.extra.get("drop", 0) - drop
+        return wav[drop:]
+
+    def decode(self, codes) -> np.ndarray:
+        """One clip ``[T, Q]`` -> ``[T * samples_per_frame]``, exactly as a one-shot decode."""
+        stream = self.new_stream()
+        return np.concatenate([self.push(codes, stream), self.flush(stream)])
