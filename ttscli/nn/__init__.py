@@ -3,6 +3,7 @@ from ttscli.nn.layers import (  # noqa: F401
     MLP,
     Attention,
     DecoderLayer,
+    Linear,
     RMSNorm,
     apply_rope,
     create_causal_mask,

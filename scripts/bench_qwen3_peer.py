@@ -1,0 +1,122 @@
+"""Full-frame time, ttscli vs mlx-audio 0.6.2, same shapes, same process, interleaved.
+
+mlx-audio is NOT a dependency: install it into a scratch venv and run this file with that
+venv's python (ttscli is imported from the repo checkout):
+
+    python3 -m venv /tmp/mavenv && /tmp/mavenv/bin/pip install mlx==<same as .venv> \
+        huggingface_hub mlx-lm scipy && /tmp/mavenv/bin/pip install --no-deps mlx-audio==0.6.2
+    /tmp/mavenv/bin/python scripts/bench_qwen3_peer.py [--preset 0.6B-Base] [--frames 8] [--rounds 3]
+
+A frame = talker step + 15 code-predictor steps + sampling + next-input embedding, synced once
+(both implementations sync once per frame).  mlx-audio's frame is driven with its own
+modules and sampler (``Model._sample_token``), as its generate() loop calls them.  Both
+models get random float32 weights at the preset's real dimensions; the text embedding (unused
+per frame) is shrunk in both to save memory.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import ttscli  # noqa: E402,F401  (preloads OpenBLAS before mlx, for both implementations)
+import mlx.core as mx  # noqa: E402
+import mlx.nn as nn  # noqa: E402
+import numpy as np  # noqa: E402
+
+from ttscli.generate import Stats  # noqa: E402
+from ttscli.models.qwen3_tts.config import GenerationConfig, preset_config  # noqa: E402
+from ttscli.models.qwen3_tts.loop import LoopConfig, MLXCodeDecoder, generate_frames  # noqa: E402
+from ttscli.models.qwen3_tts.model import build_random  # noqa: E402
+from ttscli.models.qwen3_tts.prompt import Prompt  # noqa: E402
+
+
+def peer_model(cfg: dict):
+    from mlx_audio.tts.models.qwen3_tts.config import Qwen3TTSTalkerConfig
+    from mlx_audio.tts.models.qwen3_tts.talker import Qwen3TTSTalkerForConditionalGeneration
+
+    t = dict(cfg["talker_config"])
+    names = Qwen3TTSTalkerConfig.__dataclass_fields__
+    talker = Qwen3TTSTalkerForConditionalGeneration(Qwen3TTSTalkerConfig(**{k: v for k, v in t.items() if k in names}))
+    talker.model.text_embedding = nn.Embedding(8, t["text_hidden_size"])
+    mx.eval(talker.parameters())
+    return talker
+
+
+def peer_frames(talker, x, n_frames: int, prompt_len: int):
+    """mlx-audio's per-frame sequence (talker step, sample c0, 15 CP steps, next embedding, 1 sync)."""
+    from mlx_audio.tts.models.qwen3_tts.qwen3_tts import Model
+
+    cfg = talker.config
+    sample = lambda logits, **kw: Model._sample_token(None, logits, **kw)  # noqa: E731
+    suppress = [i for i in range(cfg.vocab_size - 1024, cfg.vocab_size) if i != cfg.codec_eos_token_id]
+    cache = talker.make_cache()
+    code_cache = talker.code_predictor.make_cache()
+    logits, hidden = talker(x, cache=cache)
+    mx.eval(logits, hidden)
+    emb = x[:, -1:]
+    times, generated = [], []
+    for _ in range(n_frames):
+        t0 = time.perf_counter()
+        logits, hidden = talker(emb, cache=cache)
+        tok = sample(logits, temperature=0.9, top_k=50, top_p=1.0, repetition_penalty=1.05,
+                     generated_tokens=generated or None, suppress_tokens=suppress)
+        codes = [tok]
+        for c in code_cache:
+            c.keys, c.values, c.offset = None, None, 0
+        h = hidden[:, -1:, :]
+        for j in range(cfg.num_code_groups - 1):
+            inp = (mx.concatenate([h, talker.get_input_embeddings()(tok)], axis=1) if j == 0 else
+                   talker.code_predictor.codec_embedding[j - 1](codes[-1]))
+            cl, code_cache, _ = talker.code_predictor(inp, cache=code_cache, generation_step=j)
+            codes.append(sample(cl, temperature=0.9, top_k=50, top_p=1.0))
+        e = talker.get_input_embeddings()(tok)
+        for i, c in enumerate(codes[1:]):
+            e = e + talker.code_predictor.codec_embedding[i](c)
+        emb = e + x[:, :1]
+        mx.eval(emb)
+        generated.append(int(tok[0, 0]))
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def our_frames(model, x, n_frames: int):
+    cfg = LoopConfig.from_generation_config(GenerationConfig(), max_frames=n_frames)
+    cfg.ignore_eos = True
+    st = Stats()
+    for _ in generate_frames(model.talker, MLXCodeDecoder(model.talker), Prompt(x, x[:, :0], x[:, :1]), cfg,
+                             seed=0, stats=st):
+        pass
+    return st.frame_s
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="0.6B-Base")
+    ap.add_argument("--frames", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--prompt", type=int, default=50)
+    a = ap.parse_args()
+    cfg = preset_config(a.preset)
+    cfg.pop("speaker_encoder_config", None)
+    cfg["tts_model_type"] = "custom_voice" if cfg["tts_model_type"] == "base" else cfg["tts_model_type"]
+    ours = build_random(cfg, "float32")
+    ours.talker.model.text_embedding = nn.Embedding(8, cfg["talker_config"]["text_hidden_size"])
+    theirs = peer_model(cfg)
+    H = cfg["talker_config"]["hidden_size"]
+    x = mx.random.normal((1, a.prompt, H), key=mx.random.key(0)) * 0.1
+    mx.eval(x)
+    res = {"ours_ms": [], "mlx_audio_ms": []}
+    for _ in range(a.rounds):
+        res["ours_ms"].append(float(np.median(our_frames(ours, x, a.frames)[2:]) * 1e3))
+        res["mlx_audio_ms"].append(float(np.median(peer_frames(theirs, x, a.frames, a.prompt)[2:]) * 1e3))
+    o, p = np.median(res["ours_ms"]), np.median(res["mlx_audio_ms"])
+    res.update(preset=a.preset, ours_frame_ms=float(o), mlx_audio_frame_ms=float(p), speedup=float(p / o))
+    print(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
