@@ -1,51 +1,87 @@
 """1-D convolutions written as matrix products, channels-last ``[1, T, C]``.
 
 MLX's CPU backend runs dilated and transposed ``conv1d`` on a slow generic path; HiFi-GAN is
-made of exactly those. Here a (dilated) convolution is one GEMM over an im2col view and a
-transposed convolution is one GEMM followed by an overlap-add, so both reach BLAS.
+made of exactly those. Here a (dilated) convolution is one GEMM followed by a shifted sum of
+its K tap outputs, and a transposed convolution is one GEMM followed by an overlap-add, so the
+arithmetic runs in BLAS and the shuffling in compiled elementwise kernels.
 Weights use MLX's conv layout ``[out, K, in]``, the transposed conv too (the loader converts
 ONNX's ``[out, in, K]`` and ``[in, out, K]``).
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import mlx.core as mx
 import mlx.nn as nn
 
 
+@lru_cache(maxsize=None)
+def _tap_sum(k: int, dilation: int, cout: int):
+    """Compiled ``sum_i P[:, i*d : i*d + T, i*Cout:(i+1)*Cout] (+ bias) (+ residual)``.
+
+    One fused pass over the GEMM output instead of K separate adds.
+    """
+    def fn(p, bias, residual):
+        t_out = p.shape[1] - dilation * (k - 1)
+        y = bias + residual
+        for i in range(k):
+            y = y + p[:, i * dilation: i * dilation + t_out, i * cout: (i + 1) * cout]
+        return y
+    return mx.compile(fn)
+
+
 def conv1d_gemm(x: mx.array, weight: mx.array, bias: mx.array | None, dilation: int = 1,
-                padding: int = 0) -> mx.array:
-    """``x [B, T, Cin]``, ``weight [Cout, K, Cin]`` -> ``[B, T + 2p - d(K-1), Cout]``."""
+                padding: int = 0, residual: mx.array | None = None) -> mx.array:
+    """``x [B, T, Cin]``, ``weight [Cout, K, Cin]`` -> ``[B, T + 2p - d(K-1), Cout]`` (+ residual).
+
+    Output-side form: one GEMM ``x_pad [T', Cin] @ W [Cin, K*Cout]`` gives every tap's
+    contribution at every input frame, then a compiled shifted sum adds the K taps. Measured
+    here at HiFi-GAN's last stage (T=89600, 32 ch, k7 d12) it beats an im2col GEMM 3x, because
+    building the im2col copy cost more than the product itself.
+    """
     cout, k, cin = weight.shape
+    if bias is None:
+        bias = mx.zeros((cout,), dtype=x.dtype)
+    if residual is None:
+        residual = mx.zeros((1,), dtype=x.dtype)
+    if k == 1 and padding == 0:
+        return x @ weight[:, 0, :].T + bias + residual
     if padding:
         x = mx.pad(x, [(0, 0), (padding, padding), (0, 0)])
-    t_out = x.shape[1] - dilation * (k - 1)
-    if k == 1:
-        cols = x
-    else:
-        # im2col: one [T, K*Cin] x [K*Cin, Cout] product beats K smaller ones on this CPU
-        cols = mx.concatenate([x[:, i * dilation: i * dilation + t_out] for i in range(k)], axis=-1)
-    y = cols @ weight.reshape(cout, k * cin).T
-    return y + bias if bias is not None else y
+    p = x @ weight.transpose(2, 1, 0).reshape(cin, k * cout)
+    return _tap_sum(k, dilation, cout)(p, bias, residual)
+
+
+@lru_cache(maxsize=None)
+def _overlap_add(n: int, stride: int, cout: int, k: int, padding: int):
+    def fn(y, bias):
+        b, t = y.shape[0], y.shape[1]
+        length = (t - 1) * stride + k - 2 * padding
+        y = y.reshape(b, t, n, stride, cout)
+        out = None
+        for j in range(n):
+            part = mx.pad(y[:, :, j], [(0, 0), (j, n - 1 - j), (0, 0), (0, 0)])
+            out = part if out is None else out + part
+        out = out.reshape(b, (t + n - 1) * stride, cout)
+        return out[:, padding: padding + length] + bias
+    return mx.compile(fn)
 
 
 def conv_transpose1d_gemm(x: mx.array, weight: mx.array, bias: mx.array | None, stride: int,
                           padding: int) -> mx.array:
-    """Transposed conv: ``x [B, T, Cin]``, ``weight [Cout, K, Cin]`` -> ``[B, (T-1)s + K - 2p, Cout]``."""
+    """Transposed conv: ``x [B, T, Cin]``, ``weight [Cout, K, Cin]`` -> ``[B, (T-1)s + K - 2p, Cout]``.
+
+    One GEMM gives each input frame's K*Cout outputs; they overlap-add in n = K/s phases.
+    """
     b, t, cin = x.shape
     cout, k, _ = weight.shape
     n = -(-k // stride)                              # input frames touching one output frame
     if n * stride != k:
         weight = mx.pad(weight, [(0, 0), (0, n * stride - k), (0, 0)])
-    # every input frame writes K = n*s outputs: [B, T, n, s, Cout]
     y = x @ weight.transpose(1, 0, 2).reshape(n * stride * cout, cin).T
-    y = y.reshape(b, t, n, stride, cout)
-    out = mx.zeros((b, t + n - 1, stride, cout), dtype=y.dtype)
-    for j in range(n):                               # overlap-add of the n phases
-        out = out + mx.pad(y[:, :, j], [(0, 0), (j, n - 1 - j), (0, 0), (0, 0)])
-    out = out.reshape(b, (t + n - 1) * stride, cout)
-    length = (t - 1) * stride + k - 2 * padding
-    out = out[:, padding: padding + length]
-    return out + bias if bias is not None else out
+    if bias is None:
+        bias = mx.zeros((cout,), dtype=x.dtype)
+    return _overlap_add(n, stride, cout, k, padding)(y, bias)
 
 
 class Conv1d(nn.Module):
@@ -60,9 +96,9 @@ class Conv1d(nn.Module):
         self.dilation = dilation
         self.padding = dilation * (kernel_size - 1) // 2 if padding is None else padding
 
-    def __call__(self, x: mx.array) -> mx.array:
+    def __call__(self, x: mx.array, residual: mx.array | None = None) -> mx.array:
         return conv1d_gemm(x, self.weight, self["bias"] if "bias" in self else None,
-                           self.dilation, self.padding)
+                           self.dilation, self.padding, residual)
 
 
 class ConvTranspose1d(nn.Module):
