@@ -65,7 +65,8 @@ def sanitize(model: SpeechDecoder, weights: dict[str, mx.array]) -> dict[str, mx
         if not key.startswith(PREFIX):
             continue
         name = key[len(PREFIX):].replace("._codebook.", ".codebook.")
-        out[name] = _TO_MLX[kinds[name]](w) if name in kinds else w
+        # row-contiguous copies: a transposed view would be re-copied by every matmul that reads it
+        out[name] = mx.contiguous(_TO_MLX[kinds[name]](w)) if name in kinds else w
     return out
 
 
