@@ -6,17 +6,18 @@ on disk; cast to the compute dtype, float32 by default on CPU), and the text tok
 ship no ``tokenizer.json``, so the byte-level BPE is assembled here with ``tokenizers``).
 The speech codec in ``speech_tokenizer/`` is loaded by that package.
 
-Other published conversions:
+Other published conversions (judged from the converter's code, mlx-audio 0.3-0.6; their files
+were not reachable here):
 
-- ``mlx-community/Qwen3-TTS-12Hz-*-bf16`` / ``-fp16`` style repos (mlx-audio conversions) keep
-  the same tensor names and shapes for the talker (its linear layers are [out, in] in both
-  frameworks), so they load, as long as the folder also carries the tokenizer files and
-  ``config.json`` unchanged.  Their speaker-encoder convs are already transposed to MLX
-  layout ([out, k, in]); the strict shape check reports those as mis-shaped rather than
-  guessing, because a shape heuristic cannot tell a transposed k=1 conv apart.
-- Quantised conversions (``-4bit``, ``-6bit``, ``-8bit``) do not load: they replace
-  ``weight`` by packed ``weight``/``scales``/``biases`` triples, which this loader rejects
-  as unexpected tensors (quantisation is ``ttscli convert``'s job).
+- ``mlx-community/Qwen3-TTS-12Hz-*-bf16`` (mlx-audio conversions) keep the checkpoint's tensor
+  names, and linear layers are [out, in] in both frameworks, so the talker and code predictor
+  load.  Their Conv1d weights (speaker encoder, speech tokenizer) were transposed to MLX
+  layout [out, k, in]: a Base conversion is reported as mis-shaped by the strict check instead
+  of being guessed at (a shape heuristic cannot tell a k=1 conv's layout).  CustomVoice and
+  VoiceDesign bf16 conversions have no speaker encoder and load.
+- Quantised conversions (``-4bit``, ``-6bit``, ``-8bit``) do not load: each quantised linear is
+  stored as packed ``weight`` + ``scales`` + ``biases``, which this loader rejects as
+  mis-shaped/unexpected tensors (quantising is ``ttscli convert``'s job).
 """
 from __future__ import annotations
 
