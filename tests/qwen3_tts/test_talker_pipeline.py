@@ -105,6 +105,10 @@ def test_usage_errors():
     p = pipeline("tiny-customvoice")
     with pytest.raises(UsageError, match="speed"):
         run(p, Request(text="Hi", voice="ryan", speed=1.2))
+    with pytest.raises(UsageError, match="unknown sampling"):
+        run(p, Request(text="Hi", voice="ryan", sampling={"temprature": 0.5}))
+    with pytest.raises(UsageError, match="top_p"):
+        run(p, Request(text="Hi", voice="ryan", sampling={"top_p": 0.0}))
     with pytest.raises(UsageError, match="unknown voice"):
         run(p, Request(text="Hi", voice="zed"))
     b = pipeline("tiny-base")

@@ -19,7 +19,7 @@ from typing import Any, Iterator, Protocol, runtime_checkable
 import mlx.core as mx
 import numpy as np
 
-from ttscli.errors import GenerationError
+from ttscli.errors import GenerationError, UsageError
 from ttscli.generate import Stats
 from ttscli.models.qwen3_tts.config import GenerationConfig
 from ttscli.models.qwen3_tts.prompt import Prompt
@@ -78,7 +78,15 @@ class LoopConfig:
                                max_frames: int | None = None) -> "LoopConfig":
         """Defaults from generation_config.json; ``overrides`` may set temperature, top_k, top_p,
         min_p, repetition_penalty, do_sample and the same with a ``subtalker_`` prefix."""
-        o = dict(overrides or {})
+        o = {k.replace("dosample", "do_sample"): v for k, v in (overrides or {}).items() if v is not None}
+        if "max_new_tokens" in o:
+            mf = o.pop("max_new_tokens")
+            max_frames = mf if max_frames is None else max_frames
+        known = {"temperature", "top_k", "top_p", "min_p", "repetition_penalty", "do_sample"}
+        bad = sorted(k for k in o if k.removeprefix("subtalker_") not in known)
+        if bad:
+            raise UsageError(f"unknown sampling option(s) {', '.join(bad)}; Qwen3-TTS takes "
+                             f"{', '.join(sorted(known))} and the same with a subtalker_ prefix")
         talker = SamplingParams(g.temperature, g.top_k, g.top_p, 0.0, g.repetition_penalty, g.do_sample)
         sub = SamplingParams(g.subtalker_temperature, g.subtalker_top_k, g.subtalker_top_p, 0.0, 1.0,
                              g.subtalker_dosample)

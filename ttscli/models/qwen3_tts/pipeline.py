@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import mlx.core as mx
 import numpy as np
 
-from ttscli.errors import BackendUnavailableError, UsageError
+from ttscli.errors import BackendUnavailableError, InputTooLongError, UsageError
 from ttscli.generate import Request, Stats
 from ttscli.models.qwen3_tts.config import GenerationConfig
 from ttscli.models.qwen3_tts.loop import CodeDecoder, LoopConfig, MLXCodeDecoder, generate_frames
@@ -23,6 +23,7 @@ from ttscli.models.qwen3_tts.prompt import VoicePrompt, prepare, ref_text_templa
 from ttscli.models.qwen3_tts.voice import is_voice_file, load_voice, save_voice
 
 SAMPLE_RATE = 24000
+MAX_PROMPT = 4096
 
 
 class Qwen3TTSPipeline:
@@ -113,6 +114,9 @@ class Qwen3TTSPipeline:
         prompt = prepare(self.model.talker, self.args, self.tokenizer, r.text, language=r.language,
                          speaker=speaker, instruct=r.instruct, voice=voice,
                          non_streaming=r.extra.get("non_streaming"))
+        if prompt.embeds.shape[1] > MAX_PROMPT:
+            raise InputTooLongError(f"the prompt is {prompt.embeds.shape[1]} tokens, over the {MAX_PROMPT}-token limit; "
+                                    "shorten the text chunk, instruction or reference audio")
         it = generate_frames(self.model.talker, self.code_decoder, prompt, self.loop_config(r),
                              seed=r.seed, stats=self.stats)
         return it, voice
