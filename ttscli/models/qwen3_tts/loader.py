@@ -30,7 +30,11 @@ from ttscli.errors import CheckpointError
 from ttscli.models.qwen3_tts.config import GenerationConfig, ModelArgs, read_json
 from ttscli.models.qwen3_tts.model import Qwen3TTSModel, to_dtype
 
-# transformers' Qwen2 pre-tokenizer split (the published Qwen2/Qwen3 text tokenizer).
+# transformers' Qwen2 pre-tokenizer split (the published Qwen2/Qwen3 text tokenizer).  Note:
+# upstream loads its processor with fix_mistral_regex=True, and transformers 4.57.3 then swaps
+# in a different split pattern when the folder is local (config.json says 4.57.3) but not when
+# it comes from a Hub id.  On the real vocab both gave identical ids for mixed English/Chinese/
+# digits/contractions/CamelCase test strings; we keep the pattern the tokenizer was made with.
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
