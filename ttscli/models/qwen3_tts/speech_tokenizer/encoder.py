@@ -237,21 +237,30 @@ class SEANetEncoder(nn.Module):
         self.layers = layers
 
     def __call__(self, x: mx.array, chunk: int | None = None) -> mx.array:
-        """``x [B, N, 1]`` -> ``[B, ceil(N / hop), hidden]``; ``chunk`` (a multiple of the hop) runs the
-        causal stack chunk by chunk with carried context: same result, but the first stages' 60 MB
-        activations (10 s of audio) shrink to cache-sized ones: ~1.3x faster here at 2 s chunks."""
-        if chunk is None or x.shape[1] <= chunk:
-            return self._run(x, None, True)
-        cache: dict = {}
-        outs = []
-        for start in range(0, x.shape[1], chunk):
-            y = self._run(x[:, start: start + chunk], cache, start + chunk >= x.shape[1])
-            mx.eval(y)
-            outs.append(y)
-        return mx.concatenate(outs, axis=1)
+        """``x [B, N, 1]`` -> ``[B, ceil(N / hop), hidden]``.
 
-    def _run(self, x: mx.array, cache: dict | None, final: bool) -> mx.array:
-        for layer in self.layers:
+        ``chunk`` (a multiple of the hop) runs the first two stages chunk by chunk with carried causal
+        context: the same result, but their 60 MB activations (10 s of audio) shrink to cache-sized
+        ones. The later stages have few frames and wide weights, so they run on the whole clip
+        (chunking them only re-reads weights). ~1.4x less CPU time for the SEANet here.
+        """
+        strided = [i for i, layer in enumerate(self.layers) if isinstance(layer, CausalConv1d) and layer.stride > 1]
+        split = strided[1] + 1 if len(strided) > 1 else len(self.layers)
+        if chunk is not None and x.shape[1] > chunk:
+            cache: dict = {}
+            outs = []
+            for start in range(0, x.shape[1], chunk):
+                y = self._run(self.layers[:split], x[:, start: start + chunk], cache, start + chunk >= x.shape[1])
+                mx.eval(y)
+                outs.append(y)
+            x = mx.concatenate(outs, axis=1)
+        else:
+            x = self._run(self.layers[:split], x, None, True)
+        return self._run(self.layers[split:], x, None, True)
+
+    @staticmethod
+    def _run(layers: list, x: mx.array, cache: dict | None, final: bool) -> mx.array:
+        for layer in layers:
             x = layer(x, cache=cache, final=final) if isinstance(layer, (CausalConv1d, ResnetBlock)) else layer(x)
         return x
 
@@ -413,7 +422,7 @@ class SpeechEncoder(nn.Module):
                                        bias=False, pad_mode="replicate")
         self.quantizer = SplitResidualVectorQuantizer(args)
 
-    def hidden(self, wav: mx.array, chunk_hops: int | None = 50) -> mx.array:
+    def hidden(self, wav: mx.array, chunk_hops: int | None = 16) -> mx.array:
         """``wav [B, N]`` -> latent frames ``[B, T, hidden]`` (12.5 Hz), the quantizer input.
 
         ``chunk_hops``: SEANet chunk length in 25 Hz frames (None: whole clip at once; same result)."""
