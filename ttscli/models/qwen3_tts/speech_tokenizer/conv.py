@@ -179,8 +179,11 @@ _snake_impl = {}
 
 
 def _snake(x: mx.array, alpha: mx.array, inv_beta: mx.array) -> mx.array:
-    """The polynomial on CPU, if this build computes it as written (a fast-math compiler could
-    fold the rounding adds away); the native sin elsewhere (GPUs have a fast one)."""
+    """The polynomial for float32 on CPU, if this build computes it as written (a fast-math
+    compiler could fold the rounding adds away); the native sin elsewhere (GPUs have a fast one;
+    the rounding constant does not fit half precision)."""
+    if x.dtype != mx.float32:
+        return _snake_sin(x, alpha, inv_beta)
     dev = str(mx.default_device())
     fn = _snake_impl.get(dev)
     if fn is None:

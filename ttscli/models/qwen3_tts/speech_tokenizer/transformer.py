@@ -14,6 +14,9 @@ Two caches, both owned by the caller:
   (outputs discarded, positions restarting at 0) before the new frames go in. Never clamped,
   but not exact: after a re-prime the next frames see ``reprime_frames`` frames of history,
   rebuilt from scratch, instead of the reference's ``layers*(window-1)`` receptive field.
+  Measured at the released dimensions with random weights (300 frames, 256 slots): rms error
+  0.097 on a 0.236-rms signal with 24 frames of context, 0.050 with 72. Use it only to mirror
+  a fixed-capacity backend.
 """
 from __future__ import annotations
 
