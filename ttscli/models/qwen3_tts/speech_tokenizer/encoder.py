@@ -7,8 +7,11 @@ RVQ (1 semantic + N-1 acoustic levels, each half projecting the same input). Onl
 reference clip.
 
 Parameter names follow ``speech_tokenizer/model.safetensors`` after the ``encoder.`` prefix. Conv
-weights are kept in MLX layout ``[out, k, in]``; each conv runs as one matmul over stacked (strided)
-taps, which reaches BLAS on the Linux CPU where mx.conv1d does not for every shape.
+weights are kept in MLX layout ``[out, k, in]``. On the Linux CPU every conv runs as BLAS GEMMs
+(a sum of shifted per-tap products; strided kernels over blocks of ``stride`` frames), ELU/GELU run
+in numpy (MLX's CPU exp/erf are scalar and slow), and the first SEANet stages run in short chunks
+with carried causal context. The upstream sliding window (250) is not applied, as in upstream's
+eager/SDPA attention.
 """
 from __future__ import annotations
 
