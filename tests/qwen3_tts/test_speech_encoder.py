@@ -124,7 +124,23 @@ def test_config_mismatch_is_a_checkpoint_error(tmp_path):
 def test_published_config_defaults_and_layout():
     from mlx.utils import tree_flatten
 
-    args = EncoderArgs.from_config({"encoder_valid_num_quantizers": 16, "encoder_config": {"_frame_rate": 12.5}})
+    # encoder_config as published in speech_tokenizer/config.json (research notes, section 2.5)
+    published = {
+        "_frame_rate": 12.5, "audio_channels": 1, "codebook_dim": 256, "codebook_size": 2048, "compress": 2,
+        "dilation_growth_rate": 2, "head_dim": 64, "hidden_act": "gelu", "hidden_size": 512, "intermediate_size": 2048,
+        "kernel_size": 7, "last_kernel_size": 3, "layer_scale_initial_scale": 0.01, "max_position_embeddings": 8000,
+        "norm_eps": 1e-05, "normalize": False, "num_attention_heads": 8, "num_filters": 64, "num_hidden_layers": 8,
+        "num_key_value_heads": 8, "num_quantizers": 32, "num_residual_layers": 1, "num_semantic_quantizers": 1,
+        "pad_mode": "constant", "residual_kernel_size": 3, "rope_theta": 10000.0, "sampling_rate": 24000,
+        "sliding_window": 250, "trim_right_ratio": 1.0, "upsample_groups": 512, "upsampling_ratios": [8, 6, 5, 4],
+        "use_cache": False, "use_causal_conv": True, "use_conv_shortcut": False, "use_streaming": False,
+        "vector_quantization_hidden_dimension": 256, "dtype": "float32"}
+    args = EncoderArgs.from_config({"encoder_valid_num_quantizers": 16, "encode_downsample_rate": 1920,
+                                    "encoder_config": published})
+    defaults = EncoderArgs.from_config({})
+    assert args._frame_rate == 12.5 and defaults._frame_rate is None  # both give a stride-2, k=4 downsample
+    defaults._frame_rate = 12.5
+    assert args == defaults  # the published values are the defaults
     assert args.downsample_kernel == 4 and args.head_dim == 64
     shapes = {k: tuple(v.shape) for k, v in tree_flatten(SpeechEncoder(args).parameters())}
     # keys/shapes from LAYOUT.md (PyTorch conv [out, in, k] -> ours [out, k, in])
