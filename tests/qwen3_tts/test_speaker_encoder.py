@@ -65,6 +65,11 @@ def test_embeddings_differ_between_clips(golden):
     assert np.abs(a - b).max() > 100 * 1e-3 * np.abs(a).max()
 
 
+def test_accepts_mx_input(model, golden):
+    a = np.array(model.embed(mx.array(golden["wav_b"])))
+    np.testing.assert_allclose(a, np.array(model.embed(golden["wav_b"])), rtol=0, atol=1e-6)
+
+
 def test_forward_from_upstream_mel(model, golden):
     emb = np.array(model(mx.array(golden["mel_a"])[None])[0])
     assert np.abs(emb - golden["emb_a"]).max() < 1e-3 * np.abs(golden["emb_a"]).max()
