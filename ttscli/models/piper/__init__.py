@@ -20,10 +20,12 @@ from ttscli.models.base import LoadOptions
 from .convert import FORMAT_VERSION, convert_onnx, source_fingerprint
 from .model import ModelArgs, Vits
 from .phonemize import phonemize, phoneme_ids, text_to_ids
+from .hooks import bench_components, bench_peer, convert_mlx, parity_checks
 from .pipeline import PiperPipeline
 
 __all__ = ["load_pipeline", "convert_onnx", "load_converted", "find_onnx", "default_voice_dir",
-           "random_model", "phonemize", "phoneme_ids", "text_to_ids", "PiperPipeline", "Vits", "ModelArgs"]
+           "random_model", "phonemize", "phoneme_ids", "text_to_ids", "PiperPipeline", "Vits", "ModelArgs",
+           "convert_mlx", "parity_checks", "bench_peer", "bench_components"]
 
 _LOG = logging.getLogger(__name__)
 
