@@ -197,6 +197,11 @@ def convert_onnx(onnx_path: Path, out_dir: Path, progress: Callable[[str], None]
         say(f"writing {len(weights)} tensors")
         save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "mlx"})
         (tmp / "config.json").write_text(json.dumps(config, indent=1, ensure_ascii=False), encoding="utf-8")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)                    # mkdtemp made it private
+        for f in tmp.iterdir():
+            os.chmod(f, 0o666 & ~umask)
         old = None
         if out_dir.exists():
             old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
