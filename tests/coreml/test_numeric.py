@@ -239,24 +239,20 @@ def test_8bit_packages_close_to_upstream(packages_8bit, goldens):
     assert cosine_rows(got, goldens["cp_logits"]).min() > 0.999
 
 
-def test_8bit_quantizes_only_weight_matrices(tmp_path, goldens):
-    """At capacity 256 the RoPE tables pass coremltools' size threshold; they must stay exact
+def test_8bit_quantizes_only_weight_matrices(packages_8bit, goldens):
+    """At this capacity the RoPE tables pass coremltools' size threshold; they must stay exact
     (position 0's sin row is all zeros, which a per-row int8 scale turns into NaN)."""
     from mil_interp import load_package_program
 
-    from ttscli.models.qwen3_tts.coreml_export import export_coreml
-
-    export_coreml(CHECKPOINT, tmp_path, capacity=256, weights_8bit=True, components=("talker", "code_predictor"))
+    folder, manifest = packages_8bit
     for name in ("talker", "code_predictor"):
-        fn = load_package_program(tmp_path / f"{name}.mlpackage").functions["main"]
+        fn = load_package_program(folder / f"{name}.mlpackage").functions["main"]
         for op in fn.operations:
             if op.op_type.startswith("constexpr"):
                 users = op.outputs[0].child_ops
                 assert all(u.op_type == "linear" or u.name.startswith("cp_heads") for u in users), op.name
                 assert op.scale.val.shape[:-1] == op.data.val.shape[:-1]      # one scale per output row
-    t = CoreMLTalker(tmp_path, model=InterpretedModel(tmp_path / "talker.mlpackage"))
-    logits, _, _ = run_talker(t, goldens["talker_embeds"][:3])
-    assert np.isfinite(logits).all()
+    assert manifest["packages"]["talker"]["cache_shape"][2] * 16 > 2048
 
 
 def stream_decoder(pk, fp16):

@@ -92,6 +92,8 @@ class CoreMLTalker:
     def prefill(self, embeds, cache: CoreMLCache):
         """Feed ``embeds [1, L, H]`` (one call per position); logits/hidden of the last one."""
         e = _np(embeds).reshape(-1, self.hidden_size)
+        if not e.shape[0]:
+            raise ValueError("prefill needs at least one position")
         self.ensure_fits(cache, e.shape[0], "prompt")
         logits = hidden = None
         for row in e:
