@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from conftest import no_files, only_line
+from clitools import no_files, only_line
 
 COMMANDS = ["speak", "clone", "convert", "bench", "parity", "models"]
 

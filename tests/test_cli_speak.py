@@ -6,7 +6,7 @@ import time
 import numpy as np
 import soundfile as sf
 
-from conftest import no_files, only_line, ttscli_exe
+from clitools import no_files, only_line, ttscli_exe
 
 FOX = "The quick brown fox jumps over the lazy dog."
 LONG = " ".join(f"This is sentence number {i}, spoken to test streaming and interruption." for i in range(12))
