@@ -9,14 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-FIXTURE = HERE.parent / "fixtures" / "coreml"
-CHECKPOINT = FIXTURE / "qwen3_tts_tiny"
-CAPACITY = 160         # > 2048/head_dim: RoPE tables pass coremltools' quantization size threshold
-DECODER_FRAMES = 9     # = the one-shot golden's length; chunked golden: window 9 = chunk 6 + context 3
-STREAM_FRAMES = 3      # frames per call of the streaming decoder (the tiny window is 4 frames)
+from coreml_common import CAPACITY, CHECKPOINT, DECODER_FRAMES, FIXTURE, STREAM_FRAMES  # noqa: E402
 
 
 @pytest.fixture(scope="session")

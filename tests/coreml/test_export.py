@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CAPACITY, CHECKPOINT, DECODER_FRAMES, STREAM_FRAMES
+from coreml_common import CAPACITY, CHECKPOINT, DECODER_FRAMES, STREAM_FRAMES
 
 import coremltools as ct
 

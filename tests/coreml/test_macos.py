@@ -4,7 +4,7 @@ Run on macOS 15+ (Apple Silicon): ``pytest -m macos tests/coreml``. Skipped else
 """
 import numpy as np
 import pytest
-from conftest import CAPACITY, CHECKPOINT
+from coreml_common import CAPACITY, CHECKPOINT
 
 from ttscli.backends.coreml import coreml_available
 from ttscli.errors import GenerationError

@@ -2,7 +2,7 @@
 runtime classes, against goldens from the upstream PyTorch reference."""
 import numpy as np
 import pytest
-from conftest import CAPACITY, CHECKPOINT
+from coreml_common import CAPACITY, CHECKPOINT
 from mil_interp import InterpretedModel
 
 from ttscli.errors import BackendUnavailableError, GenerationError
