@@ -129,3 +129,23 @@ def test_stream_decoder_on_device_equals_one_shot(packages, packages_fp32, golde
     folder, manifest = packages
     wav16 = CoreMLStreamDecoder(folder, "cpu_and_gpu", manifest).decode(codes)
     assert 10 * np.log10((ref ** 2).sum() / ((wav16 - ref) ** 2).sum()) > 25
+
+
+def test_code_decoder_load_checks_the_source_checkpoint(packages, tmp_path):
+    import shutil
+
+    from ttscli.models.base import LoadOptions
+    from ttscli.models.qwen3_tts.coreml_runtime import CoreMLCodeDecoder
+    from ttscli.errors import CheckpointError
+
+    folder, _ = packages
+    dec = CoreMLCodeDecoder.load(None, CHECKPOINT, LoadOptions(extra={"coreml_dir": folder}))
+    cache = dec.new_cache()
+    logits, hidden = dec.prefill(np.zeros((1, 2, dec.hidden_size), np.float32), cache)
+    assert logits.shape == (1, dec.vocab_size) and cache.offset == 2
+    other = tmp_path / "other"
+    shutil.copytree(CHECKPOINT, other)
+    with open(other / "model.safetensors", "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(CheckpointError, match="another checkpoint"):
+        CoreMLCodeDecoder.load(None, other, LoadOptions(extra={"coreml_dir": folder}))

@@ -160,6 +160,11 @@ def test_without_coreml_runtime_loading_is_a_clear_error(packages):
     folder, _ = packages
     with pytest.raises(BackendUnavailableError, match="Core ML needs macOS 15"):
         CoreMLTalker(folder)
+    from ttscli.models.base import LoadOptions
+    from ttscli.models.qwen3_tts.coreml_runtime import CoreMLCodeDecoder
+
+    with pytest.raises(BackendUnavailableError, match="Core ML needs macOS 15"):
+        CoreMLCodeDecoder.load(None, CHECKPOINT, LoadOptions(extra={"coreml_dir": folder}))
 
 
 def test_greedy_frames_equal_mlx(packages_fp32):
@@ -287,3 +292,18 @@ def test_stream_decoder_fp16_close_to_upstream(packages, goldens):
     wav = stream_decoder(packages, True).decode(goldens["decoder_codes"].T)
     ref = goldens["decoder_wav"]
     assert 10 * np.log10((ref ** 2).sum() / ((wav - ref) ** 2).sum()) > 25
+
+
+def test_packages_built_from_the_mlx_model_match_upstream(tmp_path, goldens):
+    """The random-weights bench path: packages from an in-memory MLX model (same names/layout)."""
+    pytest.importorskip("mlx.core")
+    from ttscli.models.qwen3_tts.coreml_runtime import build_from_model
+    from ttscli.models.qwen3_tts.loader import load_model
+
+    model, _ = load_model(CHECKPOINT, "float32")
+    folder = build_from_model(model, capacity=16, out_dir=tmp_path / "pk")
+    assert build_from_model(model, capacity=16, out_dir=tmp_path / "pk") == folder     # cached
+    t = CoreMLTalker(folder, model=InterpretedModel(folder / "talker.mlpackage", fp16=False))
+    logits, _, _ = run_talker(t, goldens["talker_embeds"][:4])
+    np.testing.assert_allclose(logits, goldens["talker_logits"][:4], atol=2e-3)
+    assert sorted(p.name for p in folder.iterdir()) == ["code_predictor.mlpackage", "manifest.json", "talker.mlpackage"]

@@ -260,3 +260,107 @@ class CoreMLStreamDecoder:
         """One clip ``[T, Q]`` -> ``[T * samples_per_frame]``, exactly as a one-shot decode."""
         stream = self.new_stream()
         return np.concatenate([self.push(codes, stream), self.flush(stream)])
+
+
+class ModelWeights:
+    """A weight source over an MLX Qwen3TTSModel: its parameter names are the checkpoint's."""
+
+    def __init__(self, model):
+        import mlx.core as mx
+        from mlx.utils import tree_flatten
+
+        self._params = dict(tree_flatten(model.parameters()))
+        if any(k.endswith(".scales") for k in self._params):
+            raise CheckpointError("cannot build Core ML packages from a quantized MLX model; use the original checkpoint")
+        self._mx = mx
+        self.path = Path("MLX model")
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._params
+
+    def keys(self):
+        return self._params.keys()
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        return tuple(self._params[key].shape)
+
+    def get(self, key: str) -> np.ndarray:
+        return np.array(self._params[key].astype(self._mx.float32))
+
+
+def _fingerprint(model, extra: str) -> str:
+    import hashlib
+
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    h = hashlib.sha256(extra.encode())
+    for k, v in sorted(tree_flatten(model.parameters())):
+        if k.startswith("talker."):
+            h.update(f"{k}{tuple(v.shape)}{float(v.astype(mx.float32).sum().item()):.6e}".encode())
+    return h.hexdigest()[:16]
+
+
+def build_from_model(model, capacity: int = 256, out_dir: Path | None = None,
+                     progress: Callable[..., None] | None = None) -> Path:
+    """Talker + code predictor packages from an in-memory MLX model (e.g. random weights at real
+    dimensions for bench), cached by a fingerprint of its weights. Minutes at 0.6B size."""
+    import dataclasses
+    import json
+
+    from ttscli.paths import cache_dir
+
+    from .coreml_export import export_from_sources
+
+    cfg = json.loads(json.dumps(dataclasses.asdict(model.args), default=str))
+    out_dir = Path(out_dir) if out_dir else cache_dir() / "coreml" / f"model-{_fingerprint(model, f'{capacity}')}"
+    if (out_dir / "manifest.json").is_file():
+        return out_dir
+    src = ModelWeights(model)
+    tmp = out_dir.with_name(out_dir.name + ".partial")
+    export_from_sources(cfg, {"decoder_config": {}}, (lambda: src, None), tmp, capacity=capacity,
+                        progress=progress, components=(TALKER, CODE_PREDICTOR), source_name="MLX model weights")
+    tmp.rename(out_dir)
+    return out_dir
+
+
+def find_converted(checkpoint: Path) -> Path:
+    """The converted-packages folder whose manifest names this checkpoint's model.safetensors."""
+    from ttscli.paths import cache_dir
+
+    from .coreml_export import sha256
+
+    digest = sha256(Path(checkpoint) / "model.safetensors")
+    for m in sorted((cache_dir() / "converted").glob("*/coreml/manifest.json")):
+        try:
+            if read_manifest(m.parent)["source"]["sha256"].get("model.safetensors") == digest:
+                return m.parent
+        except (CheckpointError, KeyError):
+            continue
+    raise CheckpointError(f"no Core ML packages converted from {checkpoint}; run `ttscli convert MODEL --to coreml` "
+                          "or use --code-decoder-backend mlx")
+
+
+class CoreMLCodeDecoder(CoreMLTalker):
+    """The talker behind loop.CodeDecoder on Core ML; everything else stays in MLX."""
+
+    @classmethod
+    def load(cls, model, checkpoint: Path | None, options) -> "CoreMLCodeDecoder":
+        """``options.extra``: ``coreml_dir`` (packages folder; default: the converted cache entry
+        built from this checkpoint, or for random weights a build from ``model``),
+        ``coreml_compute_units`` (all | cpu_and_gpu | cpu_only | cpu_and_ne), ``coreml_capacity``."""
+        require_coreml()
+        extra = dict(getattr(options, "extra", {}) or {})
+        folder = extra.get("coreml_dir")
+        if folder is None:
+            folder = (build_from_model(model, int(extra.get("coreml_capacity", 256)))
+                      if checkpoint is None else find_converted(checkpoint))
+        manifest = read_manifest(Path(folder))
+        if checkpoint is not None and folder is not None and extra.get("coreml_dir"):
+            from .coreml_export import sha256
+
+            want = manifest["source"]["sha256"].get("model.safetensors")
+            if want != sha256(Path(checkpoint) / "model.safetensors"):
+                raise CheckpointError(f"Core ML packages in {folder} were converted from another checkpoint "
+                                      f"than {checkpoint}; convert again")
+        return cls(Path(folder), extra.get("coreml_compute_units", "all"), manifest)
