@@ -111,7 +111,11 @@ def test_usage_errors():
         run(p, Request(text="Hi", voice="ryan", sampling={"top_p": 0.0}))
     with pytest.raises(UsageError, match="unknown voice"):
         run(p, Request(text="Hi", voice="zed"))
+    with pytest.raises(UsageError, match="needs a Base model"):
+        run(p, Request(text="Hi", voice="v.safetensors"))
     b = pipeline("tiny-base")
+    with pytest.raises(UsageError, match="no preset voices"):
+        run(b, Request(text="Hi", voice="ryan"))
     with pytest.raises(UsageError, match="reference audio"):
         run(b, Request(text="Hi"))
     with pytest.raises(UsageError, match="ref-text"):

@@ -107,6 +107,12 @@ class Qwen3TTSPipeline:
         if r.speed != 1.0:
             raise UsageError("Qwen3-TTS has no speed control; drop --speed (or describe the pace with --instruct on "
                              "1.7B CustomVoice/VoiceDesign)")
+        if self.args.is_base and r.voice and not is_voice_file(r.voice):
+            raise UsageError(f"Base models have no preset voices ({r.voice!r}); clone one with --ref or pass a "
+                             "saved voice .safetensors")
+        if not self.args.is_base and (is_voice_file(r.voice) or r.ref_audio is not None):
+            raise UsageError("voice cloning (reference audio or a saved voice file) needs a Base model, "
+                             "e.g. qwen3-tts-0.6b-base")
         voice = self.voice_prompt(r)
         speaker = None if is_voice_file(r.voice) or self.args.is_base else r.voice
         if self.args.tts_model_type == "custom_voice" and not speaker:
