@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 
 from ttscli.errors import CheckpointError, UsageError
 
