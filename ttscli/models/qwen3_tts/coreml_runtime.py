@@ -21,6 +21,10 @@ from .coreml_export import CODE_PREDICTOR, SPEECH_DECODER, SPEECH_DECODER_STREAM
 
 
 def _np(x) -> np.ndarray:
+    if type(x).__module__.startswith("mlx"):
+        import mlx.core as mx
+
+        x = x.astype(mx.float32)   # numpy has no bfloat16
     return np.asarray(x, dtype=np.float32)
 
 
