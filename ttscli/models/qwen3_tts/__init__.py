@@ -113,3 +113,4 @@ def bench_components(pipeline, req) -> dict[str, float]:
     import numpy as np
 
     return {"talker_step_ms": float(np.median(step_ms)), "code_predictor_frame_ms": float(np.median(cp_ms))}
+from .parity import parity_checks  # noqa: F401
