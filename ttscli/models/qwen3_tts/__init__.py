@@ -114,3 +114,6 @@ def bench_components(pipeline, req) -> dict[str, float]:
 
     return {"talker_step_ms": float(np.median(step_ms)), "code_predictor_frame_ms": float(np.median(cp_ms))}
 from .parity import parity_checks  # noqa: F401
+
+from .convert import convert_mlx  # noqa: E402,F401  (ttscli convert --to mlx)
+from .coreml_export import convert_coreml  # noqa: E402,F401  (ttscli convert --to coreml)
