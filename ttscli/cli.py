@@ -57,7 +57,13 @@ CodeDecoderBackend = typer.Option(
 
 
 def set_flags(quiet: bool, verbose: bool, debug: bool) -> None:
+    import logging
+
     State.quiet, State.verbose, State.debug = quiet, verbose and not quiet, debug
+    level = logging.DEBUG if debug else logging.INFO if State.verbose else logging.ERROR
+    logging.basicConfig(level=level, format="%(name)s: %(message)s", force=True)
+    # coremltools warns at import that its runtime is absent off macOS: noise, not news
+    logging.getLogger("coremltools").setLevel(logging.DEBUG if debug else logging.ERROR)
 
 
 def registry_from(files: Optional[List[Path]]):

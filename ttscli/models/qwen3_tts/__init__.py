@@ -116,4 +116,11 @@ def bench_components(pipeline, req) -> dict[str, float]:
 from .parity import parity_checks  # noqa: F401
 
 from .convert import convert_mlx  # noqa: E402,F401  (ttscli convert --to mlx)
-from .coreml_export import convert_coreml  # noqa: E402,F401  (ttscli convert --to coreml)
+
+
+
+def convert_coreml(*args, **kwargs):
+    """`ttscli convert --to coreml` (coremltools is imported only when converting)."""
+    from .coreml_export import convert_coreml as export
+
+    return export(*args, **kwargs)
