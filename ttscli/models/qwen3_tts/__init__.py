@@ -118,7 +118,6 @@ from .parity import parity_checks  # noqa: F401
 from .convert import convert_mlx  # noqa: E402,F401  (ttscli convert --to mlx)
 
 
-
 def convert_coreml(*args, **kwargs):
     """`ttscli convert --to coreml` (coremltools is imported only when converting)."""
     from .coreml_export import convert_coreml as export

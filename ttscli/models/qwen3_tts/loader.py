@@ -107,5 +107,9 @@ def load_model(path: Path, dtype: str | None = None) -> tuple[Qwen3TTSModel, Gen
         weights = mx.load(str(st))
     except Exception as e:  # mlx raises plain RuntimeError/ValueError on a corrupt file
         raise CheckpointError(f"{st}: cannot read ({e})") from e
+    # checkpoints written by `ttscli convert -q` carry packed weights + scales (mlx-lm convention)
+    from ttscli.models.qwen3_tts.convert import apply_quantization
+
+    apply_quantization(model, read_json(path / "config.json"), weights)
     model.load_checkpoint_weights(weights, to_dtype(dtype), str(st))
     return model, GenerationConfig.from_file(path / "generation_config.json")
