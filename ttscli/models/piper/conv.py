@@ -47,7 +47,7 @@ def conv1d_gemm(x: mx.array, weight: mx.array, bias: mx.array | None, dilation: 
     contribution at every input frame, then a compiled shifted sum adds the K taps. Measured
     here at HiFi-GAN's last stage (T=89600, 32 ch, k7 d12) it beats an im2col GEMM 3x, because
     building the im2col copy cost more than the product itself. ``wmat`` is ``gemm_weight(weight)``
-    when the caller keeps it (re-laying the weight out on every call cost as much as the GEMM).
+    when the caller keeps it (re-laying the weight out on every call cost a third of the conv).
     """
     cout, k, cin = weight.shape
     if bias is None:
