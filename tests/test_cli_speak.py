@@ -89,3 +89,25 @@ def test_ctrl_c_leaves_no_partial_file(tmp_path):
     assert proc.returncode == 130, err
     assert "interrupted" in only_line(err.decode())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_play_without_portaudio_or_device_is_one_line(run_cli, tmp_path):
+    try:
+        import sounddevice as sd
+
+        sd.query_devices(kind="output")
+        import pytest
+
+        pytest.skip("this machine has PortAudio and an output device")
+    except Exception:
+        pass
+    p = run_cli("speak", "Hello.", "--play")
+    assert p.returncode == 1
+    line = only_line(p.err)
+    assert "--play" in line and ("PortAudio" in line or "output device" in line)
+
+
+def test_no_output_flag_writes_wav_to_a_pipe(run_cli):
+    p = run_cli("speak", "Hello.")  # stdout is a pipe here
+    assert p.returncode == 0, p.err
+    assert p.stdout[:4] == b"RIFF" and len(p.stdout) > 44 + 2000

@@ -86,3 +86,14 @@ def test_reconverting_a_quantized_checkpoint_is_refused(run_cli, tmp_path, ckpt)
     p = run_cli("convert", CV, "--model-dir", q, "--to", "mlx", "-o", tmp_path / "again")
     assert p.returncode == 2 and "already quantized" in only_line(p.err)
     assert not (tmp_path / "again").exists()
+
+
+def test_convert_to_coreml_through_the_cli(run_cli, tmp_path, ckpt):
+    out = tmp_path / "cml"
+    p = run_cli("convert", CV, "--model-dir", ckpt, "--to", "coreml", "--capacity", "64", "-o", out)
+    assert p.returncode == 0, p.err
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert (out / "talker.mlpackage").is_dir() or any(x.suffix == ".mlpackage" for x in out.iterdir())
+    assert "talker" in json.dumps(manifest) and "64" in json.dumps(manifest)
+    bad = run_cli("convert", CV, "--model-dir", ckpt, "--to", "coreml", "--dtype", "float32", "-o", tmp_path / "x")
+    assert bad.returncode == 2 and "float16" in only_line(bad.err)
