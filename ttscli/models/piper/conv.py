@@ -16,18 +16,36 @@ import mlx.nn as nn
 
 
 @lru_cache(maxsize=None)
-def _tap_sum(k: int, dilation: int, cout: int):
-    """Compiled ``sum_i P[:, i*d : i*d + T, i*Cout:(i+1)*Cout] (+ bias) (+ residual)``.
+def _tap_sum(k: int, dilation: int, cout: int, t0: int = 0, col0: int = 0, trim: int = 0):
+    """Compiled ``sum_i P[:, t0 + i*d : ... + T, col0 + i*Cout : ...] + bias + residual``.
 
-    One fused pass over the GEMM output instead of K separate adds.
+    One fused pass over the GEMM output instead of K separate adds. ``t0``/``col0`` select one
+    conv's taps inside a GEMM shared by several convs (``trim`` = extra padding on each side).
     """
     def fn(p, bias, residual):
-        t_out = p.shape[1] - dilation * (k - 1)
+        t_out = p.shape[1] - 2 * trim - dilation * (k - 1)
         y = bias + residual
         for i in range(k):
-            y = y + p[:, i * dilation: i * dilation + t_out, i * cout: (i + 1) * cout]
+            t, c = t0 + i * dilation, col0 + i * cout
+            y = y + p[:, t: t + t_out, c: c + cout]
         return y
     return mx.compile(fn)
+
+
+def shared_input_convs(x: mx.array, convs: list, wcat: mx.array, residual: mx.array | None = None,
+                       ) -> list[mx.array]:
+    """Several same-length convs of one input as ONE GEMM (weights side by side, input padded
+    for the widest) and a tap sum per conv. ``wcat`` = ``concatenate([gemm_weight(c.weight)], 1)``."""
+    pad = max(c.padding for c in convs)
+    p = mx.pad(x, [(0, 0), (pad, pad), (0, 0)]) @ wcat
+    res = mx.zeros((1,), dtype=x.dtype) if residual is None else residual
+    outs, col = [], 0
+    for c in convs:
+        cout, k, _ = c.weight.shape
+        fn = _tap_sum(k, c.dilation, cout, pad - c.padding, col, pad - c.padding)
+        outs.append(fn(p, c.bias, res))
+        col += k * cout
+    return outs
 
 
 def gemm_weight(weight: mx.array) -> mx.array:

@@ -4,7 +4,18 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from .conv import Conv1d, ConvTranspose1d
+from .conv import Conv1d, ConvTranspose1d, gemm_weight, shared_input_convs
+
+
+@mx.compile
+def _mean3(a, b, c):
+    return (a + b + c) / 3
+
+
+def _mean(xs: list[mx.array]) -> mx.array:
+    if len(xs) == 3:
+        return _mean3(*xs)
+    return sum(xs[1:], xs[0]) / len(xs)
 
 
 class WN(nn.Module):
@@ -71,13 +82,23 @@ class ResBlock1(nn.Module):
         self.convs1 = [Conv1d(channels, channels, kernel_size, d) for d in dilations]
         self.convs2 = [Conv1d(channels, channels, kernel_size, 1) for _ in dilations]
 
+    first_takes_residual = False
+
     def children_convs(self) -> list[Conv1d]:
         return self.convs1 + self.convs2
 
-    def __call__(self, x: mx.array) -> mx.array:
-        for c1, c2 in zip(self.convs1, self.convs2):
+    def first(self) -> Conv1d:
+        return self.convs1[0]
+
+    def finish(self, h: mx.array, x: mx.array) -> mx.array:
+        """Rest of the block, given the first conv's output ``h`` on ``leaky_relu(x)``."""
+        x = self.convs2[0](nn.leaky_relu(h, 0.1), residual=x)
+        for c1, c2 in zip(self.convs1[1:], self.convs2[1:]):
             x = c2(nn.leaky_relu(c1(nn.leaky_relu(x, 0.1)), 0.1), residual=x)
         return x
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.finish(self.first()(nn.leaky_relu(x, 0.1)), x)
 
 
 class ResBlock2(nn.Module):
@@ -85,13 +106,22 @@ class ResBlock2(nn.Module):
         super().__init__()
         self.convs = [Conv1d(channels, channels, kernel_size, d) for d in dilations]
 
+    first_takes_residual = True
+
     def children_convs(self) -> list[Conv1d]:
         return list(self.convs)
 
+    def first(self) -> Conv1d:
+        return self.convs[0]
+
+    def finish(self, h: mx.array, x: mx.array) -> mx.array:
+        """Rest of the block, given ``h = x + convs[0](leaky_relu(x))``."""
+        for c in self.convs[1:]:
+            h = c(nn.leaky_relu(h, 0.1), residual=h)
+        return h
+
     def __call__(self, x: mx.array) -> mx.array:
-        for c in self.convs:
-            x = c(nn.leaky_relu(x, 0.1), residual=x)
-        return x
+        return self.finish(self.first()(nn.leaky_relu(x, 0.1), residual=x), x)
 
 
 class Generator(nn.Module):
@@ -113,11 +143,24 @@ class Generator(nn.Module):
         self.conv_post = Conv1d(ch, 1, 7, bias=False)
 
     def _stage(self, i: int, x: mx.array) -> mx.array:
+        """Mean of the stage's resblocks. Their first convs all read ``leaky_relu(x)``, so they
+        run as one GEMM (one activation pass, one pad, wider product)."""
         nk = self.num_kernels
-        xs = self.resblocks[i * nk](x)
-        for j in range(1, nk):
-            xs = xs + self.resblocks[i * nk + j](x)
-        return xs / nk
+        blocks = self.resblocks[i * nk:(i + 1) * nk]
+        firsts = [b.first() for b in blocks]
+        res = x if blocks[0].first_takes_residual else None
+        hs = shared_input_convs(nn.leaky_relu(x, 0.1), firsts, self._shared_weight(i, firsts), res)
+        return _mean([b.finish(h, x) for b, h in zip(blocks, hs)])
+
+    def _shared_weight(self, i: int, convs: list) -> mx.array:
+        # rebuilt whenever a weight array is replaced (weight loading)
+        cache = self.__dict__.setdefault("_shared_cache", {})
+        hit = cache.get(i)
+        if hit is None or any(a is not c.weight for a, c in zip(hit[0], convs)):
+            w = mx.concatenate([gemm_weight(c.weight) for c in convs], axis=1)
+            mx.eval(w)
+            hit = cache[i] = (tuple(c.weight for c in convs), w)
+        return hit[1]
 
     def _halo(self, i: int) -> int:
         """Frames each side that influence one output frame of stage ``i`` (plus conv_post)."""

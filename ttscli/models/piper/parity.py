@@ -75,7 +75,7 @@ def onnx_checks(model, id_map: dict, espeak_voice: str, ref, scales: tuple[float
     rng = np.random.default_rng(seed)
     noise_scale, length_scale, noise_w = scales
 
-    worst_clean, worst_noisy, samples = 0.0, 0.0, 0
+    worst_clean, worst_noisy, samples, noisy_note = 0.0, 0.0, 0, ""
     frames_same, frames_total, mismatches = 0, 0, []
     for n, s in enumerate(ids):
         ours = np.array(model(mx.array([s]), noise_scale=0.0, length_scale=1.0, noise_w=0.0)).reshape(-1)
@@ -87,8 +87,12 @@ def onnx_checks(model, id_map: dict, espeak_voice: str, ref, scales: tuple[float
         _, _, frames = model.durations(mx.array([s]), noise_w, length_scale, noise=mx.array(dp.T[None]))
         prior = rng.standard_normal((ref.channels, int(frames.sum()))).astype(np.float32)
         ours = synthesize(model, s, noise_scale, length_scale, noise_w, dp, prior)
-        theirs = ref(s, noise_scale, length_scale, noise_w, dp[None], prior[None])
-        worst_noisy = max(worst_noisy, rel_l2(ours, theirs))
+        try:
+            theirs = ref(s, noise_scale, length_scale, noise_w, dp[None], prior[None])
+        except Exception:  # noqa: BLE001  (onnxruntime's broadcast failure: our draws fit our frame count only)
+            theirs = None
+            noisy_note = f"; sentence {n}: the reference made another number of frames"
+        worst_noisy = max(worst_noisy, rel_l2(ours, theirs) if theirs is not None else float("inf"))
 
         for ls in LENGTH_SCALES:
             _, _, frames = model.durations(mx.array([s]), 0.0, ls)
@@ -103,7 +107,7 @@ def onnx_checks(model, id_map: dict, espeak_voice: str, ref, scales: tuple[float
     checks = [
         Check("waveform at zero noise (rel L2)", worst_clean, REL_L2, "<=", f"worst of {where}"),
         Check(f"waveform at noise {noise_scale:g}/{noise_w:g}, same draws (rel L2)", worst_noisy, REL_L2, "<=",
-              f"worst of {len(ids)} sentences, length scale {length_scale:g}"),
+              f"worst of {len(ids)} sentences, length scale {length_scale:g}{noisy_note}"),
     ]
     detail = f"{len(ids)} sentences x length scale {'/'.join(f'{x:g}' for x in LENGTH_SCALES)}"
     if mismatches:
