@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from enum import Enum
 from pathlib import Path
 from typing import List, Optional
@@ -126,6 +127,7 @@ def run_synthesis(pipe, request, output: Optional[str], fmt: Optional[str], play
         note(why)
     sink = open_sink(output, pipe.sample_rate, fmt, play)
     prog, cb = progress_callback("speaking")
+    t0 = time.perf_counter()
     try:
         if prog:
             with prog:
@@ -136,6 +138,10 @@ def run_synthesis(pipe, request, output: Optional[str], fmt: Optional[str], play
         raise Interrupted("interrupted; no output written") from None
     if output not in (None, "-"):
         note(f"wrote {output} ({n / pipe.sample_rate:.2f} s at {pipe.sample_rate} Hz)")
+    if State.verbose and n:
+        took = time.perf_counter() - t0
+        note(f"synthesized {n / pipe.sample_rate:.2f} s of audio in {took:.2f} s "
+             f"(real-time factor {took / (n / pipe.sample_rate):.3f}, {n_workers} worker(s))")
 
 
 def load_pipeline(model, model_dir, registry, backend, dtype):
