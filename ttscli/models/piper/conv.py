@@ -82,36 +82,43 @@ def conv1d_gemm(x: mx.array, weight: mx.array, bias: mx.array | None, dilation: 
     return _tap_sum(k, dilation, cout)(p, bias, residual)
 
 
-@lru_cache(maxsize=None)
-def _overlap_add(n: int, stride: int, cout: int, k: int, padding: int):
-    def fn(y, bias):
-        b, t = y.shape[0], y.shape[1]
-        length = (t - 1) * stride + k - 2 * padding
-        y = y.reshape(b, t, n, stride, cout)
-        out = None
-        for j in range(n):
-            part = mx.pad(y[:, :, j], [(0, 0), (j, n - 1 - j), (0, 0), (0, 0)])
-            out = part if out is None else out + part
-        out = out.reshape(b, (t + n - 1) * stride, cout)
-        return out[:, padding: padding + length] + bias
-    return mx.compile(fn)
+def transpose_gemm_weight(weight: mx.array, stride: int) -> mx.array:
+    """``[Cout, K, Cin]`` -> contiguous ``[Cin, K'*Cout]`` (K padded up to a multiple of stride)."""
+    cout, k, cin = weight.shape
+    n = -(-k // stride)
+    if n * stride != k:
+        weight = mx.pad(weight, [(0, 0), (0, n * stride - k), (0, 0)])
+    w = mx.contiguous(weight.transpose(1, 0, 2).reshape(n * stride * cout, cin).T)
+    mx.eval(w)
+    return w
 
 
 def conv_transpose1d_gemm(x: mx.array, weight: mx.array, bias: mx.array | None, stride: int,
-                          padding: int) -> mx.array:
+                          padding: int, wmat: mx.array | None = None) -> mx.array:
     """Transposed conv: ``x [B, T, Cin]``, ``weight [Cout, K, Cin]`` -> ``[B, (T-1)s + K - 2p, Cout]``.
 
-    One GEMM gives each input frame's K*Cout outputs; they overlap-add in n = K/s phases.
+    One GEMM gives each input frame's K*Cout outputs; they overlap-add in n = K/s phases
+    (frame t's phase j lands on output block t + j).
     """
     b, t, cin = x.shape
     cout, k, _ = weight.shape
-    n = -(-k // stride)                              # input frames touching one output frame
-    if n * stride != k:
-        weight = mx.pad(weight, [(0, 0), (0, n * stride - k), (0, 0)])
-    y = x @ weight.transpose(1, 0, 2).reshape(n * stride * cout, cin).T
-    if bias is None:
-        bias = mx.zeros((cout,), dtype=x.dtype)
-    return _overlap_add(n, stride, cout, k, padding)(y, bias)
+    n = -(-k // stride)                              # input frames touching one output block
+    if wmat is None:
+        wmat = transpose_gemm_weight(weight, stride)
+    y = (x @ wmat).reshape(b, t, n, stride, cout)
+    # output block u = sum_j y[u - j, j]: interior blocks get all n phases, edges fewer
+    if n == 1:
+        out = y[:, :, 0]
+    elif n == 2:                                     # HiFi-GAN's K = 2s: one add, no padding
+        mid = y[:, 1:, 0] + y[:, :-1, 1]
+        out = mx.concatenate([y[:, :1, 0], mid, y[:, -1:, 1]], axis=1)
+    else:
+        parts = [mx.pad(y[:, :, j], [(0, 0), (j, n - 1 - j), (0, 0), (0, 0)]) for j in range(n)]
+        out = sum(parts[1:], parts[0])
+    out = out.reshape(b, (t + n - 1) * stride, cout)
+    length = (t - 1) * stride + k - 2 * padding
+    out = out[:, padding: padding + length]
+    return out + bias if bias is not None else out
 
 
 class Conv1d(nn.Module):
@@ -148,7 +155,11 @@ class ConvTranspose1d(nn.Module):
         self.padding = padding
 
     def __call__(self, x: mx.array) -> mx.array:
-        return conv_transpose1d_gemm(x, self.weight, self.bias, self.stride, self.padding)
+        cache = getattr(self, "_gemm_cache", None)
+        if cache is None or cache[0] is not self.weight:
+            cache = (self.weight, transpose_gemm_weight(self.weight, self.stride))
+            object.__setattr__(self, "_gemm_cache", cache)
+        return conv_transpose1d_gemm(x, self.weight, self.bias, self.stride, self.padding, cache[1])
 
 
 class DepthwiseConv1d(nn.Module):
