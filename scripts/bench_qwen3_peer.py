@@ -99,6 +99,8 @@ def main():
     ap.add_argument("--frames", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prompt", type=int, default=50)
+    ap.add_argument("--peer-dtype", default="float32",
+                    help="bfloat16: mlx-audio as the mlx-community *-bf16 conversions run it (ours stays float32)")
     a = ap.parse_args()
     cfg = preset_config(a.preset)
     cfg.pop("speaker_encoder_config", None)
@@ -106,15 +108,21 @@ def main():
     ours = build_random(cfg, "float32")
     ours.talker.model.text_embedding = nn.Embedding(8, cfg["talker_config"]["text_hidden_size"])
     theirs = peer_model(cfg)
+    peer_dt = getattr(mx, a.peer_dtype)
+    if peer_dt != mx.float32:
+        from mlx.utils import tree_map
+
+        theirs.update(tree_map(lambda p: p.astype(peer_dt), theirs.parameters()))
+        mx.eval(theirs.parameters())
     H = cfg["talker_config"]["hidden_size"]
     x = mx.random.normal((1, a.prompt, H), key=mx.random.key(0)) * 0.1
     mx.eval(x)
     res = {"ours_ms": [], "mlx_audio_ms": []}
     for _ in range(a.rounds):
         res["ours_ms"].append(float(np.median(our_frames(ours, x, a.frames)[2:]) * 1e3))
-        res["mlx_audio_ms"].append(float(np.median(peer_frames(theirs, x, a.frames, a.prompt)[2:]) * 1e3))
+        res["mlx_audio_ms"].append(float(np.median(peer_frames(theirs, x.astype(peer_dt), a.frames, a.prompt)[2:]) * 1e3))
     o, p = np.median(res["ours_ms"]), np.median(res["mlx_audio_ms"])
-    res.update(preset=a.preset, ours_frame_ms=float(o), mlx_audio_frame_ms=float(p), speedup=float(p / o))
+    res.update(preset=a.preset, peer_dtype=a.peer_dtype, ours_frame_ms=float(o), mlx_audio_frame_ms=float(p), speedup=float(p / o))
     print(json.dumps(res, indent=1))
 
 

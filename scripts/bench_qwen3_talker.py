@@ -15,6 +15,7 @@ import time
 import ttscli  # noqa: F401  (preloads OpenBLAS before mlx)
 import mlx.core as mx
 import numpy as np
+from mlx.utils import tree_flatten
 
 from ttscli.models.qwen3_tts.loop import LoopConfig, MLXCodeDecoder, generate_frames
 from ttscli.models.qwen3_tts.config import GenerationConfig
@@ -85,6 +86,14 @@ def main():
         pass
     res["full_frame_ms"] = float(np.median(st.frame_s[2:]) * 1e3)
     res["peak_mem_gb"] = mx.get_peak_memory() / 2**30
+    # Decode is memory-bound: bytes of weights one frame must read (talker layers + head once,
+    # predictor layers + one head per step, 15 steps) against the measured frame time.
+    nbytes = lambda tree: sum(v.nbytes for _, v in tree_flatten(tree))  # noqa: E731
+    cp_m = talker.code_predictor
+    per_frame = (nbytes([l.parameters() for l in talker.model.layers]) + talker.codec_head.weight.nbytes
+                 + 15 * nbytes([l.parameters() for l in cp_m.model.layers]) + nbytes([h.parameters() for h in cp_m.lm_head]))
+    res["frame_weight_gb"] = per_frame / 1e9
+    res["frame_effective_gb_per_s"] = per_frame / 1e9 / (res["full_frame_ms"] / 1e3)
     print(json.dumps(res, indent=1))
 
 
