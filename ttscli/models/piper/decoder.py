@@ -18,6 +18,33 @@ def _mean(xs: list[mx.array]) -> mx.array:
     return sum(xs[1:], xs[0]) / len(xs)
 
 
+# tanh(x) ~= x P(v) / Q(v), v = (x/9)^2, |x| clipped to 9: a rational least-squares fit made
+# for this file, max abs error 3.6e-7 in float32. MLX's CPU tanh/sigmoid are scalar loops
+# (~17 ns/element here); this is a few fused multiply-adds.
+_TANH_P = (0.9999999996911603, 11.094444351379213, 25.518693848901034, 15.107527174713477,
+           1.358830180057633, -0.04498538963486425)
+_TANH_Q = (1.0, 38.09444402537362, 179.26873513749476, 211.2830701080013, 56.66435814736744)
+
+
+def _poly(coefs, v):
+    r = coefs[-1]
+    for c in coefs[-2::-1]:
+        r = r * v + c
+    return r
+
+
+def fast_tanh(x: mx.array) -> mx.array:
+    x = mx.clip(x, -9.0, 9.0)
+    v = x * x * (1.0 / 81.0)
+    return x * _poly(_TANH_P, v) / _poly(_TANH_Q, v)
+
+
+@mx.compile
+def _gate(a: mx.array, b: mx.array) -> mx.array:
+    """WaveNet's tanh(a) * sigmoid(b), with sigmoid(b) = (1 + tanh(b/2)) / 2."""
+    return fast_tanh(a) * (0.5 + 0.5 * fast_tanh(0.5 * b))
+
+
 class WN(nn.Module):
     """Non-causal WaveNet: gated tanh/sigmoid layers with residual and skip outputs."""
 
@@ -33,7 +60,7 @@ class WN(nn.Module):
         n = self.hidden
         for i, (inl, rs) in enumerate(zip(self.in_layers, self.res_skip_layers)):
             h = inl(x)
-            acts = mx.tanh(h[..., :n]) * mx.sigmoid(h[..., n:])
+            acts = _gate(h[..., :n], h[..., n:])
             rs_out = rs(acts)
             if i < len(self.in_layers) - 1:
                 x = x + rs_out[..., :n]
