@@ -197,7 +197,7 @@ class Generator(nn.Module):
 
     def _tail(self, x: mx.array) -> mx.array:
         x = self._stage(len(self.ups) - 1, x)
-        return mx.tanh(self.conv_post(nn.leaky_relu(x, 0.01)))
+        return fast_tanh(self.conv_post(nn.leaky_relu(x, 0.01)))
 
     @staticmethod
     def _blocked(fn, x: mx.array, halo: int, block: int) -> mx.array:
