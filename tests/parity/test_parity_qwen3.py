@@ -169,3 +169,22 @@ def test_golden_without_known_arrays_is_rejected(tmp_path):
     np.savez(bad, **{"prefill/logits": np.zeros(3)})
     with pytest.raises(UsageError, match="needs its input prefill/embeds"):
         read_golden(bad)
+
+
+def test_backend_comparison_passes_on_equal_talkers_and_fails_on_a_different_one(tmp_path):
+    """The comparison `--against coreml` runs on a Mac, exercised here with two MLX talkers:
+    batched vs sequential prefill (equal), then a talker with a perturbed layer."""
+    from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer
+    from ttscli.models.qwen3_tts.loop import MLXCodeDecoder
+    from ttscli.models.qwen3_tts.parity import compare_code_decoders
+
+    model, gen = load_model(FIX / "qwen3-tiny-base")
+    tok = load_tokenizer(FIX / "qwen3-tiny-base")
+    same = compare_code_decoders(model, gen, tok, MLXCodeDecoder(model.talker),
+                                 MLXCodeDecoder(model.talker, sequential=True), "mlx", "mlx-seq", 8)
+    assert all(c.passed for c in same), same
+    assert same[1].value == 8.0                     # EOS is masked: all 8 frames compared
+    other, _ = load_model(perturbed(tmp_path, {"talker.model.layers.1.mlp.down_proj.weight": 0.5}))
+    diff = compare_code_decoders(model, gen, tok, MLXCodeDecoder(model.talker), MLXCodeDecoder(other.talker),
+                                 "mlx", "perturbed", 8)
+    assert [c.passed for c in diff] == [False, False], diff

@@ -95,13 +95,15 @@ def zero_eos_row(model) -> None:
     model.talker.codec_head.weight = mx.where(mx.arange(w.shape[0])[:, None] == eos, 0.0, w)
 
 
-def greedy_frames(model, decoder, prompt, gen, n: int) -> np.ndarray:
-    """Up to ``n`` frames ``[F, 16]`` with greedy talker and sub-talker (fewer if EOS comes first)."""
+def greedy_frames(model, decoder, prompt, gen, n: int, ignore_eos: bool = False) -> np.ndarray:
+    """Up to ``n`` frames ``[F, 16]`` with greedy talker and sub-talker (fewer if EOS comes first,
+    unless ``ignore_eos``: then EOS is masked out and exactly ``n`` frames come back)."""
     from ttscli.models.qwen3_tts.loop import LoopConfig, generate_frames
     from ttscli.sample import SamplingParams
 
     cfg = LoopConfig.from_generation_config(gen, {"do_sample": False, "subtalker_do_sample": False}, max_frames=n)
     cfg.sub = SamplingParams(do_sample=False)
+    cfg.ignore_eos = ignore_eos
     out = []
     try:
         for f in generate_frames(model.talker, decoder, prompt, cfg):
@@ -233,14 +235,22 @@ def against_checks(checkpoint: Path, against: str, frames: int, backend: str | N
         raise BackendUnavailableError(f"{why}; `ttscli parity --against coreml` runs on a Mac")
     model, gen, tok, a, _ = _load(checkpoint, ours, need_decoder=False)
     b = load_code_decoder(against, model, checkpoint, LoadOptions(code_decoder_backend=against))
+    return compare_code_decoders(model, gen, tok, a, b, ours, against, frames)
+
+
+def compare_code_decoders(model, gen, tok, a, b, name_a: str, name_b: str, frames: int,
+                          min_cosine: float = COREML_COSINE) -> list[Check]:
+    """Two talkers behind loop.CodeDecoder (embeddings, code predictor and sampling shared) on
+    the fixed request of :func:`default_prompt`: prefill logits and greedy frames."""
     prompt = default_prompt(model, tok)
     la, _ = a.prefill(prompt.embeds, a.new_cache())
     lb, _ = b.prefill(prompt.embeds, b.new_cache())
-    checks = [Check(f"prefill logits {ours} vs {against} (cosine)", cosine(np.array(la), np.array(lb)),
-                    COREML_COSINE, ">=", f"{prompt.embeds.shape[1]} positions")]
-    fa = greedy_frames(model, a, prompt, gen, frames)
-    fb = greedy_frames(model, b, prompt, gen, frames)
-    checks.append(frames_check(f"greedy frames {ours} vs {against} (all 16 codes)", fa, fb))
+    checks = [Check(f"prefill logits {name_a} vs {name_b} (cosine)", cosine(np.array(la), np.array(lb)),
+                    min_cosine, ">=", f"{prompt.embeds.shape[1]} positions")]
+    # EOS masked on both sides (the Core ML head cannot be edited): always `frames` frames
+    fa = greedy_frames(model, a, prompt, gen, frames, ignore_eos=True)
+    fb = greedy_frames(model, b, prompt, gen, frames, ignore_eos=True)
+    checks.append(frames_check(f"greedy frames {name_a} vs {name_b} (all 16 codes)", fa, fb))
     return checks
 
 
