@@ -66,7 +66,7 @@ def synthesize(model, ids, noise_scale: float, length_scale: float, noise_w: flo
 
 
 def onnx_checks(model, id_map: dict, espeak_voice: str, ref, scales: tuple[float, float, float],
-                onnx_path: Path | None = None, seed: int = 0) -> list[Check]:
+                onnx_path: Path, seed: int = 0) -> list[Check]:
     """All ``--against onnxruntime`` checks. ``ref`` is a reference.OnnxVits (or alike)."""
     from .phonemize import text_to_ids
 
@@ -122,8 +122,6 @@ def onnx_checks(model, id_map: dict, espeak_voice: str, ref, scales: tuple[float
         note = "phoneme ids NOT compared: piper-tts is not installed (pip install piper-tts)"
         _LOG.warning(note)
         frames_check.detail += f"; {note}"
-        return checks
-    if onnx_path is None:
         return checks
     voice = PiperVoice.load(onnx_path)
     same, bad = 0, []
