@@ -20,8 +20,8 @@ from ttscli.models.base import LoadOptions
 from .convert import FORMAT_VERSION, convert_onnx, source_fingerprint
 from .model import ModelArgs, Vits
 from .phonemize import phonemize, phoneme_ids, text_to_ids
-from .hooks import bench_components, bench_peer, convert_mlx, parity_checks
-from .parity import parity_checks  # noqa: F401,F811  (supersedes hooks.parity_checks)
+from .hooks import bench_components, bench_peer, convert_mlx
+from .parity import parity_checks
 from .pipeline import PiperPipeline
 
 __all__ = ["load_pipeline", "convert_onnx", "load_converted", "find_onnx", "default_voice_dir",

@@ -1,19 +1,13 @@
-"""What the engine's ``convert``, ``parity`` and ``bench`` commands call on the piper family."""
+"""What the engine's ``convert`` and ``bench`` commands call on the piper family (``parity``
+lives in parity.py)."""
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-import mlx.core as mx
 import numpy as np
 
 from ttscli.errors import UsageError
-
-PARITY_TEXTS = (
-    "The quick brown fox jumps over the lazy dog.",
-    "Wait, what did you say? It costs $3.50, or about 3 euros.",
-)
-
 
 def convert_mlx(spec, checkpoint: Path, out_dir: Path, *, quantize: bool = False, q_bits: int = 8,
                 q_group_size: int = 64, dtype: str | None = None, progress=None) -> Path:
@@ -27,51 +21,6 @@ def convert_mlx(spec, checkpoint: Path, out_dir: Path, *, quantize: bool = False
     steps = iter(range(1, 5))
     say = (lambda msg: progress(next(steps, 4), 4, msg)) if progress else None
     return convert_onnx(find_onnx(checkpoint), Path(out_dir), progress=say)
-
-
-def parity_checks(spec, checkpoint: Path, *, golden: Path | None = None, against: str | None = None,
-                  frames: int = 20, backend: str | None = None) -> list:
-    """``ttscli parity piper-joe --against onnxruntime``: waveforms and lengths vs the ONNX graph,
-    and phoneme ids vs piper-tts when it is installed."""
-    from ttscli.parity import Check, rel_l2
-
-    from . import find_onnx, load_converted, text_to_ids
-    from .convert import convert_onnx
-    from .reference import OnnxVits
-
-    if golden is not None or against not in ("onnxruntime", "onnx"):
-        raise UsageError("Piper parity runs against the voice's own ONNX graph: use --against onnxruntime")
-    import tempfile
-
-    onnx_path = find_onnx(checkpoint)
-    with tempfile.TemporaryDirectory() as tmp:
-        model, config = load_converted(convert_onnx(onnx_path, Path(tmp) / "mlx"))
-    ref = OnnxVits(onnx_path)
-    id_map = config["phoneme_id_map"]
-    checks = []
-    rng = np.random.default_rng(0)
-    for n, text in enumerate(PARITY_TEXTS):
-        ids = text_to_ids(text, id_map, config.get("espeak_voice", "en-us"))[0]
-        ours = np.array(model(mx.array([ids]), noise_scale=0.0, length_scale=1.0, noise_w=0.0))
-        theirs = ref(ids, 0.0, 1.0, 0.0)
-        checks.append(Check(f"text {n}: waveform, noise 0 (rel L2)", rel_l2(ours, theirs), 1e-3, "<=",
-                            f"{ours.size} vs {theirs.size} samples"))
-        dp = rng.standard_normal((1, len(ids), 2)).astype(np.float32)
-        m_p, logs_p, dur = model.durations(mx.array([ids]), 0.8, 1.0, noise=mx.array(dp))
-        prior = rng.standard_normal((1, int(dur.sum()), m_p.shape[-1])).astype(np.float32)
-        ours = np.array(model.decode(model.latents(m_p, logs_p, dur, 0.667, noise=mx.array(prior)))[0])
-        theirs = ref(ids, 0.667, 1.0, 0.8, dp.transpose(0, 2, 1), prior.transpose(0, 2, 1))
-        checks.append(Check(f"text {n}: waveform, default noise, same draws (rel L2)", rel_l2(ours, theirs),
-                            1e-3, "<=", f"{ours.size} vs {theirs.size} samples"))
-    try:
-        from piper import PiperVoice
-    except ImportError:
-        return checks
-    voice = PiperVoice.load(onnx_path)
-    same = sum(text_to_ids(t, id_map) == [voice.phonemes_to_ids(s) for s in voice.phonemize(t) if s]
-               for t in PARITY_TEXTS)
-    checks.append(Check("phoneme ids equal piper-tts's (texts)", float(same), float(len(PARITY_TEXTS)), "=="))
-    return checks
 
 
 def bench_peer(peer: str, spec, checkpoint: Path, text: str, repeats: int) -> dict:
