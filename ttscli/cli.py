@@ -417,8 +417,8 @@ def main(argv: Optional[list] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     State.debug = "--debug" in args
     try:
-        app(args=args, prog_name="ttscli", standalone_mode=False)
-        return 0
+        rc = app(args=args, prog_name="ttscli", standalone_mode=False)
+        return rc if isinstance(rc, int) else 0  # typer.Exit(n) comes back as a return value here
     except typer.Exit as e:
         return e.exit_code
     except NoArgsIsHelpError as e:  # `ttscli` alone: help, not an error

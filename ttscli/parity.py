@@ -90,6 +90,18 @@ def run_parity(req: ParityRequest, registry: Registry, console=None) -> dict:
     return report
 
 
+def _figure(v, op: str) -> str:
+    if isinstance(v, float) and v.is_integer() and op == "==":
+        return str(int(v))
+    if not isinstance(v, float):
+        return str(v)
+    if op == ">=" and 0.999 < v < 1:
+        return f"1 - {1 - v:.1e}"  # cosines: the distance from 1 is the information
+    if v != 0 and (abs(v) < 1e-2 or abs(v) >= 1e4):
+        return f"{v:.3e}"
+    return f"{v:.6f}"
+
+
 def render(report: dict):
     from rich.table import Table
 
@@ -97,9 +109,7 @@ def render(report: dict):
     for col in ("check", "figure", "threshold", "result", "detail"):
         t.add_column(col)
     for c in report["checks"]:
-        v = c["value"]
-        fig = f"{v:.3e}" if isinstance(v, float) and (abs(v) < 1e-2 or abs(v) >= 1e4) and v != 0 else (
-            f"{v:.6f}" if isinstance(v, float) else str(v))
+        fig = _figure(c["value"], c["op"])
         t.add_row(c["name"], fig, f"{c['op']} {c['threshold']:g}",
                   "[green]pass[/green]" if c["passed"] else "[red]FAIL[/red]", c.get("detail", ""))
     return t
