@@ -162,8 +162,9 @@ def resolve_backend(spec, backend: Optional[Backend], model_dir) -> str:
     return choose_code_decoder_backend(spec, backend.value if backend else None, model_dir)
 
 
-def sampling_overrides(temperature, top_k, top_p, repetition_penalty) -> dict:
-    given = dict(temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty)
+def sampling_overrides(temperature, top_k, top_p, repetition_penalty, **more) -> dict:
+    """Only the settings the user gave; each family rejects the ones it has no use for."""
+    given = dict(temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty, **more)
     return {k: v for k, v in given.items() if v is not None}
 
 
@@ -192,6 +193,8 @@ def speak(
     top_k: Optional[int] = typer.Option(None, "--top-k", min=0),
     top_p: Optional[float] = typer.Option(None, "--top-p", min=0.0, max=1.0),
     repetition_penalty: Optional[float] = typer.Option(None, "--repetition-penalty", min=0.0),
+    noise_scale: Optional[float] = typer.Option(None, "--noise-scale", min=0.0, help="VITS (Piper) prior noise."),
+    noise_w: Optional[float] = typer.Option(None, "--noise-w", min=0.0, help="VITS (Piper) duration noise."),
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
     workers: int = typer.Option(1, "--workers", "--concurrent-worker-count", min=1, help="Chunks generated at once."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="float32, float16 or bfloat16."),
@@ -211,7 +214,8 @@ def speak(
     request = Request(
         text=body, voice=voice, instruct=instruct, language=language, seed=seed, speed=speed,
         max_frames=max_frames, stream=stream, first_chunk_frames=first_chunk_frames, chunk_frames=chunk_frames,
-        sampling=sampling_overrides(temperature, top_k, top_p, repetition_penalty),
+        sampling=sampling_overrides(temperature, top_k, top_p, repetition_penalty,
+                                    noise_scale=noise_scale, noise_w=noise_w),
     )
     run_synthesis(pipe, request, output, fmt, play, workers)
 
