@@ -206,5 +206,10 @@ def render(pipeline, request: Request, sink, workers: int = 1, on_chunk=None) ->
     except BaseException:
         sink.abort()
         raise
+    if n == 0:
+        sink.abort()
+        from ttscli.errors import UsageError
+
+        raise UsageError("the text has nothing the voice can speak (only punctuation or symbols?)")
     sink.close()
     return n
