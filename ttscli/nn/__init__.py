@@ -3,7 +3,6 @@ from ttscli.nn.layers import (  # noqa: F401
     MLP,
     Attention,
     DecoderLayer,
-    Linear,
     RMSNorm,
     apply_rope,
     create_causal_mask,

@@ -14,27 +14,6 @@ import mlx.core as mx
 import mlx.nn as nn
 
 
-def _cpu_default() -> bool:
-    return mx.default_device() == mx.cpu
-
-
-class Linear(nn.Linear):
-    """``nn.Linear`` (same parameters) that computes single-row inputs as ``W @ x``.
-
-    Decode steps are matrix-vector products. On the CPU BLAS path ``W @ x_column`` reads W in
-    its stored row-major order and measured 10-50% faster than ``x_row @ W.T`` here.
-    """
-
-    def __call__(self, x: mx.array) -> mx.array:
-        if x.size != x.shape[-1] or not _ON_CPU:
-            return super().__call__(x)
-        y = (self.weight @ x.reshape(-1, 1)).reshape(*x.shape[:-1], -1)
-        return y + self.bias if "bias" in self else y
-
-
-_ON_CPU = _cpu_default()
-
-
 class RMSNorm(nn.Module):
     """y = weight * x / sqrt(mean(x^2) + eps), accumulated in float32 by the fused kernel."""
 
@@ -79,10 +58,10 @@ class Attention(nn.Module):
         self.rope_theta = rope_theta
         self.rope_traditional = rope_traditional
         self.scale = head_dim ** -0.5
-        self.q_proj = Linear(hidden_size, num_heads * head_dim, bias=bias)
-        self.k_proj = Linear(hidden_size, num_kv_heads * head_dim, bias=bias)
-        self.v_proj = Linear(hidden_size, num_kv_heads * head_dim, bias=bias)
-        self.o_proj = Linear(num_heads * head_dim, hidden_size, bias=bias)
+        self.q_proj = nn.Linear(hidden_size, num_heads * head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=bias)
+        self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=bias)
         self.qk_norm = qk_norm
         if qk_norm:
             self.q_norm = RMSNorm(head_dim, eps)
@@ -114,9 +93,9 @@ class MLP(nn.Module):
 
     def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False):
         super().__init__()
-        self.gate_proj = Linear(hidden_size, intermediate_size, bias=bias)
-        self.up_proj = Linear(hidden_size, intermediate_size, bias=bias)
-        self.down_proj = Linear(intermediate_size, hidden_size, bias=bias)
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
 
     def __call__(self, x: mx.array) -> mx.array:
         return self.down_proj(nn.silu(self.gate_proj(x)) * self.up_proj(x))

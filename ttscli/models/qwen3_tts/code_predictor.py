@@ -16,7 +16,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ttscli.models.qwen3_tts.config import CodePredictorArgs
-from ttscli.nn import DecoderLayer, Linear, RMSNorm
+from ttscli.nn import DecoderLayer, RMSNorm
 from ttscli.sample import SamplingParams, sample
 
 
@@ -61,10 +61,10 @@ class CodePredictor(nn.Module):
         super().__init__()
         self.args = a
         self.model = CodePredictorModel(a, talker_hidden)
-        self.lm_head = [Linear(a.hidden_size, a.vocab_size, bias=False)
+        self.lm_head = [nn.Linear(a.hidden_size, a.vocab_size, bias=False)
                         for _ in range(a.num_code_groups - 1)]
         if a.hidden_size != talker_hidden:
-            self.small_to_mtp_projection = Linear(talker_hidden, a.hidden_size, bias=True)
+            self.small_to_mtp_projection = nn.Linear(talker_hidden, a.hidden_size, bias=True)
         # a plain attribute, not a child of the parameter tree
         object.__setattr__(self, "_compiled", {})
 

@@ -16,7 +16,7 @@ import mlx.nn as nn
 from ttscli.cache import make_cache
 from ttscli.models.qwen3_tts.code_predictor import CodePredictor
 from ttscli.models.qwen3_tts.config import TalkerArgs
-from ttscli.nn import DecoderLayer, Linear, RMSNorm, create_causal_mask
+from ttscli.nn import DecoderLayer, RMSNorm, create_causal_mask
 
 
 class ResizeMLP(nn.Module):
@@ -24,8 +24,8 @@ class ResizeMLP(nn.Module):
 
     def __init__(self, in_dims: int, hidden: int, out_dims: int):
         super().__init__()
-        self.linear_fc1 = Linear(in_dims, hidden, bias=True)
-        self.linear_fc2 = Linear(hidden, out_dims, bias=True)
+        self.linear_fc1 = nn.Linear(in_dims, hidden, bias=True)
+        self.linear_fc2 = nn.Linear(hidden, out_dims, bias=True)
 
     def __call__(self, x: mx.array) -> mx.array:
         return self.linear_fc2(nn.silu(self.linear_fc1(x)))
@@ -63,7 +63,7 @@ class Talker(nn.Module):
         self.args = a
         self.model = TalkerModel(a)
         self.text_projection = ResizeMLP(a.text_hidden_size, a.text_hidden_size, a.hidden_size)
-        self.codec_head = Linear(a.hidden_size, a.vocab_size, bias=False)
+        self.codec_head = nn.Linear(a.hidden_size, a.vocab_size, bias=False)
         self.code_predictor = CodePredictor(a.code_predictor_config, a.hidden_size)
 
     def embed_text(self, ids: mx.array) -> mx.array:
