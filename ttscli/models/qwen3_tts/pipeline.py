@@ -7,6 +7,7 @@ only, loaded on first use), speech decoder (``speech_tokenizer`` package, MLX).
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -72,10 +73,12 @@ class Qwen3TTSPipeline:
             if self.random_weights:  # bench: any speaker vector will do
                 return VoicePrompt(mx.random.normal((enc_dim,), key=mx.random.key(0)))
             raise UsageError("Base models clone a voice: give reference audio (--ref) or a saved voice (--voice x.safetensors)")
-        key = (id(r.ref_audio), r.ref_sample_rate, r.ref_text, r.x_vector_only)
+        wav = np.asarray(r.ref_audio, np.float32).reshape(-1)
+        # Every text chunk of one request carries the same reference: encode it once.
+        digest = hashlib.blake2b(wav.tobytes(), digest_size=16).hexdigest()
+        key = (digest, r.ref_sample_rate, r.ref_text, r.x_vector_only)
         if self._voice_cache and self._voice_cache[0] == key:
             return self._voice_cache[1]
-        wav = np.asarray(r.ref_audio, np.float32).reshape(-1)
         if r.ref_sample_rate and r.ref_sample_rate != SAMPLE_RATE:
             import soxr
 
