@@ -195,7 +195,8 @@ def run_bench(req: BenchRequest, registry: Registry, console=None) -> dict:
     return report
 
 
-LOWER_IS_BETTER = ("rtf", "total_s", "first_audio_s", "frame_ms_p50", "talker_step_ms_p50",
+LOWER_IS_BETTER = ("rtf", "total_s", "first_audio_s", "frame_ms_p50", "talker_step_ms_p50", "talker_step_ms",
+                   "code_predictor_frame_ms",
                    "decoder_ms_per_frame", "prefill_ms", "load_s")
 
 
@@ -217,7 +218,11 @@ def ratios(variants: dict[str, dict]) -> dict:
 ROWS = [
     ("load_s", "load (s)", "{:.2f}"),
     ("first_audio_s", "first audio (s)", "{:.3f}"),
+    ("prefill_ms", "prefill of the prompt (ms)", "{:.1f}"),
     ("prefill_tokens_per_s", "prefill (tokens/s)", "{:.0f}"),
+    ("prefill_tokens", "prefill length (tokens)", "{:.0f}"),
+    ("talker_step_ms", "talker step, median (ms)", "{:.2f}"),
+    ("code_predictor_frame_ms", "code predictor, 15 steps (ms)", "{:.2f}"),
     ("talker_step_ms_p50", "talker step p50 (ms)", "{:.2f}"),
     ("talker_step_ms_p95", "talker step p95 (ms)", "{:.2f}"),
     ("frame_ms_p50", "full frame p50 (ms)", "{:.2f}"),
@@ -247,7 +252,7 @@ def render(report: dict):
         for n in names[1:]:
             t.add_column(f"ratio {n}", justify="right")
     keys = [r for r in ROWS if any(r[0] in v for v in variants.values())]
-    extra = sorted({k for v in variants.values() for k in v} - {r[0] for r in ROWS} - {"frames", "prefill_tokens"})
+    extra = sorted({k for v in variants.values() for k in v} - {r[0] for r in ROWS} - {"frames"})
     for key, label, fmt in keys + [(k, k, "{:.3f}") for k in extra]:
         cells = [fmt.format(variants[n][key]) if isinstance(variants[n].get(key), (int, float)) else "-" for n in names]
         for n in names[1:]:
