@@ -5,9 +5,11 @@ runs them through a :class:`~ttscli.models.base.Pipeline` and yields float32 aud
 """
 from __future__ import annotations
 
+import queue
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -52,10 +54,6 @@ class Stats:
 
 
 # ---- the chunk scheduler -------------------------------------------------------------------
-
-import queue  # noqa: E402
-import threading  # noqa: E402
-from typing import Callable, Iterator  # noqa: E402
 
 CROSSFADE_S = 0.02
 
