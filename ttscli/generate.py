@@ -186,11 +186,10 @@ def effective_workers(pipeline, requested: int) -> tuple[int, str | None]:
     if requested <= 1:
         return 1, None
     if not getattr(pipeline, "concurrent_safe", False):
-        backend = getattr(pipeline, "code_decoder_backend", "mlx")
-        return 1, (
-            f"--workers {requested}: running chunks one at a time, because concurrent chunks must not "
-            f"share the {backend} decoder's KV cache"
-        )
+        why = ("concurrent chunks must not share an MLX decoder's KV cache"
+               if getattr(pipeline, "code_decoder_backend", "mlx") == "mlx"
+               else "its MLX components (code predictor, speech decoder) cannot run concurrently")
+        return 1, f"--workers {requested}: running chunks one at a time, because {why}"
     return requested, None
 
 

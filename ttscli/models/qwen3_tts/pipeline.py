@@ -39,6 +39,10 @@ class Qwen3TTSPipeline:
         self.tokenizer = tokenizer
         self.speech_decoder = speech_decoder
         self.code_decoder = code_decoder
+        # Core ML talkers keep their KV cache in per-request state, but the code predictor and
+        # speech decoder here are MLX, and concurrent MLX evaluation is not safe: one chunk at a time.
+        self.code_decoder_backend = "coreml" if type(code_decoder).__name__.startswith("CoreML") else "mlx"
+        self.concurrent_safe = False
         self.checkpoint = checkpoint
         self.random_weights = random_weights
         self.stats = Stats()
