@@ -117,3 +117,18 @@ def test_nothing_speakable_is_an_error_without_a_file(run_cli, tmp_path):
     p = run_cli("speak", "...", "-o", "x.wav")
     assert p.returncode == 2 and "nothing the voice can speak" in only_line(p.err)
     no_files(tmp_path)
+
+
+def test_convert_piper_into_the_cache_then_speak(run_cli, tmp_path):
+    cache = tmp_path / "own-cache"
+    env = {"TTSCLI_CACHE": str(cache)}
+    p = run_cli("convert", "piper-joe", "--to", "mlx", env=env)
+    assert p.returncode == 0, p.err
+    out = cache / "converted" / "piper-joe" / "mlx"
+    assert (out / "model.safetensors").exists() and (out / "config.json").exists()
+    again = run_cli("convert", "piper-joe", "--to", "mlx", env=env)
+    assert again.returncode == 2 and "--force" in only_line(again.err)
+    q = run_cli("convert", "piper-joe", "--to", "mlx", "-q", "-o", tmp_path / "q", env=env)
+    assert q.returncode == 2 and not (tmp_path / "q").exists()
+    s = run_cli("speak", "Hello.", "-o", "h.wav", env=env)
+    assert s.returncode == 0, s.err

@@ -303,7 +303,9 @@ def models(
 def convert(
     model: str = typer.Argument(..., help="Model id or alias."),
     to: str = typer.Option(..., "--to", help="mlx or coreml."),
-    output: Path = typer.Option(..., "-o", "--output", help="Output folder."),
+    output: Optional[Path] = typer.Option(
+        None, "-o", "--output",
+        help="Output folder (default: ttscli's cache, where speak finds Core ML packages on its own)."),
     quantize: bool = typer.Option(False, "-q", "--quantize", help="Quantize weights (mlx)."),
     q_bits: int = typer.Option(4, "--q-bits", help="Bits per quantized weight: 4 or 8."),
     q_group_size: int = typer.Option(64, "--q-group-size", help="Quantization group size."),

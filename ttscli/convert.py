@@ -26,7 +26,7 @@ DTYPES = ("float16", "bfloat16", "float32")
 class ConvertRequest:
     model: str
     to: str
-    output: Path
+    output: Path | None = None
     quantize: bool = False
     q_bits: int = 4
     q_group_size: int = 64
@@ -49,6 +49,8 @@ def check(req: ConvertRequest) -> None:
         raise UsageError("Core ML packages compute in float16; drop --dtype or use --dtype float16")
     if req.to == "coreml" and not 16 <= req.capacity <= 8192:
         raise UsageError(f"--capacity {req.capacity}: choose 16..8192 positions")
+    if req.output is None:
+        return
     out = Path(req.output)
     if out.exists() and not req.force:
         raise UsageError(f"{out} already exists; pass --force to overwrite it")
@@ -56,9 +58,20 @@ def check(req: ConvertRequest) -> None:
         raise UsageError(f"{out} exists and is not a folder")
 
 
+def default_output(spec, req: ConvertRequest) -> Path:
+    """ttscli's converted-weights cache: `speak` finds Core ML packages (and Piper weights) there."""
+    from ttscli.paths import converted_dir
+
+    variant = req.to + (f"-q{req.q_bits}" if req.quantize and req.to == "mlx" else "")
+    return converted_dir(spec.id, variant)
+
+
 def convert(req: ConvertRequest, registry: Registry, note: Callable[[str], None] = print) -> Path:
     check(req)
     spec = registry.resolve(req.model)
+    if req.output is None:
+        req.output = default_output(spec, req)
+        check(req)
     if not spec.implemented:
         raise NotImplementedModelError(f"{spec.id} is not implemented yet, so it cannot be converted")
     module = family_module(spec)
