@@ -48,6 +48,63 @@ def shared_input_convs(x: mx.array, convs: list, wcat: mx.array, residual: mx.ar
     return outs
 
 
+@lru_cache(maxsize=None)
+def _tap_sum_cf(k: int, dilation: int, cout: int, t0: int = 0, row0: int = 0, trim: int = 0):
+    """``_tap_sum`` for channels-first ``P [K*Cout, T']``: each tap is a row band whose rows are
+    long contiguous runs (measured 1.3-1.5x faster than the channels-last form at 32-64 ch)."""
+    def fn(p, bias, residual):
+        t_out = p.shape[1] - 2 * trim - dilation * (k - 1)
+        y = bias + residual
+        for i in range(k):
+            t, r = t0 + i * dilation, row0 + i * cout
+            y = y + p[r: r + cout, t: t + t_out]
+        return y
+    return mx.compile(fn)
+
+
+def gemm_weight_cf(weight: mx.array) -> mx.array:
+    """``[Cout, K, Cin]`` -> contiguous ``[K*Cout, Cin]``, the left operand of a channels-first GEMM."""
+    cout, k, cin = weight.shape
+    w = mx.contiguous(weight.transpose(1, 0, 2).reshape(k * cout, cin))
+    mx.eval(w)
+    return w
+
+
+def conv1d_cf(x: mx.array, wmat: mx.array, bias: mx.array, k: int, dilation: int = 1,
+              padding: int = 0, residual: mx.array | None = None) -> mx.array:
+    """Channels-first conv: ``x [Cin, T]``, ``wmat = gemm_weight_cf(w)``, ``bias [Cout, 1]``
+    -> ``[Cout, T + 2p - d(K-1)]`` (+ residual): one GEMM ``W [K*Cout, Cin] @ x_pad`` and a
+    compiled shifted sum of its K row bands."""
+    if residual is None:
+        residual = mx.zeros((1, 1), dtype=x.dtype)
+    if padding:
+        x = mx.pad(x, [(0, 0), (padding, padding)])
+    return _tap_sum_cf(k, dilation, wmat.shape[0] // k)(wmat @ x, bias, residual)
+
+
+def shared_input_convs_cf(x: mx.array, convs: list, wcat: mx.array,
+                          residual: mx.array | None = None) -> list[mx.array]:
+    """``shared_input_convs`` channels-first: ``x [Cin, T]``, ``wcat`` = the convs'
+    ``gemm_weight_cf`` stacked on axis 0."""
+    pad = max(c.padding for c in convs)
+    p = wcat @ mx.pad(x, [(0, 0), (pad, pad)])
+    res = mx.zeros((1, 1), dtype=x.dtype) if residual is None else residual
+    outs, row = [], 0
+    for c in convs:
+        cout, k, _ = c.weight.shape
+        fn = _tap_sum_cf(k, c.dilation, cout, pad - c.padding, row, pad - c.padding)
+        outs.append(fn(p, c.bias_cf(), res))
+        row += k * cout
+    return outs
+
+
+def _column(b: mx.array) -> mx.array:
+    # evaluated now: a lazy node shared by graphs that two threads evaluate at once crashes MLX
+    c = mx.contiguous(b.reshape(-1, 1))
+    mx.eval(c)
+    return c
+
+
 def gemm_weight(weight: mx.array) -> mx.array:
     """``[Cout, K, Cin]`` -> contiguous ``[Cin, K*Cout]``, the right operand of the output-side GEMM."""
     cout, k, cin = weight.shape
@@ -137,13 +194,27 @@ class Conv1d(nn.Module):
         return conv1d_gemm(x, self.weight, self["bias"] if "bias" in self else None,
                            self.dilation, self.padding, residual, self._wmat())
 
+    def cf(self, x: mx.array, residual: mx.array | None = None) -> mx.array:
+        """The same conv on channels-first ``x [Cin, T]`` -> ``[Cout, T']``."""
+        return conv1d_cf(x, self._derived("cf", gemm_weight_cf), self.bias_cf(),
+                         self.weight.shape[1], self.dilation, self.padding, residual)
+
+    def bias_cf(self) -> mx.array:
+        if "bias" not in self:
+            return mx.zeros((1, 1), dtype=self.weight.dtype)
+        return self._derived("bias_cf", _column, "bias")
+
     def _wmat(self) -> mx.array:
-        # derived GEMM layout, rebuilt whenever the weight array is replaced (weight loading)
-        cache = getattr(self, "_gemm_cache", None)
-        if cache is None or cache[0] is not self.weight:
-            cache = (self.weight, gemm_weight(self.weight))
-            object.__setattr__(self, "_gemm_cache", cache)
-        return cache[1]
+        return self._derived("gemm", gemm_weight)
+
+    def _derived(self, name: str, make, src: str = "weight") -> mx.array:
+        # derived layouts, rebuilt whenever the source array is replaced (weight loading)
+        caches = self.__dict__.setdefault("_derived_cache", {})
+        arr = self[src]
+        hit = caches.get(name)
+        if hit is None or hit[0] is not arr:
+            hit = caches[name] = (arr, make(arr))
+        return hit[1]
 
 
 class ConvTranspose1d(nn.Module):

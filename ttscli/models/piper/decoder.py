@@ -1,10 +1,14 @@
 """VITS posterior flow (inference direction) and the HiFi-GAN generator, channels-last."""
 from __future__ import annotations
 
+import os
+import queue
+import threading
+
 import mlx.core as mx
 import mlx.nn as nn
 
-from .conv import Conv1d, ConvTranspose1d, gemm_weight, shared_input_convs
+from .conv import Conv1d, ConvTranspose1d, gemm_weight, gemm_weight_cf, shared_input_convs, shared_input_convs_cf
 
 
 @mx.compile
@@ -43,6 +47,64 @@ def fast_tanh(x: mx.array) -> mx.array:
 def _gate(a: mx.array, b: mx.array) -> mx.array:
     """WaveNet's tanh(a) * sigmoid(b), with sigmoid(b) = (1 + tanh(b/2)) / 2."""
     return fast_tanh(a) * (0.5 + 0.5 * fast_tanh(0.5 * b))
+
+
+class _Worker:
+    """A long-lived thread with its own MLX CPU stream, to evaluate a second graph alongside
+    the caller's. MLX's CPU elementwise kernels run on the evaluating thread only and
+    ``mx.eval`` releases the GIL, so two threads each evaluating half of a stage use both
+    cores. Streams are thread-local in MLX, hence one stream made inside the thread; the
+    thread lives as long as the process (daemon) so no stream dies with work in flight.
+    """
+
+    _instance = None
+    _lock = threading.Lock()
+    # mx.compile's trace cache is not thread-safe (concurrent first calls crashed): graphs are
+    # built under this lock, only their evaluation runs concurrently
+    build_lock = threading.Lock()
+
+    def __init__(self):
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._loop, daemon=True, name="ttscli-piper-mlx").start()
+
+    @classmethod
+    def get(cls) -> "_Worker":
+        with cls._lock:
+            if cls._instance is None:
+                cls._instance = cls()
+            return cls._instance
+
+    def _loop(self) -> None:
+        stream = mx.new_stream(mx.cpu)
+        while True:
+            fn, box, done = self._jobs.get()
+            try:
+                with mx.stream(stream):
+                    with self.build_lock:
+                        out = fn()
+                    mx.eval(out)
+                box.append(out)
+            except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+                box.append(err)
+            done.set()
+
+    def submit(self, fn):
+        """Start ``fn()`` (returning arrays) on the worker; the result's getter waits for it."""
+        box: list = []
+        done = threading.Event()
+        self._jobs.put((fn, box, done))
+
+        def result():
+            done.wait()
+            if isinstance(box[0], BaseException):
+                raise box[0]
+            return box[0]
+        return result
+
+
+def _parallel() -> bool:
+    """Split the resblock stages over two threads (TTSCLI_PIPER_THREADS=1 turns it off)."""
+    return os.environ.get("TTSCLI_PIPER_THREADS", "2") != "1" and (os.cpu_count() or 1) > 1
 
 
 class WN(nn.Module):
@@ -103,6 +165,10 @@ class ResidualCouplingBlock(nn.Module):
         return z
 
 
+def _conv(conv: Conv1d, x: mx.array, cf: bool, residual: mx.array | None = None) -> mx.array:
+    return conv.cf(x, residual) if cf else conv(x, residual)
+
+
 class ResBlock1(nn.Module):
     def __init__(self, channels: int, kernel_size: int, dilations: list[int]):
         super().__init__()
@@ -117,11 +183,12 @@ class ResBlock1(nn.Module):
     def first(self) -> Conv1d:
         return self.convs1[0]
 
-    def finish(self, h: mx.array, x: mx.array) -> mx.array:
-        """Rest of the block, given the first conv's output ``h`` on ``leaky_relu(x)``."""
-        x = self.convs2[0](nn.leaky_relu(h, 0.1), residual=x)
+    def finish(self, h: mx.array, x: mx.array, cf: bool = False) -> mx.array:
+        """Rest of the block, given the first conv's output ``h`` on ``leaky_relu(x)``
+        (``cf``: channels-first ``[C, T]`` arrays)."""
+        x = _conv(self.convs2[0], nn.leaky_relu(h, 0.1), cf, residual=x)
         for c1, c2 in zip(self.convs1[1:], self.convs2[1:]):
-            x = c2(nn.leaky_relu(c1(nn.leaky_relu(x, 0.1)), 0.1), residual=x)
+            x = _conv(c2, nn.leaky_relu(_conv(c1, nn.leaky_relu(x, 0.1), cf), 0.1), cf, residual=x)
         return x
 
     def __call__(self, x: mx.array) -> mx.array:
@@ -141,10 +208,10 @@ class ResBlock2(nn.Module):
     def first(self) -> Conv1d:
         return self.convs[0]
 
-    def finish(self, h: mx.array, x: mx.array) -> mx.array:
+    def finish(self, h: mx.array, x: mx.array, cf: bool = False) -> mx.array:
         """Rest of the block, given ``h = x + convs[0](leaky_relu(x))``."""
         for c in self.convs[1:]:
-            h = c(nn.leaky_relu(h, 0.1), residual=h)
+            h = _conv(c, nn.leaky_relu(h, 0.1), cf, residual=h)
         return h
 
     def __call__(self, x: mx.array) -> mx.array:
@@ -179,14 +246,27 @@ class Generator(nn.Module):
         hs = shared_input_convs(nn.leaky_relu(x, 0.1), firsts, self._shared_weight(i, firsts), res)
         return _mean([b.finish(h, x) for b, h in zip(blocks, hs)])
 
-    def _shared_weight(self, i: int, convs: list) -> mx.array:
+    def _stage_cf(self, i: int, x: mx.array) -> mx.array:
+        """``_stage`` on channels-first ``x [C, T]``: the GEMMs are ``W [K*Cout, Cin] @ x`` and
+        each tap a band of contiguous rows (measured ~1.3x faster at 32-64 channels)."""
+        nk = self.num_kernels
+        blocks = self.resblocks[i * nk:(i + 1) * nk]
+        firsts = [b.first() for b in blocks]
+        res = x if blocks[0].first_takes_residual else None
+        hs = shared_input_convs_cf(nn.leaky_relu(x, 0.1), firsts, self._shared_weight(i, firsts, True), res)
+        return _mean([b.finish(h, x, cf=True) for b, h in zip(blocks, hs)])
+
+    def _shared_weight(self, i: int, convs: list, cf: bool = False) -> mx.array:
         # rebuilt whenever a weight array is replaced (weight loading)
         cache = self.__dict__.setdefault("_shared_cache", {})
-        hit = cache.get(i)
+        hit = cache.get((i, cf))
         if hit is None or any(a is not c.weight for a, c in zip(hit[0], convs)):
-            w = mx.concatenate([gemm_weight(c.weight) for c in convs], axis=1)
+            if cf:
+                w = mx.concatenate([gemm_weight_cf(c.weight) for c in convs], axis=0)
+            else:
+                w = mx.concatenate([gemm_weight(c.weight) for c in convs], axis=1)
             mx.eval(w)
-            hit = cache[i] = (tuple(c.weight for c in convs), w)
+            hit = cache[(i, cf)] = (tuple(c.weight for c in convs), w)
         return hit[1]
 
     def _halo(self, i: int) -> int:
@@ -199,18 +279,40 @@ class Generator(nn.Module):
         x = self._stage(len(self.ups) - 1, x)
         return fast_tanh(self.conv_post(nn.leaky_relu(x, 0.01)))
 
+    def _tail_cf(self, x: mx.array) -> mx.array:
+        x = self._stage_cf(len(self.ups) - 1, x)
+        return fast_tanh(self.conv_post.cf(nn.leaky_relu(x, 0.01)))
+
     @staticmethod
-    def _blocked(fn, x: mx.array, halo: int, block: int) -> mx.array:
-        """``fn`` over overlapping time blocks; exact when ``halo`` covers fn's receptive field."""
+    def _span(fn, x: mx.array, halo: int, block: int, start: int, stop: int) -> mx.array:
+        """Frames ``start:stop`` of ``fn(x)``, computed in overlapping blocks of ``x``."""
+        t = x.shape[1]
+        outs = []
+        for s in range(start, stop, block):
+            e = min(stop, s + block)
+            lo, hi = max(0, s - halo), min(t, e + halo)
+            outs.append(fn(x[:, lo:hi])[:, s - lo: s - lo + (e - s)])
+        return outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)
+
+    @classmethod
+    def _blocked(cls, fn, x: mx.array, halo: int, block: int) -> mx.array:
+        """``fn`` over overlapping time blocks; exact when ``halo`` covers fn's receptive field.
+
+        With two cores the blocks split into two halves, the second evaluated by ``_Worker``
+        while this thread does the first; each block's arithmetic is unchanged.
+        """
         t = x.shape[1]
         if t <= 2 * block:
             return fn(x)
-        outs = []
-        for s in range(0, t, block):
-            e = min(t, s + block)
-            lo, hi = max(0, s - halo), min(t, e + halo)
-            outs.append(fn(x[:, lo:hi])[:, s - lo: s - lo + (e - s)])
-        return mx.concatenate(outs, axis=1)
+        if not _parallel():
+            return cls._span(fn, x, halo, block, 0, t)
+        mx.eval(x)                      # the worker's graph must not depend on pending work here
+        mid = -(-t // block // 2) * block
+        second = _Worker.get().submit(lambda: cls._span(fn, x, halo, block, mid, t))
+        with _Worker.build_lock:
+            first = cls._span(fn, x, halo, block, 0, mid)
+        mx.eval(first)
+        return mx.concatenate([first, second()], axis=1)
 
     def __call__(self, x: mx.array, block: int = 2048) -> mx.array:
         """``[1, T, C]`` latent frames -> ``[1, T * prod(upsample_rates)]`` audio in [-1, 1].
@@ -223,7 +325,10 @@ class Generator(nn.Module):
         x = self.conv_pre(x)
         last = len(self.ups) - 1
         for i, up in enumerate(self.ups):
-            x = up(nn.leaky_relu(x, 0.1))
+            # the transposed convs stay channels-last (a [T, Cin] @ [Cin, K*Cout] GEMM reads
+            # the stage's [C, T] output as a transposed operand, no copy); the resblock
+            # stages run channels-first
+            xc = mx.contiguous(up(nn.leaky_relu(x, 0.1))[0].T)
             if i < last:
-                x = self._blocked(lambda v, i=i: self._stage(i, v), x, self._halo(i), block)
-        return self._blocked(self._tail, x, self._halo(last), block)[..., 0]
+                x = self._blocked(lambda v, i=i: self._stage_cf(i, v), xc, self._halo(i), block).T[None]
+        return self._blocked(self._tail_cf, xc, self._halo(last), block)
