@@ -102,6 +102,37 @@ class _Worker:
         return result
 
 
+class _BlasThreads:
+    """Run OpenBLAS single-threaded inside a block: while two threads each run GEMMs, its own
+    pool only adds threads that spin on the same two cores."""
+
+    _set = _get = None
+
+    def __init__(self, n: int):
+        self.n, self.prev = n, None
+
+    @classmethod
+    def _lib(cls):
+        if cls._set is None:
+            from ttscli import _blas
+            cls._set = cls._get = False
+            if _blas.loaded:
+                import ctypes
+                lib = ctypes.CDLL(_blas.loaded)
+                if hasattr(lib, "openblas_set_num_threads") and hasattr(lib, "openblas_get_num_threads"):
+                    cls._set, cls._get = lib.openblas_set_num_threads, lib.openblas_get_num_threads
+        return cls._set
+
+    def __enter__(self):
+        if self._lib() and os.environ.get("TTSCLI_PIPER_BLAS1", "1") == "1":
+            self.prev = self._get()
+            self._set(self.n)
+
+    def __exit__(self, *exc):
+        if self.prev is not None:
+            self._set(self.prev)
+
+
 def _parallel() -> bool:
     """Split the resblock stages over two threads (TTSCLI_PIPER_THREADS=1 turns it off)."""
     return os.environ.get("TTSCLI_PIPER_THREADS", "2") != "1" and (os.cpu_count() or 1) > 1
@@ -308,11 +339,13 @@ class Generator(nn.Module):
             return cls._span(fn, x, halo, block, 0, t)
         mx.eval(x)                      # the worker's graph must not depend on pending work here
         mid = -(-t // block // 2) * block
-        second = _Worker.get().submit(lambda: cls._span(fn, x, halo, block, mid, t))
-        with _Worker.build_lock:
-            first = cls._span(fn, x, halo, block, 0, mid)
-        mx.eval(first)
-        return mx.concatenate([first, second()], axis=1)
+        with _BlasThreads(1):
+            second = _Worker.get().submit(lambda: cls._span(fn, x, halo, block, mid, t))
+            with _Worker.build_lock:
+                first = cls._span(fn, x, halo, block, 0, mid)
+            mx.eval(first)
+            second = second()
+        return mx.concatenate([first, second], axis=1)
 
     def __call__(self, x: mx.array, block: int = 2048) -> mx.array:
         """``[1, T, C]`` latent frames -> ``[1, T * prod(upsample_rates)]`` audio in [-1, 1].
