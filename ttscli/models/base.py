@@ -7,7 +7,6 @@ A pipeline turns one :class:`~ttscli.generate.Request` into float32 mono audio c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterator, Protocol, runtime_checkable
 
 import numpy as np

@@ -5,5 +5,6 @@ from ttscli.nn.layers import (  # noqa: F401
     DecoderLayer,
     RMSNorm,
     apply_rope,
+    conv_weights_to_mlx,
     create_causal_mask,
 )

@@ -28,7 +28,7 @@ from .coreml_decoder import build_decoder_program
 from .coreml_decoder_stream import build_stream_decoder_program
 from .coreml_talker import HEADS_GATHER, build_step_program, cache_shape
 from .coreml_weights import (  # noqa: F401  (re-exported: tests and bench use them from here)
-    REAL_TOKENIZER_CONFIG, RandomWeights, SafeTensors, code_predictor_weights, decoder_weights,
+    REAL_TOKENIZER_CONFIG, SafeTensors, code_predictor_weights, decoder_weights,
     random_sources, read_configs, talker_weights)
 
 MANIFEST = "manifest.json"

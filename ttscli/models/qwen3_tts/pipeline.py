@@ -18,7 +18,7 @@ import numpy as np
 from ttscli.errors import BackendUnavailableError, InputTooLongError, UsageError
 from ttscli.generate import Request, Stats
 from ttscli.models.qwen3_tts.config import GenerationConfig
-from ttscli.models.qwen3_tts.loop import CodeDecoder, LoopConfig, MLXCodeDecoder, generate_frames
+from ttscli.models.qwen3_tts.loop import CodeDecoder, LoopConfig, generate_frames
 from ttscli.models.qwen3_tts.model import Qwen3TTSModel
 from ttscli.models.qwen3_tts.prompt import VoicePrompt, prepare, ref_text_template
 from ttscli.models.qwen3_tts.voice import is_voice_file, load_voice, save_voice

@@ -270,16 +270,9 @@ class SpeakerEncoder(nn.Module):
         Tensors already in MLX layout are left alone (recognised by shape; where kernel size equals
         the input width the two layouts look alike and PyTorch layout is assumed).
         """
-        expected = dict(tree_flatten(self.parameters()))
-        out = {}
-        for key, value in weights.items():
-            want = expected.get(key)
-            if want is not None and value.ndim == 3 and want.ndim == 3:
-                o, k, i = want.shape
-                if tuple(value.shape) == (o, i, k):
-                    value = value.transpose(0, 2, 1)
-            out[key] = value
-        return out
+        from ttscli.nn import conv_weights_to_mlx
+
+        return conv_weights_to_mlx(self, weights)
 
     def load_checkpoint_weights(self, weights: dict, dtype=mx.float32) -> None:
         """Strictly load ``speaker_encoder.*``-stripped weights (PyTorch or MLX layout), cast to ``dtype``."""

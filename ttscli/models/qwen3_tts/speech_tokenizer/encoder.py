@@ -447,16 +447,9 @@ class SpeechEncoder(nn.Module):
 
     def sanitize(self, weights: dict) -> dict:
         """PyTorch conv weights [out, in, k] -> MLX [out, k, in] (keys without the ``encoder.`` prefix)."""
-        expected = dict(tree_flatten(self.parameters()))
-        out = {}
-        for key, value in weights.items():
-            want = expected.get(key)
-            if want is not None and value.ndim == 3 and want.ndim == 3:
-                o, k, i = want.shape
-                if tuple(value.shape) == (o, i, k):
-                    value = value.transpose(0, 2, 1)
-            out[key] = value
-        return out
+        from ttscli.nn import conv_weights_to_mlx
+
+        return conv_weights_to_mlx(self, weights)
 
 
 def load_speech_encoder(path: Path, dtype: str = "float32") -> SpeechEncoder:
