@@ -120,3 +120,19 @@ def test_clone_refused_by_customvoice(run_cli, tmp_path, ckpt, ref_wav):
     p = run_cli("clone", "Hello.", "--ref", ref_wav, "--x-vector-only", "-m", CV, "--model-dir", ckpt["customvoice"],
                 "-o", "x.wav")
     assert p.returncode == 2 and "cannot clone" in only_line(p.err)
+
+
+def test_bench_json_and_plot(run_cli, tmp_path, ckpt):
+    p = run_cli("bench", CV, "--model-dir", ckpt["customvoice"], "--repeats", "1", "--warmup", "0",
+                "--prefill-mode", "batched,sequential", "--prompt-tokens", "16", "--json", "--plot", "frames.png")
+    assert p.returncode == 0, p.err
+    report = json.loads(p.stdout)
+    v = report["variants"]
+    assert set(v) == {"mlx/batched", "mlx/sequential"}
+    for fig in ("load_s", "rtf", "frame_ms_p50", "decoder_ms_per_frame", "prefill_ms", "talker_step_ms",
+                "mlx_peak_mb", "rss_peak_mb"):
+        assert v["mlx/batched"][fig] > 0, fig
+    assert v["mlx/batched"]["prefill_tokens"] == 16
+    assert "prefill_ms" in report["ratios"]["mlx/sequential vs mlx/batched"]
+    assert report["environment"]["mlx"]
+    assert (tmp_path / "frames.png").stat().st_size > 1000
