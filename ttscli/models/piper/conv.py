@@ -178,6 +178,51 @@ def conv_transpose1d_gemm(x: mx.array, weight: mx.array, bias: mx.array | None, 
     return out + bias if bias is not None else out
 
 
+@lru_cache(maxsize=None)
+def _overlap_add_cf(n: int):
+    """Compiled ``sum_j P[j, :, :, n-1-j : ...]`` read as ``[Cout, T, s]``: the phases add and
+    the (stride, time) interleave happens in the same pass, written straight in channels-first
+    sample order."""
+    def fn(p):
+        tn = p.shape[-1] - (n - 1)
+        y = None
+        for j in range(n):
+            v = p[j, :, :, n - 1 - j: n - 1 - j + tn].transpose(1, 2, 0)
+            y = v if y is None else y + v
+        return y
+    return mx.compile(fn)
+
+
+def transpose_gemm_weight_cf(weight: mx.array, stride: int) -> mx.array:
+    """``[Cout, K, Cin]`` -> contiguous ``[K'*Cout, Cin]`` (K padded up to a multiple of stride)."""
+    cout, k, cin = weight.shape
+    n = -(-k // stride)
+    if n * stride != k:
+        weight = mx.pad(weight, [(0, 0), (0, n * stride - k), (0, 0)])
+    w = mx.contiguous(weight.transpose(1, 0, 2).reshape(n * stride * cout, cin))
+    mx.eval(w)
+    return w
+
+
+def conv_transpose1d_cf(x: mx.array, wmat: mx.array, bias: mx.array, k: int, stride: int,
+                        padding: int) -> mx.array:
+    """Transposed conv channels-first: ``x [Cin, T]``, ``wmat = transpose_gemm_weight_cf(w)``,
+    ``bias [Cout, 1]`` -> ``[Cout, (T-1)s + K - 2p]``.
+
+    ``W [n*s*Cout, Cin] @ x`` gives phase j / offset r of every input frame; x gets n-1 zero
+    frames each side so every output block u sums exactly n shifted phases. Measured 1.6-3x
+    faster than the channels-last form followed by a transpose to channels-first.
+    """
+    t = x.shape[1]
+    n = wmat.shape[0] // (stride * bias.shape[0])
+    if n > 1:
+        x = mx.pad(x, [(0, 0), (n - 1, n - 1)])
+    p = (wmat @ x).reshape(n, stride, bias.shape[0], -1)
+    y = _overlap_add_cf(n)(p).reshape(bias.shape[0], -1)
+    length = (t - 1) * stride + k - 2 * padding
+    return y[:, padding: padding + length] + bias
+
+
 class Conv1d(nn.Module):
     """Conv1d with PyTorch semantics (symmetric padding, dilation), weight ``[out, K, in]``."""
 
@@ -231,6 +276,15 @@ class ConvTranspose1d(nn.Module):
             cache = (self.weight, transpose_gemm_weight(self.weight, self.stride))
             object.__setattr__(self, "_gemm_cache", cache)
         return conv_transpose1d_gemm(x, self.weight, self.bias, self.stride, self.padding, cache[1])
+
+    def cf(self, x: mx.array) -> mx.array:
+        """The same transposed conv on channels-first ``x [Cin, T]`` -> ``[Cout, T']``."""
+        caches = self.__dict__.setdefault("_derived_cache", {})
+        hit = caches.get("cf")
+        if hit is None or hit[0] is not self.weight or hit[1] is not self.bias:
+            hit = caches["cf"] = (self.weight, self.bias, transpose_gemm_weight_cf(self.weight, self.stride),
+                                  _column(self.bias))
+        return conv_transpose1d_cf(x, hit[2], hit[3], self.weight.shape[1], self.stride, self.padding)
 
 
 class DepthwiseConv1d(nn.Module):

@@ -355,13 +355,12 @@ class Generator(nn.Module):
         decoder at 450 frames. Each block carries a halo as wide as the stage's receptive
         field, so the result equals the unblocked one exactly.
         """
-        x = self.conv_pre(x)
+        # channels-first [C, T] from the first upsampling on (the GEMMs are W @ x, each conv
+        # tap a band of contiguous rows); conv_pre's output is read as a transposed view
+        x = self.conv_pre(x)[0].T
         last = len(self.ups) - 1
         for i, up in enumerate(self.ups):
-            # the transposed convs stay channels-last (a [T, Cin] @ [Cin, K*Cout] GEMM reads
-            # the stage's [C, T] output as a transposed operand, no copy); the resblock
-            # stages run channels-first
-            xc = mx.contiguous(up(nn.leaky_relu(x, 0.1))[0].T)
+            x = up.cf(nn.leaky_relu(x, 0.1))
             if i < last:
-                x = self._blocked(lambda v, i=i: self._stage_cf(i, v), xc, self._halo(i), block).T[None]
-        return self._blocked(self._tail_cf, xc, self._halo(last), block)
+                x = self._blocked(lambda v, i=i: self._stage_cf(i, v), x, self._halo(i), block)
+        return self._blocked(self._tail_cf, x, self._halo(last), block)
