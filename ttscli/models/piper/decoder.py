@@ -133,6 +133,9 @@ class _BlasThreads:
             self._set(self.prev)
 
 
+_BLOCK_CHANNELS = 64
+
+
 def _parallel() -> bool:
     """Split the resblock stages over two threads (TTSCLI_PIPER_THREADS=1 turns it off)."""
     return os.environ.get("TTSCLI_PIPER_THREADS", "2") != "1" and (os.cpu_count() or 1) > 1
@@ -361,6 +364,9 @@ class Generator(nn.Module):
         last = len(self.ups) - 1
         for i, up in enumerate(self.ups):
             x = up.cf(nn.leaky_relu(x, 0.1))
+            # below 64 channels the blocks grow in proportion (fewer, larger ops; measured at
+            # 32 channels: 4096-sample blocks ~1.2x faster than 2048)
+            blk = block * max(1, _BLOCK_CHANNELS // x.shape[0])
             if i < last:
-                x = self._blocked(lambda v, i=i: self._stage_cf(i, v), x, self._halo(i), block)
-        return self._blocked(self._tail_cf, x, self._halo(last), block)
+                x = self._blocked(lambda v, i=i: self._stage_cf(i, v), x, self._halo(i), blk)
+        return self._blocked(self._tail_cf, x, self._halo(last), blk)
