@@ -7,12 +7,37 @@ affine. The first channel of the result is log-duration per phoneme.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import mlx.core as mx
 import mlx.nn as nn
 
 from .conv import Conv1d, DepthwiseConv1d
 from .text_encoder import LayerNorm
+
+
+# erf(x) ~= x P(v) / Q(v), v = (x/4)^2, |x| clipped to 4 (erf(4) = 1 - 1.5e-8): a rational
+# least-squares fit made for this file, max abs error 3.4e-7 in float32. MLX's CPU erf is a
+# scalar loop (~29 ns/element here), which made GELU 2/3 of this predictor's time.
+_ERF_P = (1.1283790461435375, 3.0769310962690457, 13.563331332845676, 15.747916920820238,
+          18.755616594857067, 2.125764045539171)
+_ERF_Q = (1.0, 8.060169574186187, 29.409161171900298, 61.94966074675191, 77.40177871689224,
+          39.77097360625498)
+
+
+def _poly(coefs, v):
+    r = coefs[-1]
+    for c in coefs[-2::-1]:
+        r = r * v + c
+    return r
+
+
+@partial(mx.compile, shapeless=True)
+def fast_gelu(x: mx.array) -> mx.array:
+    """Exact-form GELU ``x (1 + erf(x / sqrt 2)) / 2`` with the rational erf above."""
+    u = mx.clip(x * (1 / math.sqrt(2)), -4.0, 4.0)
+    v = u * u * (1.0 / 16.0)
+    return x * (1 + u * _poly(_ERF_P, v) / _poly(_ERF_Q, v)) / 2
 
 
 class DDSConv(nn.Module):
@@ -29,8 +54,8 @@ class DDSConv(nn.Module):
         if g is not None:
             x = x + g
         for sep, pw, n1, n2 in zip(self.convs_sep, self.convs_1x1, self.norms_1, self.norms_2):
-            y = nn.gelu(n1(sep(x)))
-            y = nn.gelu(n2(pw(y)))
+            y = fast_gelu(n1(sep(x)))
+            y = fast_gelu(n2(pw(y)))
             x = x + y
         return x
 
