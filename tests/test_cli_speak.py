@@ -78,7 +78,7 @@ def test_stdout_stream_starts_before_generation_ends(tmp_path):
 
 
 def test_ctrl_c_leaves_no_partial_file(tmp_path):
-    proc = subprocess.Popen(ttscli_exe() + ["speak", LONG, "-o", "long.wav"], stdout=subprocess.PIPE,
+    proc = subprocess.Popen(ttscli_exe() + ["speak", LONG * 4, "-o", "long.wav"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, cwd=tmp_path)
     deadline = time.time() + 120
     while time.time() < deadline and not any(p.name.endswith(".part") for p in tmp_path.iterdir()):
