@@ -70,7 +70,8 @@ def from_hf(spec: ModelSpec, download: bool = True) -> Path:
         except ModelNotFoundError:
             raise
         except Exception as e:  # network, auth, gated repo: all end the same way for the user
-            reason = type(e).__name__
+            reason = ("the hub could not be reached" if isinstance(e, (LocalEntryNotFoundError, ConnectionError, OSError))
+                      else type(e).__name__)
             raise ModelNotFoundError(
                 f"{spec.id}: weights not in the Hugging Face cache ({where}) and download of {repo} failed "
                 f"({reason}); run `huggingface-cli download {repo}` where online, or pass --model-dir DIR"
