@@ -1,4 +1,5 @@
 import io
+import os
 import signal
 
 import numpy as np
@@ -40,6 +41,9 @@ def test_file_sink_is_atomic(tmp_path, ext):
     s.close()
     assert out.exists() and sf.info(str(out)).samplerate == 22050
     assert [p.name for p in tmp_path.iterdir()] == [out.name]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() would make it, not mkstemp's 0600
 
 
 def test_file_sink_abort_leaves_nothing(tmp_path):

@@ -95,6 +95,10 @@ class FileSink(Sink):
 
     def close(self) -> None:
         self.f.close()
+        # mkstemp makes the file 0600; give it the mode a plain open() would have had
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(self.tmp, 0o666 & ~umask)
         os.replace(self.tmp, self.path)
 
     def abort(self) -> None:
