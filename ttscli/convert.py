@@ -8,6 +8,7 @@ overwrite without --force, and writing into a temp folder renamed into place at 
 """
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -93,6 +94,9 @@ def convert(req: ConvertRequest, registry: Registry, note: Callable[[str], None]
             if req.quantize and req.q_bits != 8:
                 raise UsageError("Core ML weights quantize to 8 bits only; use -q --q-bits 8")
             fn(spec, checkpoint, tmp, capacity=req.capacity, weights_8bit=req.quantize, progress=progress)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it 0700
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
