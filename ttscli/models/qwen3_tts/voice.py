@@ -39,6 +39,9 @@ def save_voice(path: Path, voice: VoicePrompt, model_id: str, tts_model_size: st
     os.close(fd)
     try:
         save_file(tensors, tmp, metadata=meta)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
