@@ -55,6 +55,21 @@ Debug = typer.Option(False, "--debug", help="Show tracebacks on errors.")
 CodeDecoderBackend = typer.Option(
     None, "--code-decoder-backend", help="Backend of the talker (code decoder): mlx or coreml.", case_sensitive=False
 )
+# generation options shared by speak and clone
+Format = typer.Option(None, "--format", help="wav, flac, ogg, mp3, or pcm (raw s16le, with -o -).")
+Play = typer.Option(False, "--play", help="Play through the default output device.")
+Language = typer.Option(None, "--language", help="Language (default: auto).")
+Seed = typer.Option(None, "--seed", help="Random seed for reproducible output.")
+MaxFrames = typer.Option(None, "--max-frames", min=1, help="Frame limit per chunk; reaching it is an error.")
+Stream = typer.Option(False, "--stream", help="Emit audio while generating.")
+FirstChunkFrames = typer.Option(3, "--first-chunk-frames", min=1, help="Frames before the first streamed audio.")
+ChunkFrames = typer.Option(25, "--chunk-frames", min=1, help="Frames per streamed chunk after the first.")
+Temperature = typer.Option(None, "--temperature", min=0.0)
+TopK = typer.Option(None, "--top-k", min=0)
+TopP = typer.Option(None, "--top-p", min=0.0, max=1.0)
+RepetitionPenalty = typer.Option(None, "--repetition-penalty", min=0.0)
+Workers = typer.Option(1, "--workers", "--concurrent-worker-count", min=1, help="Chunks generated at once.")
+Dtype = typer.Option(None, "--dtype", help="float32, float16 or bfloat16.")
 
 
 def set_flags(quiet: bool, verbose: bool, debug: bool) -> None:
@@ -178,26 +193,26 @@ def speak(
     model: Optional[str] = Model,
     model_dir: Optional[Path] = ModelDir,
     output: Optional[str] = Output,
-    fmt: Optional[str] = typer.Option(None, "--format", help="wav, flac, ogg, mp3, or pcm (raw s16le, with -o -)."),
-    play: bool = typer.Option(False, "--play", help="Play through the default output device."),
+    fmt: Optional[str] = Format,
+    play: bool = Play,
     voice: Optional[str] = typer.Option(None, "--voice", help="Preset voice name, or a saved voice .safetensors."),
     instruct: Optional[str] = typer.Option(None, "--instruct", help="Style instruction or voice description."),
-    language: Optional[str] = typer.Option(None, "--language", help="Language (default: auto)."),
+    language: Optional[str] = Language,
     speed: float = typer.Option(1.0, "--speed", min=0.25, max=4.0, help="Speaking rate (1.0 = model default)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed for reproducible output."),
-    max_frames: Optional[int] = typer.Option(None, "--max-frames", min=1, help="Frame limit per chunk; reaching it is an error."),
-    stream: bool = typer.Option(False, "--stream", help="Emit audio while generating."),
-    first_chunk_frames: int = typer.Option(3, "--first-chunk-frames", min=1),
-    chunk_frames: int = typer.Option(25, "--chunk-frames", min=1),
-    temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0),
-    top_k: Optional[int] = typer.Option(None, "--top-k", min=0),
-    top_p: Optional[float] = typer.Option(None, "--top-p", min=0.0, max=1.0),
-    repetition_penalty: Optional[float] = typer.Option(None, "--repetition-penalty", min=0.0),
+    seed: Optional[int] = Seed,
+    max_frames: Optional[int] = MaxFrames,
+    stream: bool = Stream,
+    first_chunk_frames: int = FirstChunkFrames,
+    chunk_frames: int = ChunkFrames,
+    temperature: Optional[float] = Temperature,
+    top_k: Optional[int] = TopK,
+    top_p: Optional[float] = TopP,
+    repetition_penalty: Optional[float] = RepetitionPenalty,
     noise_scale: Optional[float] = typer.Option(None, "--noise-scale", min=0.0, help="VITS (Piper) prior noise."),
     noise_w: Optional[float] = typer.Option(None, "--noise-w", min=0.0, help="VITS (Piper) duration noise."),
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
-    workers: int = typer.Option(1, "--workers", "--concurrent-worker-count", min=1, help="Chunks generated at once."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32, float16 or bfloat16."),
+    workers: int = Workers,
+    dtype: Optional[str] = Dtype,
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
 ):
@@ -231,21 +246,21 @@ def clone(
     model: Optional[str] = Model,
     model_dir: Optional[Path] = ModelDir,
     output: Optional[str] = Output,
-    fmt: Optional[str] = typer.Option(None, "--format", help="wav, flac, ogg, mp3, or pcm (with -o -)."),
-    play: bool = typer.Option(False, "--play"),
-    language: Optional[str] = typer.Option(None, "--language"),
-    seed: Optional[int] = typer.Option(None, "--seed"),
-    max_frames: Optional[int] = typer.Option(None, "--max-frames", min=1),
-    stream: bool = typer.Option(False, "--stream"),
-    first_chunk_frames: int = typer.Option(3, "--first-chunk-frames", min=1),
-    chunk_frames: int = typer.Option(25, "--chunk-frames", min=1),
-    temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0),
-    top_k: Optional[int] = typer.Option(None, "--top-k", min=0),
-    top_p: Optional[float] = typer.Option(None, "--top-p", min=0.0, max=1.0),
-    repetition_penalty: Optional[float] = typer.Option(None, "--repetition-penalty", min=0.0),
+    fmt: Optional[str] = Format,
+    play: bool = Play,
+    language: Optional[str] = Language,
+    seed: Optional[int] = Seed,
+    max_frames: Optional[int] = MaxFrames,
+    stream: bool = Stream,
+    first_chunk_frames: int = FirstChunkFrames,
+    chunk_frames: int = ChunkFrames,
+    temperature: Optional[float] = Temperature,
+    top_k: Optional[int] = TopK,
+    top_p: Optional[float] = TopP,
+    repetition_penalty: Optional[float] = RepetitionPenalty,
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
-    workers: int = typer.Option(1, "--workers", "--concurrent-worker-count", min=1),
-    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    workers: int = Workers,
+    dtype: Optional[str] = Dtype,
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
 ):
@@ -340,12 +355,12 @@ def bench(
     prefill_mode: str = typer.Option("batched", "--prefill-mode", help="batched, sequential, or both comma-separated."),
     peer: Optional[str] = typer.Option(None, "--peer", help="Also time a peer on the same text, e.g. piper-tts."),
     stream: bool = typer.Option(False, "--stream", help="Measure time to first audio when streaming."),
-    max_frames: Optional[int] = typer.Option(None, "--max-frames", min=1),
+    max_frames: Optional[int] = MaxFrames,
     prompt_tokens: int = typer.Option(200, "--prompt-tokens", min=1, help="Prefill length for prefill timing."),
     json_out: bool = typer.Option(False, "--json", help="Figures and environment as JSON on stdout."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="PNG of per-frame latency (needs matplotlib)."),
     model_dir: Optional[Path] = ModelDir,
-    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    dtype: Optional[str] = Dtype,
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
 ):
