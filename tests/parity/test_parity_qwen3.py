@@ -29,6 +29,7 @@ GREEDY = "greedy frames vs golden (all 16 codes)"
 BATCHED = "internal: batched vs sequential prefill (max abs)"
 DECODER = "speech decoder vs golden waveform (max abs)"
 STREAM = "internal: streamed vs one-shot decoder (max abs)"
+REPRIME = "internal: re-primed fixed-slot vs one-shot decoder (max abs)"
 
 
 def by_name(checks) -> dict:
@@ -42,7 +43,7 @@ def test_cli_passes_on_upstream_goldens(run_cli, kind):
     assert p.returncode == 0, p.err
     report = json.loads(p.stdout)
     checks = by_name(report["checks"])
-    want = {PROMPT, LOGITS, HIDDEN, GREEDY, BATCHED, STREAM} | ({DECODER} if kind == "base" else set())
+    want = {PROMPT, LOGITS, HIDDEN, GREEDY, BATCHED, STREAM, REPRIME} | ({DECODER} if kind == "base" else set())
     assert set(checks) == want
     assert report["passed"] and all(c["passed"] for c in checks.values())
     assert checks[GREEDY]["value"] == checks[GREEDY]["threshold"] == 20.0
@@ -157,6 +158,26 @@ def test_stream_check_fails_when_chunks_forget_their_context(tmp_path, monkeypat
     checks = run_checks(ckpt)
     assert not checks[STREAM].passed and checks[STREAM].value > 1e-4
     assert checks[DECODER].passed
+
+
+def test_reprime_check_fails_when_the_reprime_keeps_only_inputs(tmp_path, monkeypatch):
+    """Re-prime by re-running the stack's input frames (every layer but the first loses context)."""
+    from ttscli.models.qwen3_tts.speech_tokenizer import transformer
+
+    def input_only(self, cache):
+        h = cache.history[0]
+        cache.reset()
+        mask = transformer.sliding_mask(h.shape[1], h.shape[1], self.args.sliding_window)
+        for layer, kv in zip(self.layers, cache.layers):
+            h = layer(h, mask, kv)
+        cache.reprimes += 1
+
+    ckpt = perturbed(tmp_path)
+    monkeypatch.setattr(transformer.DecoderTransformer, "_reprime", input_only)
+    checks = run_checks(ckpt)
+    assert not checks[REPRIME].passed and checks[REPRIME].value > 1e-4
+    assert "2 re-primes" in checks[REPRIME].detail
+    assert checks[STREAM].passed and checks[DECODER].passed
 
 
 def test_golden_without_known_arrays_is_rejected(tmp_path):

@@ -144,6 +144,26 @@ def stream_consistency(dec, codes: np.ndarray) -> Check:
                  f"{len(codes)} frames in {len(chunks)} chunks")
 
 
+def reprime_consistency(dec, codes: np.ndarray) -> Check:
+    """A fixed-slot decoder cache small enough to re-prime at least twice, against one pass."""
+    from ttscli.models.qwen3_tts.speech_tokenizer.streaming import StreamingDecoder
+
+    context = dec.args.sliding_window - 1
+    codes = np.maximum(np.asarray(codes), 0).astype(np.int32)
+    if len(codes) < context + 25:
+        rng = np.random.default_rng(1)
+        codes = rng.integers(0, dec.args.codebook_size, (context + 25, dec.args.num_quantizers)).astype(np.int32)
+    capacity = context + max(1, (len(codes) - context) // 2 - 1)
+    one = np.array(dec(mx.array(codes)).astype(mx.float32))
+    s = StreamingDecoder(dec, *STREAM_CHUNKS, kv_capacity=capacity)
+    chunks = s.push(codes)
+    tail = s.flush()
+    ours = np.concatenate(chunks + ([tail] if tail is not None else []))
+    err = max_abs(ours, one) if s.reprimes else float("inf")     # no re-prime: nothing was checked
+    return Check("internal: re-primed fixed-slot vs one-shot decoder (max abs)", err, EXACT_TOL, "<=",
+                 f"{len(codes)} frames through {capacity} slots, {s.reprimes} re-primes")
+
+
 def _load(checkpoint: Path, backend: str | None, need_decoder: bool):
     from ttscli.models.qwen3_tts import load_code_decoder
     from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer
@@ -216,6 +236,7 @@ def golden_checks(checkpoint: Path, golden: Path, frames: int, backend: str | No
         rng = np.random.default_rng(0)
         codes = rng.integers(0, dec.args.codebook_size, (40, dec.args.num_quantizers))
     checks.append(stream_consistency(dec, codes))
+    checks.append(reprime_consistency(dec, codes))
     return checks
 
 

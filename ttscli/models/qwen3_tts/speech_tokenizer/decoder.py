@@ -147,7 +147,7 @@ def decoder_block(args: DecoderArgs, i: int) -> Sequential:
 class DecoderCache:
     """Everything one stream carries between chunks: conv tails and transformer keys/values."""
 
-    def __init__(self, model: "SpeechDecoder", capacity: int | None = None, reprime_frames: int = 24):
+    def __init__(self, model: "SpeechDecoder", capacity: int | None = None, reprime_frames: int | None = None):
         self.pre_conv = model.pre_conv.make_cache()
         self.transformer: TransformerCache = model.pre_transformer.make_cache(capacity, reprime_frames)
         self.upsample = [[m.make_cache() for m in stage] for stage in model.upsample]
@@ -242,10 +242,10 @@ class SpeechDecoder(nn.Module):
             x = m(x, cache.decoder[j])
         x = self.decoder[-1](x, cache.decoder[-1])
         mx.eval(x, [c.tail for c in _conv_caches(cache)],
-                [(kv.keys, kv.values) for kv in cache.transformer.layers])
+                cache.transformer.state())
         cache.frames += n
 
-    def make_cache(self, capacity: int | None = None, reprime_frames: int = 24) -> DecoderCache:
+    def make_cache(self, capacity: int | None = None, reprime_frames: int | None = None) -> DecoderCache:
         """A fresh stream. ``capacity`` switches the transformer to a fixed-slot cache with re-prime."""
         return DecoderCache(self, capacity, reprime_frames)
 

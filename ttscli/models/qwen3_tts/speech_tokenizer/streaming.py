@@ -20,11 +20,12 @@ class StreamingDecoder:
     """Feed codes frame by frame (``push``), get float32 audio chunks back; ``flush`` at the end.
 
     ``kv_capacity`` (e.g. 256) makes the decoder transformer use a fixed number of KV slots and
-    re-prime when full (see transformer.py); None (default) keeps an exact sliding window.
+    re-prime when full, from the last ``reprime_frames`` frames (default ``window - 1``; see
+    transformer.py); None (default) keeps a rolling sliding window. Both equal a one-shot decode.
     """
 
     def __init__(self, decoder: SpeechDecoder, first_chunk_frames: int = 3, chunk_frames: int = 25,
-                 kv_capacity: int | None = None, reprime_frames: int = 24):
+                 kv_capacity: int | None = None, reprime_frames: int | None = None):
         if first_chunk_frames < 1 or chunk_frames < 1:
             raise ValueError("streaming chunk sizes must be at least one frame")
         self.decoder = decoder
@@ -91,14 +92,14 @@ class StreamingDecoder:
 
     def _decode(self, codes: np.ndarray) -> np.ndarray:
         wav = self.decoder(mx.array(codes), self.cache)
-        mx.eval(wav)
+        mx.eval(wav, self.cache.transformer.state())
         self.chunks += 1
         return np.array(wav.astype(mx.float32))
 
 
 def stream_decode(decoder: SpeechDecoder, frames: Iterable, first_chunk_frames: int = 3,
                   chunk_frames: int = 25, kv_capacity: int | None = None,
-                  reprime_frames: int = 24) -> Iterator[np.ndarray]:
+                  reprime_frames: int | None = None) -> Iterator[np.ndarray]:
     """Generator form: consume frames (each ``[Q]`` or ``[n, Q]``), yield audio chunks as they are ready."""
     s = StreamingDecoder(decoder, first_chunk_frames, chunk_frames, kv_capacity, reprime_frames)
     for f in frames:

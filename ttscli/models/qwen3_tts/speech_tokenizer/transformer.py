@@ -9,14 +9,20 @@ Two caches, both owned by the caller:
 
 * ``window`` (default): each layer keeps the keys/values of its last ``window - 1`` frames.
   Any split of a clip into chunks attends to exactly what a one-shot decode attends to.
-* ``capacity=N``: a fixed number of slots (the Core ML semantics). When a new frame finds the
-  cache full, the cache is reset and the last ``reprime_frames`` inputs are re-run as context
-  (outputs discarded, positions restarting at 0) before the new frames go in. Never clamped,
-  but not exact: after a re-prime the next frames see ``reprime_frames`` frames of history,
-  rebuilt from scratch, instead of the reference's ``layers*(window-1)`` receptive field.
-  Measured at the released dimensions with random weights (300 frames, 256 slots): rms error
-  0.097 on a 0.236-rms signal with 24 frames of context, 0.050 with 72. Use it only to mirror
-  a fixed-capacity backend.
+* ``capacity=N``: a fixed number of KV slots per layer (the semantics of a fixed-size state,
+  e.g. 256 slots, about 20 s). When a new frame finds the cache full, the cache is reset and
+  re-primed: the last ``reprime_frames`` frames are re-decoded as context (their outputs, and so
+  their audio, are discarded; positions restart at 0, which RoPE cannot tell apart) and then
+  the new frames go in. Never clamped.
+
+  Re-decoding must start from each layer's own input, which the cache keeps for the last
+  ``reprime_frames`` frames: re-running only the stack's input would rebuild layer l's keys from
+  frames whose own context was cut away, and the output at frame i depends on inputs as far
+  back as ``layers*(window-1)`` frames, more than 256 slots hold for the released model
+  (measured with random weights at the released dimensions: rms error 0.097 on a 0.236-rms
+  signal when 24 input frames were re-run). Per layer, ``reprime_frames >= window - 1``
+  rebuilds exactly the keys/values a sliding-window decode attends to, so a re-primed stream
+  equals the one-shot decode; fewer frames would change the audio and are refused.
 """
 from __future__ import annotations
 
@@ -56,17 +62,23 @@ class LayerKV:
 
 
 class TransformerCache:
-    """Per-layer KV state of one stream, plus the re-prime bookkeeping of a fixed capacity."""
+    """Per-layer KV state of one stream, plus the re-prime context of a fixed capacity."""
 
-    def __init__(self, args: DecoderArgs, capacity: int | None = None, reprime_frames: int = 24):
-        if capacity is not None and capacity <= reprime_frames:
-            raise ValueError(f"decoder KV capacity {capacity} must exceed the re-prime context {reprime_frames}")
+    def __init__(self, args: DecoderArgs, capacity: int | None = None, reprime_frames: int | None = None):
         self.window = args.sliding_window
-        self.capacity = capacity
-        self.reprime_frames = reprime_frames
         self.num_layers = args.num_hidden_layers
+        self.capacity = capacity
+        self.reprime_frames = self.window - 1 if reprime_frames is None else reprime_frames
+        if capacity is not None:
+            if self.reprime_frames < self.window - 1:
+                raise ValueError(f"a re-prime context of {self.reprime_frames} frames would change the audio: "
+                                 f"the decoder attends to the last {self.window - 1} frames of every layer")
+            if capacity <= self.reprime_frames:
+                raise ValueError(f"decoder KV capacity {capacity} must exceed the re-prime context "
+                                 f"{self.reprime_frames}")
         self.reprimes = 0
-        self.history: mx.array | None = None    # last reprime_frames inputs [1, n, latent]
+        # Each layer's input for the last reprime_frames frames, [1, n, hidden]: the re-prime context.
+        self.history: list[mx.array | None] = [None] * self.num_layers
         self.layers = self._fresh()
 
     def _fresh(self) -> list[LayerKV]:
@@ -81,12 +93,24 @@ class TransformerCache:
     def offset(self) -> int:
         return self.layers[0].offset
 
+    @property
+    def full(self) -> bool:
+        return self.capacity is not None and self.length >= self.capacity
+
     def reset(self) -> None:
         self.layers = self._fresh()
 
-    def remember(self, x: mx.array) -> None:
-        h = x if self.history is None else mx.concatenate([self.history, x], axis=1)
-        self.history = h[:, -self.reprime_frames:]
+    def remember(self, layer: int, h: mx.array) -> None:
+        if self.capacity is None:
+            return
+        past = self.history[layer]
+        h = h if past is None else mx.concatenate([past, h], axis=1)
+        self.history[layer] = h[:, -self.reprime_frames:]
+
+    def state(self) -> list[mx.array]:
+        """Arrays to evaluate with a chunk's output, so the next chunk starts from data, not graphs."""
+        kv = [a for layer in self.layers for a in (layer.keys, layer.values) if a is not None]
+        return kv + [h for h in self.history if h is not None]
 
 
 def sliding_mask(queries: int, keys: int, window: int):
@@ -136,7 +160,7 @@ class DecoderTransformer(nn.Module):
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.output_proj = nn.Linear(args.hidden_size, args.latent_dim)
 
-    def make_cache(self, capacity: int | None = None, reprime_frames: int = 24) -> TransformerCache:
+    def make_cache(self, capacity: int | None = None, reprime_frames: int | None = None) -> TransformerCache:
         return TransformerCache(self.args, capacity, reprime_frames)
 
     def _forward(self, x: mx.array, cache: TransformerCache | None) -> mx.array:
@@ -145,8 +169,20 @@ class DecoderTransformer(nn.Module):
         mask = sliding_mask(n, past + n, self.args.sliding_window)
         h = self.input_proj(x)
         for i, layer in enumerate(self.layers):
+            if cache is not None:
+                cache.remember(i, h)
             h = layer(h, mask, None if cache is None else cache.layers[i])
         return self.output_proj(self.norm(h))
+
+    def _reprime(self, cache: TransformerCache) -> None:
+        """Reset a full cache and rebuild every layer's keys/values from its remembered inputs."""
+        cache.reset()
+        n = cache.history[0].shape[1]
+        mask = sliding_mask(n, n, self.args.sliding_window)
+        for layer, h, kv in zip(self.layers, cache.history, cache.layers):
+            # Only the keys/values stored in kv are kept; the attention output is never evaluated.
+            layer.self_attn(layer.input_layernorm(h), mask, kv)
+        cache.reprimes += 1
 
     def __call__(self, x: mx.array, cache: TransformerCache | None = None) -> mx.array:
         """x ``[1, n, latent]`` -> ``[1, n, latent]``; frames continue the stream held in ``cache``."""
@@ -154,14 +190,9 @@ class DecoderTransformer(nn.Module):
             return self._forward(x, cache)
         outs = []
         while x.shape[1]:
+            if cache.full:
+                self._reprime(cache)
             room = cache.capacity - cache.length
-            if room == 0:
-                context = cache.history
-                cache.reset()
-                self._forward(context, cache)       # rebuilds keys/values; outputs discarded
-                cache.reprimes += 1
-                room = cache.capacity - cache.length
             piece, x = x[:, :room], x[:, room:]
             outs.append(self._forward(piece, cache))
-            cache.remember(piece)
         return outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)
