@@ -81,8 +81,7 @@ class _Worker:
             fn, box, done = self._jobs.get()
             try:
                 with mx.stream(stream):
-                    with self.build_lock:
-                        out = fn()
+                    out = fn()          # takes build_lock while it builds each graph
                     mx.eval(out)
                 box.append(out)
             except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
@@ -320,15 +319,20 @@ class Generator(nn.Module):
         return fast_tanh(self.conv_post.cf(nn.leaky_relu(x, 0.01)))
 
     @staticmethod
-    def _span(fn, x: mx.array, halo: int, block: int, start: int, stop: int) -> mx.array:
-        """Frames ``start:stop`` of ``fn(x)``, computed in overlapping blocks of ``x``."""
+    def _span(fn, x: mx.array, halo: int, block: int, start: int, stop: int) -> list[mx.array]:
+        """Frames ``start:stop`` of ``fn(x)`` as a list of blocks, each from an overlapping block
+        of ``x``, evaluated one by one: one lazy graph of all blocks ran breadth-first (MLX's
+        eval order) with every block's temporaries alive at once: measured ~1.5x slower."""
         t = x.shape[1]
         outs = []
         for s in range(start, stop, block):
             e = min(stop, s + block)
             lo, hi = max(0, s - halo), min(t, e + halo)
-            outs.append(fn(x[:, lo:hi])[:, s - lo: s - lo + (e - s)])
-        return outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)
+            with _Worker.build_lock:
+                out = fn(x[:, lo:hi])[:, s - lo: s - lo + (e - s)]
+            mx.eval(out)
+            outs.append(out)
+        return outs
 
     @classmethod
     def _blocked(cls, fn, x: mx.array, halo: int, block: int) -> mx.array:
@@ -341,16 +345,14 @@ class Generator(nn.Module):
         if t <= 2 * block:
             return fn(x)
         if not _parallel():
-            return cls._span(fn, x, halo, block, 0, t)
+            return mx.concatenate(cls._span(fn, x, halo, block, 0, t), axis=1)
         mx.eval(x)                      # the worker's graph must not depend on pending work here
         mid = -(-t // block // 2) * block
         with _BlasThreads(1):
             second = _Worker.get().submit(lambda: cls._span(fn, x, halo, block, mid, t))
-            with _Worker.build_lock:
-                first = cls._span(fn, x, halo, block, 0, mid)
-            mx.eval(first)
+            first = cls._span(fn, x, halo, block, 0, mid)
             second = second()
-        return mx.concatenate([first, second], axis=1)
+        return mx.concatenate(first + second, axis=1)
 
     def __call__(self, x: mx.array, block: int = 2048) -> mx.array:
         """``[1, T, C]`` latent frames -> ``[1, T * prod(upsample_rates)]`` audio in [-1, 1].
