@@ -61,7 +61,7 @@ def environment() -> dict:
         "machine": platform.machine(),
         "mlx": getattr(mx, "__version__", "?"),
         "device": str(mx.default_device()),
-        "blas": _blas.loaded or "mlx builtin",
+        "blas": _blas.name(),
         "cpu_count": __import__("os").cpu_count(),
     }
 
@@ -244,7 +244,8 @@ def render(report: dict):
     names = list(variants)
     t = Table(title=f"ttscli bench {report['model']}" + (" (random weights)" if report["random_weights"] else ""),
               caption="real-time factor = synthesis time / audio duration (lower is faster); "
-                      "ratio = first column's time / this column's (>1: faster)")
+                      "ratio = first column's time / this column's (>1: faster); "
+                      f"{report['environment']['device']}, BLAS {report['environment']['blas'].split()[0]}")
     t.add_column("figure")
     for n in names:
         t.add_column(n, justify="right")
