@@ -279,12 +279,17 @@ class ConvTranspose1d(nn.Module):
 
     def cf(self, x: mx.array) -> mx.array:
         """The same transposed conv on channels-first ``x [Cin, T]`` -> ``[Cout, T']``."""
+        wmat, bias = self.gemm_cf()
+        return conv_transpose1d_cf(x, wmat, bias, self.weight.shape[1], self.stride, self.padding)
+
+    def gemm_cf(self) -> tuple[mx.array, mx.array]:
+        """(``transpose_gemm_weight_cf`` of the weight, bias as a column), kept per weight."""
         caches = self.__dict__.setdefault("_derived_cache", {})
         hit = caches.get("cf")
         if hit is None or hit[0] is not self.weight or hit[1] is not self.bias:
             hit = caches["cf"] = (self.weight, self.bias, transpose_gemm_weight_cf(self.weight, self.stride),
                                   _column(self.bias))
-        return conv_transpose1d_cf(x, hit[2], hit[3], self.weight.shape[1], self.stride, self.padding)
+        return hit[2], hit[3]
 
 
 class DepthwiseConv1d(nn.Module):
