@@ -104,35 +104,23 @@ class _Worker:
 
 
 class _BlasThreads:
-    """OpenBLAS single-threaded inside a block (process-wide while it lasts): while our two
-    threads each run GEMMs, its pool only added threads competing for the same two cores
-    (decoder measured 507 ms vs 552 ms with its 2 threads, 557 ms unsplit)."""
-
-    _set = _get = None
+    """The BLAS (OpenBLAS or MKL, see ttscli/_blas.py) single-threaded inside a block
+    (process-wide while it lasts): while our two threads each run GEMMs, its pool only added
+    threads competing for the same two cores (OpenBLAS: decoder measured 507 ms vs 552 ms with
+    its 2 threads, 557 ms unsplit)."""
 
     def __init__(self, n: int):
         self.n, self.prev = n, None
 
-    @classmethod
-    def _lib(cls):
-        if cls._set is None:
-            from ttscli import _blas
-            cls._set = cls._get = False
-            if _blas.loaded:
-                import ctypes
-                lib = ctypes.CDLL(_blas.loaded)
-                if hasattr(lib, "openblas_set_num_threads") and hasattr(lib, "openblas_get_num_threads"):
-                    cls._set, cls._get = lib.openblas_set_num_threads, lib.openblas_get_num_threads
-        return cls._set
-
     def __enter__(self):
-        if self._lib() and os.environ.get("TTSCLI_PIPER_BLAS1", "1") == "1":
-            self.prev = self._get()
-            self._set(self.n)
+        if os.environ.get("TTSCLI_PIPER_BLAS1", "1") == "1":
+            from ttscli import _blas
+            self.prev = _blas.set_num_threads(self.n)
 
     def __exit__(self, *exc):
         if self.prev is not None:
-            self._set(self.prev)
+            from ttscli import _blas
+            _blas.set_num_threads(self.prev)
 
 
 _BLOCK_CHANNELS = 64
