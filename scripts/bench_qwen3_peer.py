@@ -7,6 +7,11 @@ venv's python (ttscli is imported from the repo checkout):
         huggingface_hub mlx-lm scipy && /tmp/mavenv/bin/pip install --no-deps mlx-audio==0.6.2
     /tmp/mavenv/bin/python scripts/bench_qwen3_peer.py [--preset 0.6B-Base] [--frames 8] [--rounds 3]
 
+The BLAS both use is ttscli's choice (ttscli/_blas.py; the mavenv has no ``mkl`` wheel, so
+point TTSCLI_BLAS at ours: ``TTSCLI_BLAS=/work/main/.venv/lib/libmkl_rt.so.3``). ``--only
+mlx-audio`` with ``TTSCLI_BLAS=none`` times mlx-audio as its own install runs it on Linux (the
+``mlx[cpu]`` wheel's BLAS); ``--only ours`` times ttscli alone.
+
 A frame = talker step + 15 code-predictor steps + sampling + next-input embedding, synced once
 (both implementations sync once per frame).  mlx-audio's frame is driven with its own
 modules and sampler (``Model._sample_token``), as its generate() loop calls them.  Both
@@ -101,15 +106,19 @@ def main():
     ap.add_argument("--prompt", type=int, default=50)
     ap.add_argument("--peer-dtype", default="float32",
                     help="bfloat16: mlx-audio as the mlx-community *-bf16 conversions run it (ours stays float32)")
+    ap.add_argument("--only", choices=["both", "ours", "mlx-audio"], default="both")
     a = ap.parse_args()
     cfg = preset_config(a.preset)
     cfg.pop("speaker_encoder_config", None)
     cfg["tts_model_type"] = "custom_voice" if cfg["tts_model_type"] == "base" else cfg["tts_model_type"]
-    ours = build_random(cfg, "float32")
-    ours.talker.model.text_embedding = nn.Embedding(8, cfg["talker_config"]["text_hidden_size"])
-    theirs = peer_model(cfg)
+    ours = theirs = None
+    if a.only != "mlx-audio":
+        ours = build_random(cfg, "float32")
+        ours.talker.model.text_embedding = nn.Embedding(8, cfg["talker_config"]["text_hidden_size"])
+    if a.only != "ours":
+        theirs = peer_model(cfg)
     peer_dt = getattr(mx, a.peer_dtype)
-    if peer_dt != mx.float32:
+    if theirs is not None and peer_dt != mx.float32:
         from mlx.utils import tree_map
 
         theirs.update(tree_map(lambda p: p.astype(peer_dt), theirs.parameters()))
@@ -119,10 +128,20 @@ def main():
     mx.eval(x)
     res = {"ours_ms": [], "mlx_audio_ms": []}
     for _ in range(a.rounds):
-        res["ours_ms"].append(float(np.median(our_frames(ours, x, a.frames)[2:]) * 1e3))
-        res["mlx_audio_ms"].append(float(np.median(peer_frames(theirs, x.astype(peer_dt), a.frames, a.prompt)[2:]) * 1e3))
-    o, p = np.median(res["ours_ms"]), np.median(res["mlx_audio_ms"])
-    res.update(preset=a.preset, peer_dtype=a.peer_dtype, ours_frame_ms=float(o), mlx_audio_frame_ms=float(p), speedup=float(p / o))
+        if ours is not None:
+            res["ours_ms"].append(float(np.median(our_frames(ours, x, a.frames)[2:]) * 1e3))
+        if theirs is not None:
+            res["mlx_audio_ms"].append(float(np.median(peer_frames(theirs, x.astype(peer_dt), a.frames,
+                                                                   a.prompt)[2:]) * 1e3))
+    from ttscli import _blas
+
+    res.update(preset=a.preset, peer_dtype=a.peer_dtype, blas=_blas.name(), device=str(mx.default_device()))
+    if ours is not None:
+        res["ours_frame_ms"] = float(np.median(res["ours_ms"]))
+    if theirs is not None:
+        res["mlx_audio_frame_ms"] = float(np.median(res["mlx_audio_ms"]))
+    if ours is not None and theirs is not None:
+        res["speedup"] = res["mlx_audio_frame_ms"] / res["ours_frame_ms"]
     print(json.dumps(res, indent=1))
 
 
