@@ -93,50 +93,74 @@ def _parallel() -> bool:
     return os.environ.get("TTSCLI_PIPER_THREADS", "2") != "1" and (os.cpu_count() or 1) > 1
 
 
-def _span(fn, x: mx.array, halo: int, bounds: list[int], scale: int) -> list[mx.array]:
-    """``fn(x)`` for the input frames ``bounds[j]:bounds[j+1]`` (``scale`` output samples per
-    input frame), each from an overlapping block of ``x``, evaluated one by one: one lazy
-    graph of all blocks ran breadth-first (MLX's eval order) with every block's temporaries
-    alive at once: measured ~1.5x slower. ``fn(v, interior)`` returns (output, index of
-    its first sample); ``interior``: ``v`` has the full halo on both sides."""
+def _block(fn, x: mx.array, halo: int, s: int, e: int, scale: int) -> mx.array:
+    """``fn``'s output for the input frames ``s:e``, from ``x[:, s - halo : e + halo]`` (clipped
+    to ``x``), evaluated now. ``fn(v, interior)`` returns (output, index of its first sample);
+    ``interior``: ``v`` has the full halo on both sides."""
     t = x.shape[1]
-    outs = []
-    for s, e in zip(bounds[:-1], bounds[1:]):
-        lo, hi = max(0, s - halo), min(t, e + halo)
-        with _Worker.build_lock:
-            out, first = fn(x[:, lo:hi], s - lo == halo and hi - e == halo)
-            a = (s - lo) * scale - first
-            out = out[:, a: a + (e - s) * scale]
-        mx.eval(out)
-        outs.append(out)
-    return outs
+    lo, hi = max(0, s - halo), min(t, e + halo)
+    with _Worker.build_lock:
+        out, first = fn(x[:, lo:hi], s - lo == halo and hi - e == halo)
+        a = (s - lo) * scale - first
+        out = out[:, a: a + (e - s) * scale]
+    mx.eval(out)
+    return out
 
 
-def _bounds(start: int, stop: int, block: int) -> list[int]:
-    """``start:stop`` cut into equal blocks of at most ``block`` frames."""
+def _bounds(start: int, stop: int, block: int, even: bool = False) -> list[int]:
+    """``start:stop`` cut into equal blocks of at most ``block`` frames (an even number of
+    them if ``even``)."""
     n = max(1, -(-(stop - start) // block))
+    if even:
+        n += n % 2
     return [start + (stop - start) * j // n for j in range(n + 1)]
+
+
+class _Queue:
+    """Block indices handed out one at a time to whichever thread asks first: the two threads
+    stay busy to the end even when one is slowed (another process on its core)."""
+
+    def __init__(self, n: int):
+        self.n, self.next, self.lock = n, 0, threading.Lock()
+
+    def take(self) -> int | None:
+        with self.lock:
+            j, self.next = self.next, self.next + 1
+        return j if j < self.n else None
 
 
 def blocked(fn, x: mx.array, halo: int, block: int, scale: int = 1, min_split: int | None = None,
             ) -> mx.array:
     """``fn`` over overlapping time blocks (axis 1 of ``x``); exact when ``halo`` covers fn's
-    receptive field.
+    receptive field. Blocks are evaluated one by one: one lazy graph of all blocks ran
+    breadth-first (MLX's eval order) with every block's temporaries alive at once, measured
+    ~1.5x slower.
 
-    With two cores and at least ``min_split`` frames (default ``8 * halo``) the frames split
-    into two halves of equal blocks, the second evaluated by ``_Worker`` while this thread
-    does the first; each block's arithmetic is unchanged.
+    With two cores and at least ``min_split`` frames (default ``8 * halo``) this thread and
+    ``_Worker`` take blocks from one queue; each block's arithmetic is unchanged.
     """
     t = x.shape[1]
     parallel = _parallel() and t >= (8 * halo if min_split is None else min_split)
     if not parallel and t <= 2 * block:
         return fn(x, False)[0]
+    bounds = _bounds(0, t, block, even=parallel)
+    outs: list = [None] * (len(bounds) - 1)
     if not parallel:
-        return mx.concatenate(_span(fn, x, halo, _bounds(0, t, block), scale), axis=1)
+        for j in range(len(outs)):
+            outs[j] = _block(fn, x, halo, bounds[j], bounds[j + 1], scale)
+        return mx.concatenate(outs, axis=1)
     mx.eval(x)                      # the worker's graph must not depend on pending work here
-    mid = t // 2
+    jobs = _Queue(len(outs))
+
+    def work():
+        while (j := jobs.take()) is not None:
+            outs[j] = _block(fn, x, halo, bounds[j], bounds[j + 1], scale)
+        return []
+
     with _BlasThreads(1):
-        second = _Worker.get().submit(lambda: _span(fn, x, halo, _bounds(mid, t, block), scale))
-        first = _span(fn, x, halo, _bounds(0, mid, block), scale)
-        second = second()
-    return mx.concatenate(first + second, axis=1)
+        other = _Worker.get().submit(work)
+        try:
+            work()
+        finally:
+            other()
+    return mx.concatenate(outs, axis=1)
