@@ -5,7 +5,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from . import interior as interior_
-from .blocked import blocked
+from .blocked import _BlasThreads, blocked
 from .conv import Conv1d, ConvTranspose1d, gemm_weight, gemm_weight_cf, shared_input_convs, shared_input_convs_cf
 
 
@@ -258,15 +258,20 @@ class Generator(nn.Module):
         time for the decoder at 450 frames. Each block carries a halo as wide as the receptive
         field, so the result equals the unblocked one exactly.
         """
-        # channels-first [C, T] (the GEMMs are W @ x, each conv tap a band of contiguous rows);
-        # conv_pre's output is read as a transposed view
-        x = nn.leaky_relu(self.conv_pre(x)[0].T, 0.1)
-        for i, up in enumerate(self.ups):
-            # ``block`` output samples per block at 64 channels, in inverse proportion to the
-            # channels elsewhere: a block's GEMM outputs must stay in L2 (2 MiB a core here);
-            # measured per sample at 128 ch: 2048-sample blocks 18.7 us, 1024 8.0 us; at 32 ch
-            # 8192 2.6 us, 4096 0.9 us)
-            blk = max(1, block * _BLOCK_CHANNELS // up.bias.shape[0])
-            x = blocked(lambda v, inner, i=i: self._up_stage(i, v, inner), x, self._up_halo(i),
-                              max(1, blk // up.stride), up.stride)
+        # BLAS single-threaded for the whole decoder, conv_pre included: a multi-threaded call
+        # here leaves MKL's OpenMP worker spinning (200 ms by default) on the core that the
+        # second decoder thread needs
+        with _BlasThreads(1):
+            # channels-first [C, T] (the GEMMs are W @ x, each conv tap a band of contiguous
+            # rows); conv_pre's output is read as a transposed view
+            x = nn.leaky_relu(self.conv_pre(x)[0].T, 0.1)
+            for i, up in enumerate(self.ups):
+                # ``block`` output samples per block at 64 channels, in inverse proportion to
+                # the channels elsewhere: a block's GEMM outputs must stay in L2 (2 MiB a core
+                # here); measured per sample at 128 ch: 2048-sample blocks 18.7 us, 1024 8.0 us;
+                # at 32 ch 8192 2.6 us, 4096 0.9 us)
+                blk = max(1, block * _BLOCK_CHANNELS // up.bias.shape[0])
+                x = blocked(lambda v, inner, i=i: self._up_stage(i, v, inner), x, self._up_halo(i),
+                            max(1, blk // up.stride), up.stride)
+            mx.eval(x)
         return x
