@@ -258,9 +258,9 @@ class Generator(nn.Module):
         time for the decoder at 450 frames. Each block carries a halo as wide as the receptive
         field, so the result equals the unblocked one exactly.
         """
-        # BLAS single-threaded for the whole decoder, conv_pre included: a multi-threaded call
-        # here leaves MKL's OpenMP worker spinning (200 ms by default) on the core that the
-        # second decoder thread needs
+        # BLAS single-threaded for the whole decoder, conv_pre included, instead of toggled
+        # per stage (whole synthesis A/B in one process: best 540 -> 502 ms, medians ~10%
+        # lower; MKL's spinning workers are not the cause: they yield, measured)
         with _BlasThreads(1):
             # channels-first [C, T] (the GEMMs are W @ x, each conv tap a band of contiguous
             # rows); conv_pre's output is read as a transposed view
