@@ -258,9 +258,10 @@ class Generator(nn.Module):
         time for the decoder at 450 frames. Each block carries a halo as wide as the receptive
         field, so the result equals the unblocked one exactly.
         """
-        # BLAS single-threaded for the whole decoder, conv_pre included, instead of toggled
-        # per stage (whole synthesis A/B in one process: best 540 -> 502 ms, medians ~10%
-        # lower; MKL's spinning workers are not the cause: they yield, measured)
+        # the latents first, with the BLAS's own threads (the flow's GEMMs use both cores);
+        # then single-threaded BLAS for the whole decoder, conv_pre included, instead of
+        # toggled per stage
+        mx.eval(x)
         with _BlasThreads(1):
             # channels-first [C, T] (the GEMMs are W @ x, each conv tap a band of contiguous
             # rows); conv_pre's output is read as a transposed view
