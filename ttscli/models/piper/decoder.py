@@ -4,6 +4,8 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
+from ttscli.nn.fastmath import fast_tanh  # MLX's CPU tanh is a scalar loop
+
 from . import interior as interior_
 from .blocked import _BlasThreads, blocked
 from .conv import Conv1d, ConvTranspose1d, gemm_weight, gemm_weight_cf, shared_input_convs, shared_input_convs_cf
@@ -18,27 +20,6 @@ def _mean(xs: list[mx.array]) -> mx.array:
     if len(xs) == 3:
         return _mean3(*xs)
     return sum(xs[1:], xs[0]) / len(xs)
-
-
-# tanh(x) ~= x P(v) / Q(v), v = (x/9)^2, |x| clipped to 9: a rational least-squares fit made
-# for this file, max abs error 3.6e-7 in float32. MLX's CPU tanh/sigmoid are scalar loops
-# (~17 ns/element here); this is a few fused multiply-adds.
-_TANH_P = (0.9999999996911603, 11.094444351379213, 25.518693848901034, 15.107527174713477,
-           1.358830180057633, -0.04498538963486425)
-_TANH_Q = (1.0, 38.09444402537362, 179.26873513749476, 211.2830701080013, 56.66435814736744)
-
-
-def _poly(coefs, v):
-    r = coefs[-1]
-    for c in coefs[-2::-1]:
-        r = r * v + c
-    return r
-
-
-def fast_tanh(x: mx.array) -> mx.array:
-    x = mx.clip(x, -9.0, 9.0)
-    v = x * x * (1.0 / 81.0)
-    return x * _poly(_TANH_P, v) / _poly(_TANH_Q, v)
 
 
 @mx.compile

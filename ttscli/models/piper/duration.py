@@ -12,6 +12,8 @@ from functools import partial
 import mlx.core as mx
 import mlx.nn as nn
 
+from ttscli.nn.fastmath import horner
+
 from .conv import Conv1d, DepthwiseConv1d
 from .text_encoder import LayerNorm
 
@@ -25,19 +27,12 @@ _ERF_Q = (1.0, 8.060169574186187, 29.409161171900298, 61.94966074675191, 77.4017
           39.77097360625498)
 
 
-def _poly(coefs, v):
-    r = coefs[-1]
-    for c in coefs[-2::-1]:
-        r = r * v + c
-    return r
-
-
 @partial(mx.compile, shapeless=True)
 def fast_gelu(x: mx.array) -> mx.array:
     """Exact-form GELU ``x (1 + erf(x / sqrt 2)) / 2`` with the rational erf above."""
     u = mx.clip(x * (1 / math.sqrt(2)), -4.0, 4.0)
     v = u * u * (1.0 / 16.0)
-    return x * (1 + u * _poly(_ERF_P, v) / _poly(_ERF_Q, v)) / 2
+    return x * (1 + u * horner(_ERF_P, v) / horner(_ERF_Q, v)) / 2
 
 
 class DDSConv(nn.Module):

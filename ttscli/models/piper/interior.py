@@ -16,6 +16,8 @@ from functools import lru_cache
 
 import mlx.core as mx
 
+from ttscli.nn.fastmath import fast_tanh
+
 from .conv import gemm_weight_cf
 
 
@@ -62,8 +64,6 @@ def _overlap_add(n: int, act: float):
 @lru_cache(maxsize=None)
 def _post(k: int):
     """conv_post's epilogue (one output channel, no bias) fused with the waveform's tanh."""
-    from .decoder import fast_tanh
-
     def fn(p):
         t_out = p.shape[1] - (k - 1)
         y = p[0:1, 0:t_out]

@@ -1,0 +1,76 @@
+"""exp, tanh, sigmoid, SiLU and softmax from multiply-adds, for MLX's CPU backend.
+
+MLX's CPU exp/tanh/sigmoid run as scalar loops (measured here: ~13 ns per float32 element,
+exp of 640k elements 8.2 ms), while multiply-adds run vectorised. Written as a few fused
+multiply-adds inside ``mx.compile`` they are 3-4x faster, and ``fast_exp`` is also the more
+accurate of the two (max relative error vs float64: 9.6e-8 here, MLX's exp 3.4e-6).
+On GPUs MLX's own kernels are fast: use these only where ``on_cpu()`` says so.
+"""
+from __future__ import annotations
+
+import mlx.core as mx
+
+_LOG2E = 1.4426950408889634
+_LN2_HI = 0.693145751953125          # few mantissa bits: n * _LN2_HI is exact for |n| < 2^11
+_LN2_LO = 1.4286068203094173e-06
+# Taylor terms of exp(r) for |r| <= ln2/2: truncation error r^8/8! < 6e-9
+_EXP = (1.0, 1.0, 1 / 2, 1 / 6, 1 / 24, 1 / 120, 1 / 720, 1 / 5040)
+
+# tanh(x) ~= x P(v) / Q(v), v = (x/9)^2, |x| clipped to 9: a rational least-squares fit made for
+# this project, max abs error 3.6e-7 in float32.
+_TANH_P = (0.9999999996911603, 11.094444351379213, 25.518693848901034, 15.107527174713477,
+           1.358830180057633, -0.04498538963486425)
+_TANH_Q = (1.0, 38.09444402537362, 179.26873513749476, 211.2830701080013, 56.66435814736744)
+
+
+def on_cpu() -> bool:
+    return mx.default_device().type == mx.cpu
+
+
+def horner(coefs, v):
+    """coefs[0] + coefs[1] v + coefs[2] v^2 + ..."""
+    r = coefs[-1]
+    for c in coefs[-2::-1]:
+        r = r * v + c
+    return r
+
+
+def fast_exp(x: mx.array, zero_below: float = -87.0) -> mx.array:
+    """exp(x) = 2^n exp(r), n = round(x / ln 2); 2^n built from its float32 exponent bits.
+
+    Below ``zero_below`` (>= -87) the result is exactly 0: exp(-87) = 1.6e-38 is near the
+    denormal range, and denormals make a later GEMM ~10x slower (measured: attention's
+    probabilities @ values 0.7 -> 58 ms). -inf, e.g. a masked score, gives 0.
+    """
+    c = mx.clip(x, -87.0, 88.0)
+    n = mx.floor(c * _LOG2E + 0.5)
+    r = c - n * _LN2_HI - n * _LN2_LO
+    two_n = mx.view(mx.left_shift(n.astype(mx.int32) + 127, 23), mx.float32)
+    return mx.where(x > zero_below, horner(_EXP, r) * two_n, 0.0)
+
+
+def fast_tanh(x: mx.array) -> mx.array:
+    x = mx.clip(x, -9.0, 9.0)
+    v = x * x * (1.0 / 81.0)
+    return x * horner(_TANH_P, v) / horner(_TANH_Q, v)
+
+
+def fast_sigmoid(x: mx.array) -> mx.array:
+    return 1.0 / (1.0 + fast_exp(-x))
+
+
+@mx.compile
+def swiglu(gate: mx.array, up: mx.array) -> mx.array:
+    """silu(gate) * up, the SwiGLU product."""
+    return gate * fast_sigmoid(gate) * up
+
+
+@mx.compile
+def softmax(x: mx.array) -> mx.array:
+    """Softmax over the last axis (masked entries may be -inf).
+
+    Terms below exp(-80) relative to the largest are dropped (exactly 0), so that dividing by
+    the sum cannot make denormals; they would change the sum by < 2e-35 per term.
+    """
+    e = fast_exp(x - mx.max(x, axis=-1, keepdims=True), zero_below=-80.0)
+    return e / mx.sum(e, axis=-1, keepdims=True)
