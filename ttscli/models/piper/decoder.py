@@ -31,6 +31,31 @@ def _gate(a: mx.array, b: mx.array) -> mx.array:
 _BLOCK_CHANNELS = 64
 
 
+def im2col_weight(weight: mx.array) -> mx.array:
+    """``[Cout, K, Cin]`` -> contiguous ``[K*Cin, Cout]``, the right operand of an im2col GEMM."""
+    cout, k, cin = weight.shape
+    w = mx.contiguous(weight.transpose(1, 2, 0).reshape(k * cin, cout))
+    mx.eval(w)
+    return w
+
+
+def _im2col(x: mx.array, k: int, dilation: int, padding: int) -> mx.array:
+    """``x [T, C]`` -> ``[T', K*C]``, row t = the K (dilated) input frames of output frame t."""
+    t, c = x.shape
+    xp = mx.pad(x, [(padding, padding), (0, 0)])
+    t_out = t + 2 * padding - dilation * (k - 1)
+    if dilation == 1:
+        # consecutive frames are consecutive rows: an overlapping strided view
+        return mx.as_strided(xp, (t_out, k * c), (c, 1))
+    return mx.concatenate([xp[i * dilation: i * dilation + t_out] for i in range(k)], axis=1)
+
+
+@mx.compile
+def _res_skip(x: mx.array, out: mx.array, r: mx.array) -> tuple[mx.array, mx.array]:
+    n = x.shape[-1]
+    return x + r[:, :n], out + r[:, n:]
+
+
 class WN(nn.Module):
     """Non-causal WaveNet: gated tanh/sigmoid layers with residual and skip outputs."""
 
@@ -42,19 +67,27 @@ class WN(nn.Module):
                                 for i in range(n_layers)]
 
     def __call__(self, x: mx.array) -> mx.array:
-        out = None
+        """``x [1, T, C]`` -> skip sum ``[1, T, C]``.
+
+        Each in-layer conv is one im2col GEMM ``[T, K*C] @ [K*C, 2C]`` (inner dim 960) instead
+        of the output-side GEMM + tap sum: the K*2C partial products per frame are never
+        written (measured at T=452: 1.83 -> 1.52 ms per conv)."""
         n = self.hidden
+        x = x[0]
+        out = None
         for i, (inl, rs) in enumerate(zip(self.in_layers, self.res_skip_layers)):
-            h = inl(x)
-            acts = _gate(h[..., :n], h[..., n:])
-            rs_out = rs(acts)
-            if i < len(self.in_layers) - 1:
-                x = x + rs_out[..., :n]
-                skip = rs_out[..., n:]
+            k = inl.weight.shape[1]
+            cols = _im2col(x, k, inl.dilation, inl.padding)
+            h = mx.addmm(inl.bias, cols, inl._derived("im2col", im2col_weight))
+            acts = _gate(h[:, :n], h[:, n:])
+            r = mx.addmm(rs.bias, acts, rs._wmat())
+            if i == len(self.in_layers) - 1:
+                out = r if out is None else out + r
+            elif out is None:
+                x, out = x + r[:, :n], r[:, n:]
             else:
-                skip = rs_out
-            out = skip if out is None else out + skip
-        return out
+                x, out = _res_skip(x, out, r)
+        return out[None]
 
 
 class ResidualCouplingLayer(nn.Module):
