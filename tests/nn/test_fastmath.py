@@ -7,7 +7,7 @@ import pytest
 import ttscli  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 
-from ttscli.nn.fastmath import fast_exp, fast_sigmoid, fast_tanh, softmax, swiglu
+from ttscli.nn.fastmath import estrin, fast_exp, fast_sigmoid, fast_tanh, horner, softmax, swiglu
 from ttscli.nn.layers import attention
 
 
@@ -25,11 +25,21 @@ def test_tanh_sigmoid_swiglu():
     x = np.linspace(-30, 30, 100001).astype(np.float32)
     x64 = x.astype(np.float64)
     assert np.max(np.abs(np.array(fast_tanh(mx.array(x))) - np.tanh(x64))) < 5e-7
+    # scaled form (the WaveNet gate's sigmoid - 1/2 = tanh(x/2)/2)
+    half = np.array(fast_tanh(mx.array(x), 0.5, 0.5))
+    assert np.max(np.abs(half - 0.5 * np.tanh(0.5 * x64))) < 3e-7
     sig = 1 / (1 + np.exp(-x64))
     assert np.max(np.abs(np.array(fast_sigmoid(mx.array(x))) - sig)) < 2e-7
     u = np.random.default_rng(0).standard_normal(x.shape).astype(np.float32)
     got = np.array(swiglu(mx.array(x), mx.array(u)))
     assert np.max(np.abs(got - x64 * sig * u) / (np.abs(x64 * sig * u) + 1e-30)) < 1e-6
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_estrin_equals_horner(n):
+    coefs = tuple(np.random.default_rng(n).standard_normal(n))
+    v = np.linspace(-2, 2, 101)
+    assert np.allclose(estrin(coefs, v, v * v, v ** 4), horner(coefs, v), rtol=1e-12, atol=1e-12)
 
 
 def test_softmax_with_masked_entries_has_no_denormals():

@@ -8,6 +8,8 @@ On GPUs MLX's own kernels are fast: use these only where ``on_cpu()`` says so.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import mlx.core as mx
 
 _LOG2E = 1.4426950408889634
@@ -27,12 +29,31 @@ def on_cpu() -> bool:
     return mx.default_device().type == mx.cpu
 
 
+def estrin(coefs, v, v2, v4):
+    """``horner(coefs, v)`` (up to degree 7) given ``v2 = v*v``, ``v4 = v2*v2``, as a
+    shallow tree. MLX fuses at most 11 ops deep into one compiled CPU kernel; a deeper
+    Horner chain splits into several kernels, each a pass over memory."""
+    def pair(i):                                   # c[i] + c[i+1] v, or c[i]
+        return coefs[i] + coefs[i + 1] * v if i + 1 < len(coefs) else coefs[i]
+
+    lo = pair(0) if len(coefs) <= 2 else pair(0) + v2 * pair(2)
+    if len(coefs) <= 4:
+        return lo
+    return lo + v4 * (pair(4) if len(coefs) <= 6 else pair(4) + v2 * pair(6))
+
+
 def horner(coefs, v):
     """coefs[0] + coefs[1] v + coefs[2] v^2 + ..."""
     r = coefs[-1]
     for c in coefs[-2::-1]:
         r = r * v + c
     return r
+
+
+def clamp(x: mx.array, bound: float) -> mx.array:
+    """``clip(x, -bound, bound)`` (exact), as a select: inside a compiled kernel mx.clip
+    measured ~5x slower than this (87k floats: 0.15 vs 0.03 ms)."""
+    return mx.where(mx.abs(x) > bound, bound * mx.sign(x), x)
 
 
 def fast_exp(x: mx.array, zero_below: float = -87.0) -> mx.array:
@@ -49,10 +70,25 @@ def fast_exp(x: mx.array, zero_below: float = -87.0) -> mx.array:
     return mx.where(x > zero_below, horner(_EXP, r) * two_n, 0.0)
 
 
-def fast_tanh(x: mx.array) -> mx.array:
-    x = mx.clip(x, -9.0, 9.0)
-    v = x * x * (1.0 / 81.0)
-    return x * horner(_TANH_P, v) / horner(_TANH_Q, v)
+@lru_cache(maxsize=None)
+def _tanh_coefs(scale: float, out_scale: float) -> tuple[tuple, tuple]:
+    s = scale * scale / 81.0
+    return (tuple(c * s ** i * scale * out_scale for i, c in enumerate(_TANH_P)),
+            tuple(c * s ** i for i, c in enumerate(_TANH_Q)))
+
+
+def fast_tanh(x: mx.array, scale: float = 1.0, out_scale: float = 1.0) -> mx.array:
+    """``out_scale * tanh(scale * x)``, the scales folded into the coefficients.
+
+    The fit's v = (x/9)^2 folded in too, Estrin's scheme and clamp() keep it one compiled
+    kernel: measured 0.28 -> 0.13 ms on 87k floats (same max abs error, 3.6e-7). One more op
+    after it inside the same mx.compile already splits the kernel (tanh(a) * b 0.37 ms)."""
+    p, q = _tanh_coefs(float(scale), float(out_scale))
+    x = clamp(x, 9.0 / scale)
+    v = x * x
+    v2 = v * v
+    v4 = v2 * v2
+    return x * estrin(p, v, v2, v4) / estrin(q, v, v2, v4)
 
 
 def fast_sigmoid(x: mx.array) -> mx.array:

@@ -22,10 +22,20 @@ def _mean(xs: list[mx.array]) -> mx.array:
     return sum(xs[1:], xs[0]) / len(xs)
 
 
+_tanh = mx.compile(fast_tanh)
+
+
 @mx.compile
+def _gate_product(ta: mx.array, hb: mx.array) -> mx.array:
+    return ta * (0.5 + hb)
+
+
 def _gate(a: mx.array, b: mx.array) -> mx.array:
-    """WaveNet's tanh(a) * sigmoid(b), with sigmoid(b) = (1 + tanh(b/2)) / 2."""
-    return fast_tanh(a) * (0.5 + 0.5 * fast_tanh(0.5 * b))
+    """WaveNet's tanh(a) * sigmoid(b), with sigmoid(b) = 1/2 + tanh(b/2) / 2.
+
+    Three compiled kernels: each tanh is as deep as MLX fuses into one CPU kernel, and one
+    graph of all of it split badly (measured at [452, 192]: 0.68 -> 0.27 ms)."""
+    return _gate_product(_tanh(a), _tanh(b, 0.5, 0.5))
 
 
 _BLOCK_CHANNELS = 64
