@@ -9,10 +9,16 @@ import mlx.nn as nn
 import numpy as np
 
 from ttscli.errors import CheckpointError
+from ttscli.nn.fastmath import fast_exp
 
 from .decoder import Generator, ResidualCouplingBlock
 from .duration import StochasticDurationPredictor
 from .text_encoder import TextEncoder
+
+
+@mx.compile
+def _std(logs: mx.array, scale: float) -> mx.array:
+    return fast_exp(logs) * scale
 
 
 @dataclass
@@ -94,17 +100,20 @@ class Vits(nn.Module):
         ``noise`` (standard normal ``[1, F, C]``) replaces the draw from ``key``.
         """
         frames = np.maximum(frames, 0)
+        # the std per phoneme, before the expansion to frames (~2x fewer exps; MLX's CPU exp
+        # is a scalar loop: prior sample at 448 frames 3.3 -> 2.5 ms)
+        std = _std(logs_p, noise_scale)
         if frames.sum() == 0:
             # as the original: at least one frame, with an all-zero alignment
-            m, logs = mx.zeros((1, 1, m_p.shape[-1])), mx.zeros((1, 1, m_p.shape[-1]))
+            m, std = mx.zeros((1, 1, m_p.shape[-1])), mx.full((1, 1, m_p.shape[-1]), noise_scale)
         else:
             idx = mx.array(np.repeat(np.arange(len(frames)), frames))
-            m, logs = m_p[:, idx], logs_p[:, idx]
+            m, std = m_p[:, idx], std[:, idx]
         z_p = m
         if noise is not None or noise_scale:
             if noise is None:
                 noise = mx.random.normal(m.shape, key=key)
-            z_p = m + noise * mx.exp(logs) * noise_scale
+            z_p = m + noise * std
         return self.flow.reverse(z_p)
 
     def decode(self, z: mx.array) -> mx.array:
