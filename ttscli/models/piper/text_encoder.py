@@ -10,6 +10,8 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
+from ttscli.nn.fastmath import on_cpu, softmax
+
 from .conv import Conv1d
 
 
@@ -76,7 +78,8 @@ class MultiHeadAttention(nn.Module):
         scores = q @ k.transpose(0, 2, 1)                          # [H, T, T]
         rel_k = q @ self.emb_rel_k[0].T                            # [H, T, 2w+1]
         scores = scores + relative_to_absolute(rel_k, self.window_size)
-        p = mx.softmax(scores, axis=-1, precise=True)
+        # MLX's CPU exp is a scalar loop: fastmath's softmax measured 1.04 -> 0.55 ms at T=199
+        p = softmax(scores) if on_cpu() else mx.softmax(scores, axis=-1, precise=True)
         out = p @ v
         rel_w = absolute_to_relative(p, self.window_size)          # [H, T, 2w+1]
         out = out + rel_w @ self.emb_rel_v[0]
