@@ -27,6 +27,19 @@ def test_dilated_conv(cin, cout, k, d, t):
     np.testing.assert_allclose(ours, direct_conv(x, w, b, d, c.padding) + res, atol=1e-4)
 
 
+@pytest.mark.parametrize("cin,cout,k,d,t,bias", [(5, 7, 3, 1, 9, True), (4, 4, 7, 12, 100, True),
+                                                  (6, 2, 5, 6, 40, False), (3, 1, 1, 1, 20, True)])
+def test_accumulated_conv(cin, cout, k, d, t, bias):
+    r = np.random.default_rng(k * d + 1)
+    x, w, b = r.standard_normal((t, cin)), r.standard_normal((cout, k, cin)), r.standard_normal(cout)
+    c = Conv1d(cin, cout, k, d, bias=bias)
+    c.weight = mx.array(w, dtype=mx.float32)
+    if bias:
+        c.bias = mx.array(b, dtype=mx.float32)
+    ours = np.array(c.accumulate(mx.array(x, dtype=mx.float32)))
+    np.testing.assert_allclose(ours, direct_conv(x, w, b if bias else 0.0, d, c.padding), atol=1e-4)
+
+
 def test_shared_input_convs_equal_separate():
     r = np.random.default_rng(1)
     convs = []

