@@ -265,8 +265,9 @@ class Generator(nn.Module):
         mx.eval(x)
         with _BlasThreads(1):
             # channels-first [C, T] (the GEMMs are W @ x, each conv tap a band of contiguous
-            # rows); conv_pre's output is read as a transposed view
-            x = nn.leaky_relu(self.conv_pre(x)[0].T, 0.1)
+            # rows); conv_pre (accumulated per-tap GEMMs: 2.8 -> 2.5 ms at 452 frames, one
+            # thread) is read as a transposed view
+            x = nn.leaky_relu(self.conv_pre.accumulate(x[0]).T, 0.1)
             for i, up in enumerate(self.ups):
                 # ``block`` output samples per block at 64 channels, in inverse proportion to
                 # the channels elsewhere: a block's GEMM outputs must stay in L2 (2 MiB a core
