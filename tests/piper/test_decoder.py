@@ -17,3 +17,29 @@ def test_blocked_decoder_equals_unblocked(model, threads, monkeypatch):
     blocked = np.array(model.dec(z, block=96))
     assert blocked.shape == whole.shape == (1, 150 * model.args.hop_length)
     np.testing.assert_allclose(blocked, whole, atol=2e-5)
+
+
+def _smooth(v, interior):
+    """A toy stage: 2x upsampling (repeat) then a 3-tap mean, zero-padded at the ends."""
+    u = mx.repeat(v, 2, axis=1)
+    p = mx.pad(u, [(0, 0), (1, 1)])
+    return (p[:, :-2] + p[:, 1:-1] + p[:, 2:]) / 3, 0
+
+
+def test_blocked_chain_equals_stage_by_stage(monkeypatch):
+    from ttscli.models.piper.blocked import blocked, blocked_chain
+
+    monkeypatch.setenv("TTSCLI_PIPER_THREADS", "2")
+    x = mx.array(np.random.default_rng(0).standard_normal((3, 401)), dtype=mx.float32)
+    # halo 2 input frames covers the 3-tap mean after the 2x repeat
+    stages = [(_smooth, 2, 37, 2), (_smooth, 2, 50, 2), (_smooth, 2, 111, 2)]
+    want = x
+    for fn, *_ in stages:
+        want = fn(want, False)[0]
+    got = blocked_chain(stages, x)
+    assert got.shape == want.shape == (3, 401 * 8)
+    np.testing.assert_allclose(np.array(got), np.array(want), atol=1e-6)
+    one = x
+    for st in stages:
+        one = blocked(st[0], one, *st[1:])
+    np.testing.assert_allclose(np.array(one), np.array(want), atol=1e-6)

@@ -164,3 +164,77 @@ def blocked(fn, x: mx.array, halo: int, block: int, scale: int = 1, min_split: i
         finally:
             other()
     return mx.concatenate(outs, axis=1)
+
+
+def blocked_chain(stages: list[tuple], x: mx.array) -> mx.array:
+    """``blocked`` over a chain of stages ``(fn, halo, block, scale)``, each reading the one
+    before, as ONE queue of blocks for both threads: a block of stage i+1 starts as soon as
+    the blocks of stage i that it reads are done, so at a stage's end neither thread idles
+    while the other finishes its last block, and stage outputs stay in pieces (only the last
+    stage's are concatenated). Each block's arithmetic is ``blocked``'s, so the result is too.
+    Decoder A/B in one process on 241 + 452 frames: 242.7 -> 235.1 ms best-of-9 (270.4 ->
+    256.7 in a second run); with stage-by-stage queues the cores idled ~17% of stages 0-1.
+    """
+    ts = [x.shape[1]]
+    for _, _, _, scale in stages:
+        ts.append(ts[-1] * scale)
+    if not _parallel() or any(t < 8 * st[1] for t, st in zip(ts, stages)):
+        for fn, halo, block, scale in stages:
+            x = blocked(fn, x, halo, block, scale)
+        return x
+    mx.eval(x)
+    bounds = [_bounds(0, t, st[2], even=True) for t, st in zip(ts, stages)]
+    tasks = [(i, j) for i, b in enumerate(bounds) for j in range(len(b) - 1)]
+    outs = [[None] * (len(b) - 1) for b in bounds]
+    done = [[threading.Event() for _ in range(len(b) - 1)] for b in bounds]
+    queue = _Queue(len(tasks))
+
+    def piece(i: int, j: int) -> mx.array:
+        done[i][j].wait()
+        if isinstance(outs[i][j], BaseException):
+            raise RuntimeError("a decoder block failed") from outs[i][j]
+        return outs[i][j]
+
+    def source(i: int, lo: int, hi: int) -> mx.array:
+        """Frames ``lo:hi`` of stage ``i``'s input, waiting for the pieces that hold them."""
+        if i == 0:
+            return x[:, lo:hi]
+        scale = stages[i - 1][3]
+        edges = [b * scale for b in bounds[i - 1]]
+        parts = []
+        for k in range(len(edges) - 1):
+            if edges[k + 1] > lo and edges[k] < hi:
+                p = piece(i - 1, k)
+                parts.append(p[:, max(lo, edges[k]) - edges[k]: min(hi, edges[k + 1]) - edges[k]])
+        return parts[0] if len(parts) == 1 else mx.concatenate(parts, axis=1)
+
+    def run(i: int, j: int) -> None:
+        fn, halo, _, scale = stages[i]
+        s, e = bounds[i][j], bounds[i][j + 1]
+        lo, hi = max(0, s - halo), min(ts[i], e + halo)
+        try:
+            v = source(i, lo, hi)
+            with _Worker.build_lock:
+                out, first = fn(v, s - lo == halo and hi - e == halo)
+                a = (s - lo) * scale - first
+                out = out[:, a: a + (e - s) * scale]
+            mx.eval(out)
+            outs[i][j] = out
+        except BaseException as err:  # noqa: BLE001 - re-raised by whoever reads this piece
+            outs[i][j] = err
+            raise
+        finally:
+            done[i][j].set()
+
+    def work():
+        while (n := queue.take()) is not None:
+            run(*tasks[n])
+        return []
+
+    with _BlasThreads(1):
+        other = _Worker.get().submit(work)
+        try:
+            work()
+        finally:
+            other()
+    return mx.concatenate([piece(len(stages) - 1, j) for j in range(len(outs[-1]))], axis=1)

@@ -7,7 +7,7 @@ import mlx.nn as nn
 from ttscli.nn.fastmath import fast_tanh  # MLX's CPU tanh is a scalar loop
 
 from . import interior as interior_
-from .blocked import _BlasThreads, blocked
+from .blocked import _BlasThreads, blocked, blocked_chain
 from .conv import Conv1d, ConvTranspose1d, gemm_weight, gemm_weight_cf, shared_input_convs, shared_input_convs_cf
 
 
@@ -163,6 +163,7 @@ class ResBlock2(nn.Module):
 
 
 class Generator(nn.Module):
+    chain = True
     def __init__(self, in_channels: int, resblock: str, resblock_kernel_sizes: list[int],
                  resblock_dilation_sizes: list[list[int]], upsample_rates: list[int],
                  upsample_initial_channel: int, upsample_kernel_sizes: list[int]):
@@ -268,13 +269,19 @@ class Generator(nn.Module):
             # rows); conv_pre (accumulated per-tap GEMMs: 2.8 -> 2.5 ms at 452 frames, one
             # thread) is read as a transposed view
             x = nn.leaky_relu(self.conv_pre.accumulate(x[0]).T, 0.1)
+            stages = []
             for i, up in enumerate(self.ups):
                 # ``block`` output samples per block at 64 channels, in inverse proportion to
                 # the channels elsewhere: a block's GEMM outputs must stay in L2 (2 MiB a core
                 # here); measured per sample at 128 ch: 2048-sample blocks 18.7 us, 1024 8.0 us;
                 # at 32 ch 8192 2.6 us, 4096 0.9 us)
                 blk = max(1, block * _BLOCK_CHANNELS // up.bias.shape[0])
-                x = blocked(lambda v, inner, i=i: self._up_stage(i, v, inner), x, self._up_halo(i),
-                            max(1, blk // up.stride), up.stride)
+                stages.append((lambda v, inner, i=i: self._up_stage(i, v, inner), self._up_halo(i),
+                               max(1, blk // up.stride), up.stride))
+            if self.chain:
+                x = blocked_chain(stages, x)
+            else:
+                for st in stages:
+                    x = blocked(st[0], x, *st[1:])
             mx.eval(x)
         return x
