@@ -43,3 +43,20 @@ def test_blocked_chain_equals_stage_by_stage(monkeypatch):
     for st in stages:
         one = blocked(st[0], one, *st[1:])
     np.testing.assert_allclose(np.array(one), np.array(want), atol=1e-6)
+
+
+def test_blocked_chain_error_reaches_the_caller(monkeypatch):
+    from ttscli.models.piper.blocked import blocked_chain
+
+    monkeypatch.setenv("TTSCLI_PIPER_THREADS", "2")
+    calls = []
+
+    def failing(v, interior):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return _smooth(v, interior)
+
+    x = mx.array(np.random.default_rng(0).standard_normal((3, 401)), dtype=mx.float32)
+    with pytest.raises(KeyboardInterrupt):
+        blocked_chain([(failing, 2, 37, 2), (failing, 2, 50, 2)], x)

@@ -128,6 +128,11 @@ class _Queue:
             j, self.next = self.next, self.next + 1
         return j if j < self.n else None
 
+    def stop(self) -> None:
+        """Hand out no more indices."""
+        with self.lock:
+            self.next = self.n
+
 
 def blocked(fn, x: mx.array, halo: int, block: int, scale: int = 1, min_split: int | None = None,
             ) -> mx.array:
@@ -192,7 +197,7 @@ def blocked_chain(stages: list[tuple], x: mx.array) -> mx.array:
     def piece(i: int, j: int) -> mx.array:
         done[i][j].wait()
         if isinstance(outs[i][j], BaseException):
-            raise RuntimeError("a decoder block failed") from outs[i][j]
+            raise outs[i][j]
         return outs[i][j]
 
     def source(i: int, lo: int, hi: int) -> mx.array:
@@ -222,6 +227,7 @@ def blocked_chain(stages: list[tuple], x: mx.array) -> mx.array:
             outs[i][j] = out
         except BaseException as err:  # noqa: BLE001 - re-raised by whoever reads this piece
             outs[i][j] = err
+            queue.stop()
             raise
         finally:
             done[i][j].set()
@@ -235,6 +241,13 @@ def blocked_chain(stages: list[tuple], x: mx.array) -> mx.array:
         other = _Worker.get().submit(work)
         try:
             work()
-        finally:
-            other()
+        except BaseException:
+            # this thread's error (e.g. KeyboardInterrupt) wins over the worker's, which may
+            # only be this one again, read from a piece
+            try:
+                other()
+            except BaseException:  # noqa: BLE001
+                pass
+            raise
+        other()
     return mx.concatenate([piece(len(stages) - 1, j) for j in range(len(outs[-1]))], axis=1)
