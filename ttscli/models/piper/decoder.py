@@ -163,6 +163,8 @@ class ResBlock2(nn.Module):
 
 
 class Generator(nn.Module):
+    # True: the upsampling stages share one two-thread block queue (blocked_chain); False:
+    # stage by stage (kept for A/B runs)
     chain = True
     def __init__(self, in_channels: int, resblock: str, resblock_kernel_sizes: list[int],
                  resblock_dilation_sizes: list[list[int]], upsample_rates: list[int],
