@@ -60,3 +60,21 @@ def test_blocked_chain_error_reaches_the_caller(monkeypatch):
     x = mx.array(np.random.default_rng(0).standard_normal((3, 401)), dtype=mx.float32)
     with pytest.raises(KeyboardInterrupt):
         blocked_chain([(failing, 2, 37, 2), (failing, 2, 50, 2)], x)
+
+
+def test_two_thread_decoder_with_weights_just_replaced(model, monkeypatch):
+    """Weights replaced by lazy arrays (as a parity test perturbing one does): the worker
+    thread must not be the first to evaluate them."""
+    monkeypatch.setenv("TTSCLI_PIPER_THREADS", "2")
+    z = mx.array(np.random.default_rng(1).standard_normal((1, 150, model.args.inter_channels)) * 0.5,
+                 dtype=mx.float32)
+    convs = [model.dec.conv_post] + [c for b in model.dec.resblocks for c in b.children_convs()]
+    saved = [c.weight for c in convs]
+    try:
+        for c in convs:
+            c.weight = c.weight * 1.0          # lazy, on this thread's stream
+        out = np.array(model.dec(z, block=96))
+    finally:
+        for c, w in zip(convs, saved):
+            c.weight = w
+    np.testing.assert_allclose(out, np.array(model.dec(z, block=96)), atol=1e-6)

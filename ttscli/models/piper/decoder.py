@@ -243,6 +243,21 @@ class Generator(nn.Module):
             return fast_tanh(self.conv_post.cf(nn.leaky_relu(x, 0.01))), 0
         return nn.leaky_relu(x, 0.1), 0
 
+    def _warm_caches(self) -> None:
+        """Build every derived weight layout the stages use, here: the worker thread cannot
+        evaluate arrays still lazy on this thread's stream (weights just replaced), and with
+        one queue over all stages it may take any stage's first block."""
+        nk = self.num_kernels
+        for i, up in enumerate(self.ups):
+            up.gemm_cf()
+            blocks = self.resblocks[i * nk:(i + 1) * nk]
+            self._shared_weight(i, [b.first() for b in blocks], True)
+            for c in (c for b in blocks for c in b.children_convs()):
+                c._derived("cf", gemm_weight_cf)
+                c.bias_cf()
+        self.conv_post._derived("cf", gemm_weight_cf)
+        self.conv_post.bias_cf()
+
     def _interior_ok(self) -> bool:
         # the fused path is written for ResBlock2 with at least two convs per resblock
         return all(isinstance(b, ResBlock2) and len(b.convs) > 1 for b in self.resblocks)
@@ -271,6 +286,7 @@ class Generator(nn.Module):
             # rows); conv_pre (accumulated per-tap GEMMs: 2.8 -> 2.5 ms at 452 frames, one
             # thread) is read as a transposed view
             x = nn.leaky_relu(self.conv_pre.accumulate(x[0]).T, 0.1)
+            self._warm_caches()
             stages = []
             for i, up in enumerate(self.ups):
                 # ``block`` output samples per block at 64 channels, in inverse proportion to
