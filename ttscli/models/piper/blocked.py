@@ -93,14 +93,15 @@ def _parallel() -> bool:
     return os.environ.get("TTSCLI_PIPER_THREADS", "2") != "1" and (os.cpu_count() or 1) > 1
 
 
-def _block(fn, x: mx.array, halo: int, s: int, e: int, scale: int) -> mx.array:
-    """``fn``'s output for the input frames ``s:e``, from ``x[:, s - halo : e + halo]`` (clipped
-    to ``x``), evaluated now. ``fn(v, interior)`` returns (output, index of its first sample);
-    ``interior``: ``v`` has the full halo on both sides."""
-    t = x.shape[1]
+def _block(fn, read, t: int, halo: int, s: int, e: int, scale: int) -> mx.array:
+    """``fn``'s output for the input frames ``s:e`` of a ``t``-frame input, from
+    ``read(lo, hi)`` = input frames ``s - halo : e + halo`` (clipped to ``0:t``), evaluated now.
+    ``fn(v, interior)`` returns (output, index of its first sample); ``interior``: ``v`` has the
+    full halo on both sides."""
     lo, hi = max(0, s - halo), min(t, e + halo)
+    v = read(lo, hi)
     with _Worker.build_lock:
-        out, first = fn(x[:, lo:hi], s - lo == halo and hi - e == halo)
+        out, first = fn(v, s - lo == halo and hi - e == halo)
         a = (s - lo) * scale - first
         out = out[:, a: a + (e - s) * scale]
     mx.eval(out)
@@ -134,6 +135,24 @@ class _Queue:
             self.next = self.n
 
 
+def _on_both_threads(work, jobs: _Queue) -> None:
+    """Run ``work`` here and on ``_Worker`` at once, BLAS single-threaded meanwhile. An error
+    here (e.g. KeyboardInterrupt) stops the queue and wins over the worker's, which may only
+    be the same error again, read from a piece."""
+    with _BlasThreads(1):
+        other = _Worker.get().submit(work)
+        try:
+            work()
+        except BaseException:
+            jobs.stop()
+            try:
+                other()
+            except BaseException:  # noqa: BLE001
+                pass
+            raise
+        other()
+
+
 def blocked(fn, x: mx.array, halo: int, block: int, scale: int = 1, min_split: int | None = None,
             ) -> mx.array:
     """``fn`` over overlapping time blocks (axis 1 of ``x``); exact when ``halo`` covers fn's
@@ -150,24 +169,20 @@ def blocked(fn, x: mx.array, halo: int, block: int, scale: int = 1, min_split: i
         return fn(x, False)[0]
     bounds = _bounds(0, t, block, even=parallel)
     outs: list = [None] * (len(bounds) - 1)
+    read = lambda lo, hi: x[:, lo:hi]  # noqa: E731
     if not parallel:
         for j in range(len(outs)):
-            outs[j] = _block(fn, x, halo, bounds[j], bounds[j + 1], scale)
+            outs[j] = _block(fn, read, t, halo, bounds[j], bounds[j + 1], scale)
         return mx.concatenate(outs, axis=1)
     mx.eval(x)                      # the worker's graph must not depend on pending work here
     jobs = _Queue(len(outs))
 
     def work():
         while (j := jobs.take()) is not None:
-            outs[j] = _block(fn, x, halo, bounds[j], bounds[j + 1], scale)
+            outs[j] = _block(fn, read, t, halo, bounds[j], bounds[j + 1], scale)
         return []
 
-    with _BlasThreads(1):
-        other = _Worker.get().submit(work)
-        try:
-            work()
-        finally:
-            other()
+    _on_both_threads(work, jobs)
     return mx.concatenate(outs, axis=1)
 
 
@@ -192,7 +207,7 @@ def blocked_chain(stages: list[tuple], x: mx.array) -> mx.array:
     tasks = [(i, j) for i, b in enumerate(bounds) for j in range(len(b) - 1)]
     outs = [[None] * (len(b) - 1) for b in bounds]
     done = [[threading.Event() for _ in range(len(b) - 1)] for b in bounds]
-    queue = _Queue(len(tasks))
+    jobs = _Queue(len(tasks))
 
     def piece(i: int, j: int) -> mx.array:
         done[i][j].wait()
@@ -215,39 +230,20 @@ def blocked_chain(stages: list[tuple], x: mx.array) -> mx.array:
 
     def run(i: int, j: int) -> None:
         fn, halo, _, scale = stages[i]
-        s, e = bounds[i][j], bounds[i][j + 1]
-        lo, hi = max(0, s - halo), min(ts[i], e + halo)
         try:
-            v = source(i, lo, hi)
-            with _Worker.build_lock:
-                out, first = fn(v, s - lo == halo and hi - e == halo)
-                a = (s - lo) * scale - first
-                out = out[:, a: a + (e - s) * scale]
-            mx.eval(out)
-            outs[i][j] = out
+            outs[i][j] = _block(fn, lambda lo, hi: source(i, lo, hi), ts[i], halo,
+                                bounds[i][j], bounds[i][j + 1], scale)
         except BaseException as err:  # noqa: BLE001 - re-raised by whoever reads this piece
             outs[i][j] = err
-            queue.stop()
+            jobs.stop()
             raise
         finally:
             done[i][j].set()
 
     def work():
-        while (n := queue.take()) is not None:
+        while (n := jobs.take()) is not None:
             run(*tasks[n])
         return []
 
-    with _BlasThreads(1):
-        other = _Worker.get().submit(work)
-        try:
-            work()
-        except BaseException:
-            # this thread's error (e.g. KeyboardInterrupt) wins over the worker's, which may
-            # only be this one again, read from a piece
-            try:
-                other()
-            except BaseException:  # noqa: BLE001
-                pass
-            raise
-        other()
+    _on_both_threads(work, jobs)
     return mx.concatenate([piece(len(stages) - 1, j) for j in range(len(outs[-1]))], axis=1)
