@@ -230,7 +230,20 @@ def _tap_weights(weight: mx.array) -> list[mx.array]:
     return ws
 
 
-class Conv1d(nn.Module):
+class _DerivedLayouts(nn.Module):
+    """A module that keeps GEMM layouts derived from its parameters."""
+
+    def _derived(self, name: str, make, src: str = "weight") -> mx.array:
+        # derived layouts, rebuilt whenever the source array is replaced (weight loading)
+        caches = self.__dict__.setdefault("_derived_cache", {})
+        arr = self[src]
+        hit = caches.get(name)
+        if hit is None or hit[0] is not arr:
+            hit = caches[name] = (arr, make(arr))
+        return hit[1]
+
+
+class Conv1d(_DerivedLayouts):
     """Conv1d with PyTorch semantics (symmetric padding, dilation), weight ``[out, K, in]``."""
 
     def __init__(self, cin: int, cout: int, kernel_size: int, dilation: int = 1,
@@ -274,17 +287,8 @@ class Conv1d(nn.Module):
     def _wmat(self) -> mx.array:
         return self._derived("gemm", gemm_weight)
 
-    def _derived(self, name: str, make, src: str = "weight") -> mx.array:
-        # derived layouts, rebuilt whenever the source array is replaced (weight loading)
-        caches = self.__dict__.setdefault("_derived_cache", {})
-        arr = self[src]
-        hit = caches.get(name)
-        if hit is None or hit[0] is not arr:
-            hit = caches[name] = (arr, make(arr))
-        return hit[1]
 
-
-class ConvTranspose1d(nn.Module):
+class ConvTranspose1d(_DerivedLayouts):
     def __init__(self, cin: int, cout: int, kernel_size: int, stride: int, padding: int):
         super().__init__()
         self.weight = mx.zeros((cout, kernel_size, cin))
@@ -293,11 +297,8 @@ class ConvTranspose1d(nn.Module):
         self.padding = padding
 
     def __call__(self, x: mx.array) -> mx.array:
-        cache = getattr(self, "_gemm_cache", None)
-        if cache is None or cache[0] is not self.weight:
-            cache = (self.weight, transpose_gemm_weight(self.weight, self.stride))
-            object.__setattr__(self, "_gemm_cache", cache)
-        return conv_transpose1d_gemm(x, self.weight, self.bias, self.stride, self.padding, cache[1])
+        wmat = self._derived("gemm", lambda w: transpose_gemm_weight(w, self.stride))
+        return conv_transpose1d_gemm(x, self.weight, self.bias, self.stride, self.padding, wmat)
 
     def cf(self, x: mx.array) -> mx.array:
         """The same transposed conv on channels-first ``x [Cin, T]`` -> ``[Cout, T']``."""
@@ -306,12 +307,19 @@ class ConvTranspose1d(nn.Module):
 
     def gemm_cf(self) -> tuple[mx.array, mx.array]:
         """(``transpose_gemm_weight_cf`` of the weight, bias as a column), kept per weight."""
-        caches = self.__dict__.setdefault("_derived_cache", {})
-        hit = caches.get("cf")
-        if hit is None or hit[0] is not self.weight or hit[1] is not self.bias:
-            hit = caches["cf"] = (self.weight, self.bias, transpose_gemm_weight_cf(self.weight, self.stride),
-                                  _column(self.bias))
-        return hit[2], hit[3]
+        return (self._derived("cf", lambda w: transpose_gemm_weight_cf(w, self.stride)),
+                self._derived("bias_cf", _column, "bias"))
+
+
+def depthwise_conv1d(x: mx.array, weight: mx.array, bias: mx.array, dilation: int) -> mx.array:
+    """Per-channel conv, same padding: ``x [B, T, C]``, ``weight [C, K, 1]``."""
+    k, t = weight.shape[1], x.shape[1]
+    pad = dilation * (k - 1) // 2
+    x = mx.pad(x, [(0, 0), (pad, pad), (0, 0)])
+    y = bias
+    for i in range(k):
+        y = y + x[:, i * dilation: i * dilation + t] * weight[:, i, 0]
+    return y
 
 
 class DepthwiseConv1d(nn.Module):
@@ -325,10 +333,4 @@ class DepthwiseConv1d(nn.Module):
         self.padding = dilation * (kernel_size - 1) // 2
 
     def __call__(self, x: mx.array) -> mx.array:
-        k = self.weight.shape[1]
-        t = x.shape[1]
-        x = mx.pad(x, [(0, 0), (self.padding, self.padding), (0, 0)])
-        y = self.bias
-        for i in range(k):
-            y = y + x[:, i * self.dilation: i * self.dilation + t] * self.weight[:, i, 0]
-        return y
+        return depthwise_conv1d(x, self.weight, self.bias, self.dilation)

@@ -14,7 +14,7 @@ import mlx.nn as nn
 
 from ttscli.nn.fastmath import horner
 
-from .conv import Conv1d, DepthwiseConv1d
+from .conv import Conv1d, DepthwiseConv1d, depthwise_conv1d
 from .text_encoder import LayerNorm
 
 
@@ -58,14 +58,7 @@ class DDSConv(nn.Module):
 def _dds_layer(x, sep_w, sep_b, g1, b1, pw_w, pw_b, g2, b2, dilation, eps1, eps2):
     """One DDSConv layer as one compiled graph: the depthwise taps, biases, GELUs and the
     residual add fuse into a few kernels (~15 separate ops on [T, C] before)."""
-    k = sep_w.shape[1]
-    pad = dilation * (k - 1) // 2
-    t = x.shape[1]
-    xp = mx.pad(x, [(0, 0), (pad, pad), (0, 0)])
-    y = sep_b
-    for i in range(k):
-        y = y + xp[:, i * dilation: i * dilation + t] * sep_w[:, i, 0]
-    y = fast_gelu(mx.fast.layer_norm(y, g1, b1, eps1))
+    y = fast_gelu(mx.fast.layer_norm(depthwise_conv1d(x, sep_w, sep_b, dilation), g1, b1, eps1))
     y = mx.fast.layer_norm(y @ pw_w + pw_b, g2, b2, eps2)
     return x + fast_gelu(y)
 
