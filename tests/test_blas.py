@@ -12,14 +12,18 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 PROBE = "import ttscli, ttscli._blas as b, mlx.core as mx; print(b.name()); print(b.set_num_threads(1))"
 
 
-def probe(blas: str | None) -> list[str]:
+def run_probe(blas: str | None) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("TTSCLI_BLAS", None)
     if blas is not None:
         env["TTSCLI_BLAS"] = blas
     p = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    return p.stdout.split("\n")[:2]
+    return p
+
+
+def probe(blas: str | None) -> list[str]:
+    return run_probe(blas).stdout.split("\n")[:2]
 
 
 def test_none_keeps_mlx_builtin():
@@ -46,5 +50,22 @@ def test_openblas_on_request():
     assert name.startswith("openblas ") and int(prev) >= 1
 
 
-def test_a_missing_library_path_falls_back_to_mlx_builtin():
-    assert probe("/nonexistent/libblas.so")[0] == "mlx builtin"
+def test_a_missing_library_path_falls_back_to_mlx_builtin_with_one_warning():
+    p = run_probe("/nonexistent/libblas.so")
+    assert p.stdout.split("\n")[0] == "mlx builtin"
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert "TTSCLI_BLAS=/nonexistent/libblas.so" in lines[0] and "no such file" in lines[0]
+
+
+def test_a_file_that_is_not_a_library_is_named_in_the_warning(tmp_path):
+    bogus = tmp_path / "libnot.so"
+    bogus.write_text("not an ELF file")
+    p = run_probe(str(bogus))
+    assert p.stdout.split("\n")[0] == "mlx builtin"
+    assert str(bogus) in p.stderr and p.stderr.count("\n") == 1
+
+
+def test_the_default_choice_is_silent():
+    assert run_probe(None).stderr == ""
+    assert run_probe("none").stderr == ""

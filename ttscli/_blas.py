@@ -63,15 +63,24 @@ def preload() -> str | None:
         return loaded
     if os.environ.get("TTSCLI_BLAS", "").lower() == "none":
         return None
+    problems = []
     for path in _choices():
         if not os.path.exists(path):
+            problems.append(f"{path}: no such file")
             continue
         try:
             _lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-        except OSError:
+        except OSError as err:
+            problems.append(str(err))
             continue
         loaded = path
         break
+    choice = os.environ.get("TTSCLI_BLAS", "").strip()
+    if loaded is None and choice:
+        # asked for by name, so say so once rather than run ~50x slower in silence
+        why = "; ".join(problems) if problems else "the mkl wheel is not installed (pip install 'ttscli[mkl]')"
+        sys.stderr.write(f"ttscli: warning: TTSCLI_BLAS={choice} could not be loaded ({why}); "
+                         "using mlx's built-in BLAS, which is much slower\n")
     return loaded
 
 
