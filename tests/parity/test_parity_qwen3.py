@@ -162,18 +162,11 @@ def test_stream_check_fails_when_chunks_forget_their_context(tmp_path, monkeypat
 
 def test_reprime_check_fails_when_the_reprime_keeps_only_inputs(tmp_path, monkeypatch):
     """Re-prime by re-running the stack's input frames (every layer but the first loses context)."""
+    from decoder_variants import input_only_reprime
     from ttscli.models.qwen3_tts.speech_tokenizer import transformer
 
-    def input_only(self, cache):
-        h = cache.history[0]
-        cache.reset()
-        mask = transformer.sliding_mask(h.shape[1], h.shape[1], self.args.sliding_window)
-        for layer, kv in zip(self.layers, cache.layers):
-            h = layer(h, mask, kv)
-        cache.reprimes += 1
-
     ckpt = perturbed(tmp_path)
-    monkeypatch.setattr(transformer.DecoderTransformer, "_reprime", input_only)
+    monkeypatch.setattr(transformer.DecoderTransformer, "_reprime", input_only_reprime)
     checks = run_checks(ckpt)
     assert not checks[REPRIME].passed and checks[REPRIME].value > 1e-4
     assert "2 re-primes" in checks[REPRIME].detail

@@ -21,7 +21,7 @@ from ttscli.models.qwen3_tts.speech_tokenizer import (
     DecoderArgs, StreamingDecoder, build_random_decoder, load_speech_decoder,
 )
 from ttscli.models.qwen3_tts.speech_tokenizer.streaming import stream_decode
-from ttscli.models.qwen3_tts.speech_tokenizer.transformer import sliding_mask
+from decoder_variants import input_only_reprime
 from ttscli.models.qwen3_tts.speech_tokenizer.weights import checkpoint_shapes
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_tts" / "tokenizer"
@@ -166,15 +166,7 @@ def test_reprime_input_only_context_would_differ(dec, golden):
     cache = s.cache.transformer
     orig = tr._reprime
 
-    def input_only(c):
-        h = c.history[0]                                    # the first layer's input = the stack's input
-        c.reset()
-        mask = sliding_mask(h.shape[1], h.shape[1], tr.args.sliding_window)
-        for layer, kv in zip(tr.layers, c.layers):
-            h = layer(h, mask, kv)
-        c.reprimes += 1
-
-    tr._reprime = input_only
+    tr._reprime = lambda c: input_only_reprime(tr, c)
     try:
         wav = np.concatenate(s.push(golden["codes_b"]) + [s.flush()])
     finally:
