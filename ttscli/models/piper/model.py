@@ -8,6 +8,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from ttscli.checkpoint import shapes, weight_problems
 from ttscli.errors import CheckpointError
 from ttscli.nn.fastmath import fast_exp
 
@@ -133,19 +134,8 @@ class Vits(nn.Module):
         """Load exactly our parameter set; name every missing, unexpected or mis-shaped tensor."""
         from mlx.utils import tree_flatten, tree_unflatten
 
-        ours = dict(tree_flatten(self.parameters()))
-        missing = sorted(set(ours) - set(weights))
-        unexpected = sorted(set(weights) - set(ours))
-        shapes = [f"{k}: {tuple(weights[k].shape)} != {tuple(v.shape)}"
-                  for k, v in ours.items() if k in weights and tuple(weights[k].shape) != tuple(v.shape)]
-        problems = []
-        if missing:
-            problems.append(f"missing {', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}")
-        if unexpected:
-            problems.append(f"unexpected {', '.join(unexpected[:8])}{' ...' if len(unexpected) > 8 else ''}")
-        if shapes:
-            problems.append(f"mis-shaped {'; '.join(shapes[:8])}")
+        problems = weight_problems(shapes(dict(tree_flatten(self.parameters()))), shapes(weights), limit=8)
         if problems:
-            raise CheckpointError(f"Piper weights do not fit the VITS model: {' | '.join(problems)}")
+            raise CheckpointError(f"Piper weights do not fit the VITS model: {'; '.join(problems)}")
         self.update(tree_unflatten(list(weights.items())))
         mx.eval(self.parameters())

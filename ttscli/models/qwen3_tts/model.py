@@ -12,6 +12,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
+from ttscli.checkpoint import shapes, weight_problems
 from ttscli.errors import CheckpointError
 from ttscli.models.qwen3_tts.config import ModelArgs, preset_config
 from ttscli.models.qwen3_tts.talker import Talker
@@ -103,16 +104,7 @@ class Qwen3TTSModel(nn.Module):
 
     def load_checkpoint_weights(self, weights: dict[str, mx.array], dtype: mx.Dtype, source: str) -> None:
         weights = self.sanitize(dict(weights))
-        expected = self.expected_shapes()
-        missing = sorted(set(expected) - set(weights))
-        unexpected = sorted(set(weights) - set(expected))
-        bad = sorted(f"{k} {tuple(weights[k].shape)} (expected {expected[k]})"
-                     for k in set(expected) & set(weights) if tuple(weights[k].shape) != expected[k])
-        problems = []
-        for label, items in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", bad)):
-            if items:
-                more = f" (+{len(items) - 4} more)" if len(items) > 4 else ""
-                problems.append(f"{len(items)} {label}: {', '.join(items[:4])}{more}")
+        problems = weight_problems(self.expected_shapes(), shapes(weights))
         if problems:
             raise CheckpointError(f"{source}: " + "; ".join(problems))
         own = [(k, v.astype(dtype) if mx.issubdtype(v.dtype, mx.floating) else v)

@@ -18,6 +18,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten
 
+from ttscli.checkpoint import shapes, weight_problems
 from ttscli.errors import AudioInputError, CheckpointError
 
 # Fixed in upstream extract_speaker_embedding (not read from the config).
@@ -285,18 +286,7 @@ class SpeakerEncoder(nn.Module):
 def check_weights(model: nn.Module, weights: dict, where: str = "", what: str = "speaker encoder weights",
                   hint: str = "is this a Qwen3-TTS Base checkpoint?") -> None:
     """Raise CheckpointError naming missing, unexpected and mis-shaped tensors (keys shown as ``where + key``)."""
-    expected = {k: tuple(v.shape) for k, v in tree_flatten(model.parameters())}
-    missing = sorted(set(expected) - set(weights))
-    unexpected = sorted(set(weights) - set(expected))
-    shaped = sorted(k for k in set(expected) & set(weights) if tuple(weights[k].shape) != expected[k])
-    problems = []
-    if missing:
-        problems.append(f"missing {len(missing)} tensor(s) e.g. {where}{missing[0]}")
-    if unexpected:
-        problems.append(f"unexpected {len(unexpected)} tensor(s) e.g. {where}{unexpected[0]}")
-    if shaped:
-        k = shaped[0]
-        problems.append(f"{len(shaped)} mis-shaped tensor(s) e.g. {where}{k} {tuple(weights[k].shape)} != {expected[k]}")
+    problems = weight_problems(shapes(dict(tree_flatten(model.parameters()))), shapes(weights), where)
     if problems:
         raise CheckpointError(f"{what} do not match the config: " + "; ".join(problems) + f" ({hint})")
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
+from ttscli.checkpoint import weight_problems
 from ttscli.errors import CheckpointError
 
 from .config import DecoderArgs
@@ -71,23 +72,8 @@ def sanitize(model: SpeechDecoder, weights: dict[str, mx.array]) -> dict[str, mx
 
 
 def _check(model: SpeechDecoder, weights: dict[str, mx.array], source: str) -> None:
-    want = checkpoint_shapes(model)
     have = {k: tuple(v.shape) for k, v in weights.items() if k.startswith(PREFIX)}
-    problems = []
-    missing = sorted(set(want) - set(have))
-    unexpected = sorted(set(have) - set(want))
-    bad = sorted(k for k in set(want) & set(have) if want[k] != have[k])
-
-    def names(keys, fmt=str):
-        head = ", ".join(fmt(k) for k in keys[:4])
-        return head + (f" (+{len(keys) - 4} more)" if len(keys) > 4 else "")
-
-    if missing:
-        problems.append(f"missing {names(missing)}")
-    if unexpected:
-        problems.append(f"unexpected {names(unexpected)}")
-    if bad:
-        problems.append("mis-shaped " + names(bad, lambda k: f"{k} {list(have[k])} (expected {list(want[k])})"))
+    problems = weight_problems(checkpoint_shapes(model), have)
     if problems:
         raise CheckpointError(f"{source}: speech decoder weights do not match its config: "
                               + "; ".join(problems) + ". Use the model's own speech_tokenizer/ folder.")
