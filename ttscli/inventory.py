@@ -51,22 +51,29 @@ SHORT_CAPS = {"speak": "speak", "clone": "clone", "voice_design": "design", "ins
 
 
 def render_table(rows: list[dict]):
-    """Compact table; `--json` has every field (per-component backends, languages, voices)."""
+    """Compact table that fits an 80-column terminal (and rich's 80-column default when piped)
+    without hiding columns; `--json` has every field (per-component backends, languages, voices)."""
+    from rich import box
     from rich.table import Table
 
-    t = Table(title="ttscli models", caption="weights: local = usable offline now; --json for per-component backends")
+    t = Table(title="ttscli models", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False,
+              caption="status: local = weights here, usable offline; absent = implemented, weights not "
+                      "here; planned = not implemented yet. * = default. --json has every field.",
+              caption_justify="left")
     t.add_column("model", no_wrap=True)
-    t.add_column("impl.", no_wrap=True)
-    t.add_column("weights", no_wrap=True)
+    t.add_column("status", no_wrap=True)
     t.add_column("Hz", no_wrap=True, justify="right")
-    t.add_column("can")
-    t.add_column("backends here", no_wrap=True)
-    t.add_column("license")
+    t.add_column("can", overflow="fold")
+    t.add_column("backends", no_wrap=True)
+    t.add_column("license", no_wrap=True)
     for r in rows:
         usable = sorted({b for bs in r["backends_usable"].values() for b in bs})
         name = r["id"] + (" *" if r["default"] else "")
         lic = "[yellow]non-commercial[/yellow]" if r["license_notice"] else r["license"].split(" ")[0].rstrip(",")
-        t.add_row(name, "[green]yes[/green]" if r["implemented"] else "[dim]no[/dim]",
-                  "local" if r["weights_local"] else "[dim]absent[/dim]", str(r["sample_rate"]),
+        if not r["implemented"]:
+            status = "[dim]planned[/dim]"
+        else:
+            status = "[green]local[/green]" if r["weights_local"] else "absent"
+        t.add_row(name, status, str(r["sample_rate"]),
                   " ".join(SHORT_CAPS[c] for c in r["capabilities"]), ", ".join(usable) or "-", lic)
     return t
