@@ -280,12 +280,10 @@ def talker_prefill(model, prefill: np.ndarray):
     return out.logits[0, -1].float().numpy(), out.past_hidden[0, -1].float().numpy()
 
 
-def zero_eos(model):
+def zero_eos(model) -> None:
     eos = model.config.talker_config.codec_eos_token_id
-    saved = model.talker.codec_head.weight[eos].clone()
     with torch.no_grad():
         model.talker.codec_head.weight[eos] = 0
-    return saved
 
 
 def record(name: str, kind: str, seed: int, cases: dict[str, dict], greedy: list[str],
@@ -304,7 +302,7 @@ def record(name: str, kind: str, seed: int, cases: dict[str, dict], greedy: list
 
     if eos_case:
         # Craft the EOS row from a greedy hidden state so that EOS wins a few frames in.
-        saved = zero_eos(model)
+        zero_eos(model)
         w = load_wrapper(d, model)
         probe = run_case(w, cases[eos_case], 6)
         _, h = talker_prefill(model, probe["prefill"])
@@ -322,7 +320,7 @@ def record(name: str, kind: str, seed: int, cases: dict[str, dict], greedy: list
         assert 2 <= n < 59, f"EOS case stopped after {n} frames"
         g["eos/codes"] = r["codes"].astype(np.int32)
         print(f"{name}: EOS after {n} frames")
-    saved = zero_eos(model)
+    zero_eos(model)
     for cname, case in cases.items():
         frames = GREEDY_FRAMES if cname in greedy else None
         r = run_case(w, case, frames)

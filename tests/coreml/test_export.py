@@ -100,7 +100,7 @@ def test_manifest_names_sources_versions_and_sizes(packages):
 def test_8bit_weights_are_int8_and_smaller(packages, packages_8bit):
     from mil_interp import load_package_program
 
-    (f16, m16), (f8, m8) = packages, packages_8bit
+    (_, m16), (f8, m8) = packages, packages_8bit
     for name in ("talker", "code_predictor"):
         assert m8["packages"][name]["weights"] == "int8-linear-symmetric-per-channel"
         assert m8["packages"][name]["size_bytes"] < 0.75 * m16["packages"][name]["size_bytes"]

@@ -35,7 +35,7 @@ def model(converted):
 
 
 @pytest.fixture(scope="session")
-def onnx_ref(voice_dir) -> OnnxVits:
+def onnx_ref(voice_dir):
     pytest.importorskip("onnxruntime")
     from ttscli.models.piper.reference import OnnxVits
     return OnnxVits(voice_dir / "en_US-joe-medium.onnx")
