@@ -5,7 +5,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from ttscli.models.piper.conv import Conv1d, conv_transpose1d_gemm, shared_input_convs, gemm_weight
+from ttscli.models.piper.conv import Conv1d, conv_transpose1d_gemm, gemm_weight_cf, shared_input_convs_cf
 
 
 def direct_conv(x, w, b, d, p):
@@ -48,10 +48,10 @@ def test_shared_input_convs_equal_separate():
         c.weight = mx.array(r.standard_normal((4, k, 4)), dtype=mx.float32)
         c.bias = mx.array(r.standard_normal(4), dtype=mx.float32)
         convs.append(c)
-    x = mx.array(r.standard_normal((1, 50, 4)), dtype=mx.float32)
-    wcat = mx.concatenate([gemm_weight(c.weight) for c in convs], axis=1)
-    for ours, c in zip(shared_input_convs(x, convs, wcat, residual=x), convs):
-        np.testing.assert_allclose(np.array(ours), np.array(c(x, residual=x)), atol=1e-4)
+    x = mx.array(r.standard_normal((4, 50)), dtype=mx.float32)                # channels-first
+    wcat = mx.concatenate([gemm_weight_cf(c.weight) for c in convs], axis=0)
+    for ours, c in zip(shared_input_convs_cf(x, convs, wcat, residual=x), convs):
+        np.testing.assert_allclose(np.array(ours), np.array(c(x.T[None], residual=x.T[None])[0].T), atol=1e-4)
 
 
 @pytest.mark.parametrize("cin,cout,k,s,p,t", [(16, 8, 16, 8, 4, 11), (8, 4, 8, 4, 2, 7), (6, 5, 7, 3, 2, 9),

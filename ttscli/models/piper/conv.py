@@ -16,42 +16,24 @@ import mlx.nn as nn
 
 
 @lru_cache(maxsize=None)
-def _tap_sum(k: int, dilation: int, cout: int, t0: int = 0, col0: int = 0, trim: int = 0):
-    """Compiled ``sum_i P[:, t0 + i*d : ... + T, col0 + i*Cout : ...] + bias + residual``.
-
-    One fused pass over the GEMM output instead of K separate adds. ``t0``/``col0`` select one
-    conv's taps inside a GEMM shared by several convs (``trim`` = extra padding on each side).
-    """
+def _tap_sum(k: int, dilation: int, cout: int):
+    """Compiled ``sum_i P[:, i*d : i*d + T, i*Cout : (i+1)*Cout] + bias + residual``: one fused
+    pass over the GEMM output instead of K separate adds."""
     def fn(p, bias, residual):
-        t_out = p.shape[1] - 2 * trim - dilation * (k - 1)
+        t_out = p.shape[1] - dilation * (k - 1)
         y = bias + residual
         for i in range(k):
-            t, c = t0 + i * dilation, col0 + i * cout
-            y = y + p[:, t: t + t_out, c: c + cout]
+            y = y + p[:, i * dilation: i * dilation + t_out, i * cout: (i + 1) * cout]
         return y
     return mx.compile(fn)
-
-
-def shared_input_convs(x: mx.array, convs: list, wcat: mx.array, residual: mx.array | None = None,
-                       ) -> list[mx.array]:
-    """Several same-length convs of one input as ONE GEMM (weights side by side, input padded
-    for the widest) and a tap sum per conv. ``wcat`` = ``concatenate([gemm_weight(c.weight)], 1)``."""
-    pad = max(c.padding for c in convs)
-    p = mx.pad(x, [(0, 0), (pad, pad), (0, 0)]) @ wcat
-    res = mx.zeros((1,), dtype=x.dtype) if residual is None else residual
-    outs, col = [], 0
-    for c in convs:
-        cout, k, _ = c.weight.shape
-        fn = _tap_sum(k, c.dilation, cout, pad - c.padding, col, pad - c.padding)
-        outs.append(fn(p, c.bias, res))
-        col += k * cout
-    return outs
 
 
 @lru_cache(maxsize=None)
 def _tap_sum_cf(k: int, dilation: int, cout: int, t0: int = 0, row0: int = 0, trim: int = 0):
     """``_tap_sum`` for channels-first ``P [K*Cout, T']``: each tap is a row band whose rows are
-    long contiguous runs (measured 1.3-1.5x faster than the channels-last form at 32-64 ch)."""
+    long contiguous runs (measured 1.3-1.5x faster than the channels-last form at 32-64 ch).
+    ``t0``/``row0`` select one conv's taps inside a GEMM shared by several convs (``trim`` =
+    extra padding on each side)."""
     def fn(p, bias, residual):
         t_out = p.shape[1] - 2 * trim - dilation * (k - 1)
         y = bias + residual
@@ -84,8 +66,9 @@ def conv1d_cf(x: mx.array, wmat: mx.array, bias: mx.array, k: int, dilation: int
 
 def shared_input_convs_cf(x: mx.array, convs: list, wcat: mx.array,
                           residual: mx.array | None = None) -> list[mx.array]:
-    """``shared_input_convs`` channels-first: ``x [Cin, T]``, ``wcat`` = the convs'
-    ``gemm_weight_cf`` stacked on axis 0."""
+    """Several same-length convs of one channels-first input ``x [Cin, T]`` as ONE GEMM
+    (weights stacked, input padded for the widest) and a tap sum per conv. ``wcat`` = the
+    convs' ``gemm_weight_cf`` stacked on axis 0."""
     pad = max(c.padding for c in convs)
     p = wcat @ mx.pad(x, [(0, 0), (pad, pad)])
     res = mx.zeros((1, 1), dtype=x.dtype) if residual is None else residual

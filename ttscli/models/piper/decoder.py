@@ -8,7 +8,7 @@ from ttscli.nn.fastmath import fast_tanh  # MLX's CPU tanh is a scalar loop
 
 from . import interior as interior_
 from .blocked import _BlasThreads, blocked, blocked_chain
-from .conv import Conv1d, ConvTranspose1d, gemm_weight, gemm_weight_cf, shared_input_convs, shared_input_convs_cf
+from .conv import Conv1d, ConvTranspose1d, gemm_weight_cf, shared_input_convs_cf
 
 
 @mx.compile
@@ -109,10 +109,6 @@ class ResidualCouplingBlock(nn.Module):
         return z
 
 
-def _conv(conv: Conv1d, x: mx.array, cf: bool, residual: mx.array | None = None) -> mx.array:
-    return conv.cf(x, residual) if cf else conv(x, residual)
-
-
 class ResBlock1(nn.Module):
     def __init__(self, channels: int, kernel_size: int, dilations: list[int]):
         super().__init__()
@@ -127,16 +123,13 @@ class ResBlock1(nn.Module):
     def first(self) -> Conv1d:
         return self.convs1[0]
 
-    def finish(self, h: mx.array, x: mx.array, cf: bool = False) -> mx.array:
-        """Rest of the block, given the first conv's output ``h`` on ``leaky_relu(x)``
-        (``cf``: channels-first ``[C, T]`` arrays)."""
-        x = _conv(self.convs2[0], nn.leaky_relu(h, 0.1), cf, residual=x)
+    def finish(self, h: mx.array, x: mx.array) -> mx.array:
+        """Rest of the block on channels-first ``[C, T]`` arrays, given the first conv's output
+        ``h`` on ``leaky_relu(x)``."""
+        x = self.convs2[0].cf(nn.leaky_relu(h, 0.1), residual=x)
         for c1, c2 in zip(self.convs1[1:], self.convs2[1:]):
-            x = _conv(c2, nn.leaky_relu(_conv(c1, nn.leaky_relu(x, 0.1), cf), 0.1), cf, residual=x)
+            x = c2.cf(nn.leaky_relu(c1.cf(nn.leaky_relu(x, 0.1)), 0.1), residual=x)
         return x
-
-    def __call__(self, x: mx.array) -> mx.array:
-        return self.finish(self.first()(nn.leaky_relu(x, 0.1)), x)
 
 
 class ResBlock2(nn.Module):
@@ -152,14 +145,12 @@ class ResBlock2(nn.Module):
     def first(self) -> Conv1d:
         return self.convs[0]
 
-    def finish(self, h: mx.array, x: mx.array, cf: bool = False) -> mx.array:
-        """Rest of the block, given ``h = x + convs[0](leaky_relu(x))``."""
+    def finish(self, h: mx.array, x: mx.array) -> mx.array:
+        """Rest of the block on channels-first ``[C, T]`` arrays, given
+        ``h = x + convs[0](leaky_relu(x))``."""
         for c in self.convs[1:]:
-            h = _conv(c, nn.leaky_relu(h, 0.1), cf, residual=h)
+            h = c.cf(nn.leaky_relu(h, 0.1), residual=h)
         return h
-
-    def __call__(self, x: mx.array) -> mx.array:
-        return self.finish(self.first()(nn.leaky_relu(x, 0.1), residual=x), x)
 
 
 class Generator(nn.Module):
@@ -183,37 +174,27 @@ class Generator(nn.Module):
                 self.resblocks.append(block(ch, rk, rd))
         self.conv_post = Conv1d(ch, 1, 7, bias=False)
 
-    def _stage(self, i: int, x: mx.array) -> mx.array:
-        """Mean of the stage's resblocks. Their first convs all read ``leaky_relu(x)``, so they
-        run as one GEMM (one activation pass, one pad, wider product)."""
+    def _stage_cf(self, i: int, x: mx.array) -> mx.array:
+        """Mean of the stage's resblocks on channels-first ``x [C, T]``. Their first convs all
+        read ``leaky_relu(x)``, so they run as one GEMM ``W [K*Cout, Cin] @ x`` (one activation
+        pass, one pad, wider product), each tap a band of contiguous rows (measured ~1.3x
+        faster than channels-last at 32-64 channels)."""
         nk = self.num_kernels
         blocks = self.resblocks[i * nk:(i + 1) * nk]
         firsts = [b.first() for b in blocks]
         res = x if blocks[0].first_takes_residual else None
-        hs = shared_input_convs(nn.leaky_relu(x, 0.1), firsts, self._shared_weight(i, firsts), res)
+        hs = shared_input_convs_cf(nn.leaky_relu(x, 0.1), firsts, self._shared_weight(i, firsts), res)
         return _mean([b.finish(h, x) for b, h in zip(blocks, hs)])
 
-    def _stage_cf(self, i: int, x: mx.array) -> mx.array:
-        """``_stage`` on channels-first ``x [C, T]``: the GEMMs are ``W [K*Cout, Cin] @ x`` and
-        each tap a band of contiguous rows (measured ~1.3x faster at 32-64 channels)."""
-        nk = self.num_kernels
-        blocks = self.resblocks[i * nk:(i + 1) * nk]
-        firsts = [b.first() for b in blocks]
-        res = x if blocks[0].first_takes_residual else None
-        hs = shared_input_convs_cf(nn.leaky_relu(x, 0.1), firsts, self._shared_weight(i, firsts, True), res)
-        return _mean([b.finish(h, x, cf=True) for b, h in zip(blocks, hs)])
-
-    def _shared_weight(self, i: int, convs: list, cf: bool = False) -> mx.array:
-        # rebuilt whenever a weight array is replaced (weight loading)
+    def _shared_weight(self, i: int, convs: list) -> mx.array:
+        """The stage's first convs' ``gemm_weight_cf`` stacked, kept per weight (rebuilt
+        whenever a weight array is replaced, e.g. by weight loading)."""
         cache = self.__dict__.setdefault("_shared_cache", {})
-        hit = cache.get((i, cf))
+        hit = cache.get(i)
         if hit is None or any(a is not c.weight for a, c in zip(hit[0], convs)):
-            if cf:
-                w = mx.concatenate([gemm_weight_cf(c.weight) for c in convs], axis=0)
-            else:
-                w = mx.concatenate([gemm_weight(c.weight) for c in convs], axis=1)
+            w = mx.concatenate([gemm_weight_cf(c.weight) for c in convs], axis=0)
             mx.eval(w)
-            hit = cache[(i, cf)] = (tuple(c.weight for c in convs), w)
+            hit = cache[i] = (tuple(c.weight for c in convs), w)
         return hit[1]
 
     def _halo(self, i: int) -> int:
@@ -221,10 +202,6 @@ class Generator(nn.Module):
         nk = self.num_kernels
         halo = max(sum(c.padding for c in rb.children_convs()) for rb in self.resblocks[i * nk:(i + 1) * nk])
         return halo + (self.conv_post.padding if i == len(self.ups) - 1 else 0)
-
-    def _tail(self, x: mx.array) -> mx.array:
-        x = self._stage(len(self.ups) - 1, x)
-        return fast_tanh(self.conv_post(nn.leaky_relu(x, 0.01)))
 
     def _up_stage(self, i: int, v: mx.array, interior: bool = False) -> tuple[mx.array, int]:
         """Upsampling ``i`` and its resblock stage on the previous stage's activated output
@@ -251,7 +228,7 @@ class Generator(nn.Module):
         for i, up in enumerate(self.ups):
             up.gemm_cf()
             blocks = self.resblocks[i * nk:(i + 1) * nk]
-            self._shared_weight(i, [b.first() for b in blocks], True)
+            self._shared_weight(i, [b.first() for b in blocks])
             for c in (c for b in blocks for c in b.children_convs()):
                 c._derived("cf", gemm_weight_cf)
                 c.bias_cf()

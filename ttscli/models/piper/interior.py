@@ -98,7 +98,7 @@ def stage(gen, i: int, x: mx.array, xl: mx.array, act: float | None) -> tuple[mx
     blocks = gen.resblocks[i * nk:(i + 1) * nk]
     firsts = [b.convs[0] for b in blocks]
     c_out = x.shape[0]
-    p = gen._shared_weight(i, firsts, True) @ xl
+    p = gen._shared_weight(i, firsts) @ xl
     t = x.shape[1]
     halo = max(sum(c.padding for c in b.convs) for b in blocks)
     finals, row = [], 0
