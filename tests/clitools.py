@@ -25,3 +25,8 @@ def no_files(folder: Path):
     """Nothing but the cache/config folders the harness creates."""
     left = [p.name for p in folder.iterdir() if p.name not in ("cache", "config")]
     assert not left, f"left behind: {left}"
+
+
+def by_name(checks) -> dict:
+    """A ``ttscli parity --json`` report's checks keyed by their names."""
+    return {c["name"]: c for c in checks}

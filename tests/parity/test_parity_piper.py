@@ -15,6 +15,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from clitools import by_name
+
 pytest.importorskip("onnxruntime")
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "parity"
@@ -24,10 +26,6 @@ FRAMES = "frame counts (durations) equal"
 IDS = "phoneme ids equal piper-tts's"
 GOLDEN = "waveform vs golden (rel L2)"
 GOLDEN_FRAMES = "frame count vs golden"
-
-
-def by_name(checks) -> dict:
-    return {c["name"]: c for c in checks}
 
 
 def test_cli_against_onnxruntime_passes(run_cli):

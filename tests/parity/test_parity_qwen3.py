@@ -17,7 +17,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from clitools import only_line
+from clitools import by_name, only_line
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "parity"
 MODELS = {"base": "qwen3-tts-0.6b-base", "customvoice": "qwen3-tts-1.7b-customvoice",
@@ -30,10 +30,6 @@ BATCHED = "internal: batched vs sequential prefill (max abs)"
 DECODER = "speech decoder vs golden waveform (max abs)"
 STREAM = "internal: streamed vs one-shot decoder (max abs)"
 REPRIME = "internal: re-primed fixed-slot vs one-shot decoder (max abs)"
-
-
-def by_name(checks) -> dict:
-    return {c["name"]: c for c in checks}
 
 
 @pytest.mark.parametrize("kind", sorted(MODELS))
