@@ -46,8 +46,8 @@ def mkl_library() -> str | None:
     return None
 
 
-def _choices() -> list[str]:
-    choice = os.environ.get("TTSCLI_BLAS", "").strip()
+def _choices(choice: str) -> list[str]:
+    """Libraries to try for ``TTSCLI_BLAS=choice`` ("" = the default order)."""
     if choice.lower() == "mkl":
         return [p for p in (mkl_library(),) if p]
     if choice.lower() == "openblas":
@@ -61,10 +61,11 @@ def preload() -> str | None:
     global loaded, _lib
     if loaded or not sys.platform.startswith("linux") or "mlx.core" in sys.modules:
         return loaded
-    if os.environ.get("TTSCLI_BLAS", "").lower() == "none":
+    choice = os.environ.get("TTSCLI_BLAS", "").strip()
+    if choice.lower() == "none":
         return None
     problems = []
-    for path in _choices():
+    for path in _choices(choice):
         if not os.path.exists(path):
             problems.append(f"{path}: no such file")
             continue
@@ -75,7 +76,6 @@ def preload() -> str | None:
             continue
         loaded = path
         break
-    choice = os.environ.get("TTSCLI_BLAS", "").strip()
     if loaded is None and choice:
         # asked for by name, so say so once rather than run ~50x slower in silence
         why = "; ".join(problems) if problems else "the mkl wheel is not installed (pip install 'ttscli[mkl]')"
