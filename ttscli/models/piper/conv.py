@@ -1,4 +1,5 @@
-"""1-D convolutions written as matrix products, channels-last ``[1, T, C]``.
+"""1-D convolutions written as matrix products: channels-last ``[1, T, C]`` (flow, text encoder)
+and channels-first ``[C, T]`` (``*_cf``, the HiFi-GAN decoder).
 
 MLX's CPU backend runs dilated and transposed ``conv1d`` on a slow generic path; HiFi-GAN is
 made of exactly those. Here a (dilated) convolution is one GEMM followed by a shifted sum of

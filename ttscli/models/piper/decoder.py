@@ -1,4 +1,5 @@
-"""VITS posterior flow (inference direction) and the HiFi-GAN generator, channels-last."""
+"""VITS posterior flow (inference direction, channels-last ``[1, T, C]``) and the HiFi-GAN
+generator (channels-first ``[C, T]`` after conv_pre, in time blocks)."""
 from __future__ import annotations
 
 import mlx.core as mx
