@@ -47,14 +47,17 @@ def load_code_decoder(backend: str, model, checkpoint: Path | None, options: Loa
     if backend == "mlx":
         return MLXCodeDecoder(model.talker, sequential=options.extra.get("prefill_mode") == "sequential")
     if backend == "coreml":
-        # Integration point for the Core ML talker: a class with new_cache / prefill / step as in
-        # loop.CodeDecoder, built from the converted package of this checkpoint.
-        try:
-            from ttscli.models.qwen3_tts.coreml_runtime import CoreMLCodeDecoder
-        except ModuleNotFoundError as e:
-            raise BackendUnavailableError("the Core ML talker runtime is not available in this install; "
-                                          "use --code-decoder-backend mlx") from e
-        return CoreMLCodeDecoder.load(model, checkpoint, options)
+        # The talker converted by `ttscli convert --to coreml`, found by its manifest's source
+        # hashes; random weights (bench) build their own package first.
+        from ttscli.backends.coreml import require_coreml
+        from ttscli.backends.coreml.decoder import CoreMLCodeDecoder, open_code_decoder
+
+        require_coreml()
+        if checkpoint is None:
+            from ttscli.models.qwen3_tts.coreml_export import build_from_model
+
+            return CoreMLCodeDecoder.open(build_from_model(model))
+        return open_code_decoder(checkpoint)
     raise BackendUnavailableError(f"unknown code decoder backend {backend!r}; use mlx or coreml")
 
 
