@@ -5,7 +5,12 @@
     for chunk in ttscli.synthesize(pipe, ttscli.Request("Hello there.")):
         ...  # float32 mono at pipe.sample_rate
 """
-from ttscli import _blas
+from ttscli import signals as _signals
+
+# first, before the ~0.5 s of imports below: a Ctrl-C there must not print a traceback (CLI only)
+_signals.install_for_import()
+
+from ttscli import _blas  # noqa: E402
 
 _blas.preload()  # must run before anything imports mlx
 

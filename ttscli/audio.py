@@ -1,16 +1,20 @@
 """Audio in and out: reference audio reading, atomic file writes, stdout streaming, playback."""
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import struct
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
-from ttscli.errors import AudioInputError, BackendUnavailableError, UsageError
+from ttscli.errors import (AudioInputError, BackendUnavailableError, OutputClosed, OutputError, UsageError,
+                           os_cause, os_error)
 
 # extension -> (libsndfile major format, subtype)
 FORMATS = {
@@ -26,18 +30,42 @@ def to_int16(x: np.ndarray) -> np.ndarray:
     return (np.clip(x, -1.0, 1.0) * 32767.0).round().astype("<i2")
 
 
+def special_file(path: str) -> str | None:
+    """What a FIFO or device node at -o is ("a FIFO", "a device"), else None: such targets are
+    written directly, as -o - is, never replaced by a rename (as root, -o /dev/null would
+    otherwise replace the system's /dev/null with a regular file)."""
+    if path == "-":
+        return None
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return None
+
+
 def format_for(path: str, fmt: str | None) -> str:
     """The output format: --format if given, else the file extension."""
+    kind = "stdout" if path == "-" else special_file(path)
     if fmt:
         fmt = fmt.lower()
-        if path == "-":
+        if kind:
             if fmt not in STREAM_FORMATS:
-                raise UsageError(f"--format {fmt} cannot stream to stdout; use wav or pcm")
+                where = "stdout" if kind == "stdout" else f"{path} ({kind})"
+                raise UsageError(f"--format {fmt} cannot stream to {where}; use wav or pcm")
             return fmt
         if fmt not in FORMATS:
             raise UsageError(f"unknown --format {fmt}; use one of {', '.join([*FORMATS, 'pcm'])}")
         return fmt
-    if path == "-":
+    if kind:
+        ext = Path(path).suffix.lower().lstrip(".")
+        if kind != "stdout" and ext in FORMATS and ext not in STREAM_FORMATS:
+            raise UsageError(f"{path} is {kind}: it can take a stream of wav or pcm, not {ext}")
         return "wav"
     ext = Path(path).suffix.lower().lstrip(".")
     if ext not in FORMATS:
@@ -66,6 +94,88 @@ class Sink:
     def abort(self) -> None: ...
 
 
+# Temp files of FileSinks not yet committed or aborted: removed by remove_partial_files() on any
+# way out of the CLI, including an exception raised between two lines of a sink.
+_LIVE_PARTS: set[Path] = set()
+# A .part left by a killed run (SIGKILL, power loss) is removed by the next write to the same
+# target once its writer is gone: its pid (in the name) is not running, or it has not been
+# written for this long (a running write appends every chunk; a reused pid cannot keep it alive).
+STALE_PART_S = 3600.0
+
+
+def remove_partial_files() -> None:
+    for p in list(_LIVE_PARTS):
+        try:
+            p.unlink(missing_ok=True)
+        except OSError:
+            pass
+        _LIVE_PARTS.discard(p)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def remove_stale_parts(folder: Path, name: str, now: float | None = None) -> list[Path]:
+    """Remove `.NAME.PID.*.part` files beside the target whose writer is gone; returns them."""
+    now = time.time() if now is None else now
+    prefix, removed = f".{name}.", []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for e in entries:
+        if not (e.name.startswith(prefix) and e.name.endswith(".part")):
+            continue
+        pid = e.name[len(prefix):-len(".part")].split(".")[0]
+        try:
+            st = e.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        dead = pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid))
+        if dead or now - st.st_mtime > STALE_PART_S:
+            try:
+                os.unlink(e.path)
+                removed.append(Path(e.path))
+            except OSError:
+                pass
+    return removed
+
+
+def _libsndfile_failure(sf_file, path: Path, err: Exception) -> Exception:
+    """libsndfile reports a failed write(2) as "System error."; its per-file message keeps the
+    strerror, which names the cause (full disk, quota, file size limit)."""
+    detail = ""
+    try:
+        import soundfile as sf
+
+        detail = sf._ffi.string(sf._snd.sf_strerror(sf_file._file)).decode("utf-8", "replace")
+    except Exception:
+        pass
+    text = detail.split(":", 1)[-1].strip().rstrip(".") if "System error" in detail else ""
+    by_text = {os.strerror(n): n for n in errno.errorcode}
+    errnum = by_text.get(text)
+    if errnum is None and text == "":
+        try:  # no message kept: a full disk is the likely system error; look
+            st = os.statvfs(path.parent if str(path.parent) else ".")
+            errnum = errno.ENOSPC if st.f_bavail == 0 else None
+        except OSError:
+            pass
+    if errnum is not None and os_cause(errnum):
+        return os_error(OSError(errnum, os.strerror(errnum)), path)
+    return OutputError(f"cannot write {path}: {text or str(err).splitlines()[0]}")
+
+
 class FileSink(Sink):
     """Writes to a temp file beside the target, renamed into place only on close()."""
 
@@ -78,34 +188,59 @@ class FileSink(Sink):
             raise UsageError(f"output folder {folder} does not exist")
         if self.path.is_dir():
             raise UsageError(f"output {self.path} is a folder; give a file name")
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".part", dir=folder)
-        os.close(fd)
+        remove_stale_parts(folder, self.path.name)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.{os.getpid()}.", suffix=".part", dir=folder)
+        except OSError as e:
+            raise os_error(e, self.path) or OutputError(f"cannot write {self.path}: {e.strerror}") from None
         self.tmp = Path(tmp)
+        _LIVE_PARTS.add(self.tmp)
+        os.close(fd)
         major, subtype = FORMATS[fmt]
         try:
             self.f = sf.SoundFile(self.tmp, "w", samplerate=sample_rate, channels=1, format=major, subtype=subtype)
         except Exception as e:
-            self.tmp.unlink(missing_ok=True)
+            self._discard()
+            if isinstance(e, OSError) and os_error(e, self.path):
+                raise os_error(e, self.path) from None
             raise BackendUnavailableError(f"cannot write {fmt} with libsndfile: {e}") from None
         self.frames = 0
 
+    def _discard(self) -> None:
+        self.tmp.unlink(missing_ok=True)
+        _LIVE_PARTS.discard(self.tmp)
+
     def write(self, chunk: np.ndarray) -> None:
-        self.f.write(np.clip(np.asarray(chunk, dtype=np.float32), -1.0, 1.0))
+        try:
+            self.f.write(np.clip(np.asarray(chunk, dtype=np.float32), -1.0, 1.0))
+        except Exception as e:
+            raise _libsndfile_failure(self.f, self.path, e) from None
         self.frames += len(chunk)
 
     def close(self) -> None:
-        self.f.close()
-        # mkstemp makes the file 0600; give it the mode a plain open() would have had
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(self.tmp, 0o666 & ~umask)
-        os.replace(self.tmp, self.path)
+        try:
+            self.f.close()  # writes the header's final sizes: can fail on a full disk too
+            # mkstemp makes the file 0600; give it the mode a plain open() would have had
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(self.tmp, 0o666 & ~umask)
+            os.replace(self.tmp, self.path)
+        except BaseException as e:
+            self._discard()
+            if isinstance(e, OSError):
+                raise os_error(e, self.path) or OutputError(f"cannot write {self.path}: {e.strerror}") from None
+            if isinstance(e, Exception):
+                raise _libsndfile_failure(self.f, self.path, e) from None
+            raise
+        _LIVE_PARTS.discard(self.tmp)
 
     def abort(self) -> None:
         try:
             self.f.close()
+        except Exception:
+            pass  # the data is being thrown away; a failed header update does not matter
         finally:
-            self.tmp.unlink(missing_ok=True)
+            self._discard()
 
 
 def wav_header(sample_rate: int, n_samples: int | None = None) -> bytes:
@@ -134,16 +269,69 @@ class StreamSink(Sink):
         self.started = True
 
     def write(self, chunk: np.ndarray) -> None:
-        self._start()
-        self.out.write(to_int16(chunk).tobytes())
-        self.out.flush()
+        with self._errors():
+            self._start()
+            self.out.write(to_int16(chunk).tobytes())
+            self.out.flush()
 
     def close(self) -> None:
-        self._start()
-        self.out.flush()
+        with self._errors():
+            self._start()
+            self.out.flush()
 
     def abort(self) -> None:
         pass  # a pipe reader sees the stream end; nothing on disk to remove
+
+    def _errors(self):
+        return _stream_errors(getattr(self.out, "name", "stdout"))
+
+
+class _stream_errors:
+    """A reader that went away is OutputClosed (a quiet exit); /dev/full is a full disk."""
+
+    def __init__(self, name):
+        self.name = "stdout" if name in (1, "<stdout>") else name
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb):
+        if isinstance(e, BrokenPipeError) or (isinstance(e, OSError) and e.errno == errno.EPIPE):
+            raise OutputClosed(f"the reader of {self.name} went away") from None
+        if isinstance(e, OSError):
+            raise os_error(e, self.name) or OutputError(f"cannot write {self.name}: {e.strerror}") from None
+        return False
+
+
+class SpecialFileSink(StreamSink):
+    """-o naming a FIFO or device: streamed into it directly like -o -, never renamed over."""
+
+    def __init__(self, path: str, sample_rate: int, fmt: str):
+        try:
+            # opening a FIFO waits for its reader, as a shell redirection does
+            stream = open(path, "wb")
+        except OSError as e:
+            raise os_error(e, path) or OutputError(f"cannot write {path}: {e.strerror}") from None
+        super().__init__(sample_rate, fmt, stream)
+        self.path = path
+
+    def _errors(self):
+        return _stream_errors(self.path)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._close_quietly()
+
+    def abort(self) -> None:
+        self._close_quietly()
+
+    def _close_quietly(self) -> None:
+        try:
+            self.out.close()
+        except OSError:
+            pass
 
 
 class PlaySink(Sink):
@@ -200,7 +388,10 @@ def check_output(output: str | None, fmt: str | None = None) -> None:
         return
     f = format_for(output, fmt)
     check_format_supported(f)
-    if output != "-":
+    kind = special_file(output)
+    if kind == "a socket":
+        raise UsageError(f"output {output} is a socket; give a file, a FIFO, a device or -")
+    if output != "-" and kind is None:
         path = Path(output)
         folder = path.parent if str(path.parent) else Path(".")
         if not folder.is_dir():
@@ -214,7 +405,12 @@ def open_sink(output: str | None, sample_rate: int, fmt: str | None = None, play
     if output is not None:
         f = format_for(output, fmt)
         check_format_supported(f)
-        sinks.append(StreamSink(sample_rate, f) if output == "-" else FileSink(output, sample_rate, f))
+        if output == "-":
+            sinks.append(StreamSink(sample_rate, f))
+        elif special_file(output):
+            sinks.append(SpecialFileSink(output, sample_rate, f))
+        else:
+            sinks.append(FileSink(output, sample_rate, f))
     elif fmt is not None:
         raise UsageError("--format needs -o/--output (a file, or - for stdout)")
     if play:

@@ -59,7 +59,7 @@ CodeDecoderBackend = typer.Option(
 Format = typer.Option(None, "--format", help="wav, flac, ogg, mp3, or pcm (raw s16le, with -o -).")
 Play = typer.Option(False, "--play", help="Play through the default output device.")
 Language = typer.Option(None, "--language", help="Language (default: auto).")
-Seed = typer.Option(None, "--seed", help="Random seed for reproducible output.")
+Seed = typer.Option(None, "--seed", min=0, max=2**32 - 1, help="Random seed (0 to 4294967295) for reproducible output.")
 MaxFrames = typer.Option(None, "--max-frames", min=1, help="Frame limit per chunk; reaching it is an error.")
 Stream = typer.Option(False, "--stream", help="Emit audio while generating.")
 FirstChunkFrames = typer.Option(3, "--first-chunk-frames", min=1, help="Frames before the first streamed audio.")
@@ -89,20 +89,25 @@ def registry_from(files: Optional[List[Path]]):
 
 
 def read_text(text: Optional[str], file: Optional[Path], what: str = "text") -> str:
-    from ttscli.text import check_text, decode_text
+    import os
+    import stat
+
+    from ttscli.text import check_text, decode_text, read_bounded
 
     if text is not None and file is not None:
         raise UsageError("give the text either as an argument or with --file, not both")
     if file is not None:
         try:
-            data = Path(file).read_bytes()
+            with open(file, "rb") as f:
+                st = os.fstat(f.fileno())
+                data = read_bounded(f, what, size=st.st_size if stat.S_ISREG(st.st_mode) else None)
         except OSError as e:
             raise UsageError(f"cannot read --file {file}: {e.strerror}") from None
         return check_text(decode_text(data, what), what)
     if text is None:
         raise UsageError(f"no {what}: pass it as an argument, - for stdin, or --file PATH")
     if text == "-":
-        return check_text(decode_text(sys.stdin.buffer.read(), what), what)
+        return check_text(decode_text(read_bounded(sys.stdin.buffer, what), what), what)
     # argv arrives with invalid bytes as surrogate escapes; check_text rejects them
     return check_text(text, what)
 
@@ -434,8 +439,47 @@ def _click_exception_types():
 
 
 def main(argv: Optional[list] = None) -> int:
+    """The console entry point: one line on stderr and an exit code for every way a run ends."""
+    import signal
+
+    from ttscli import signals
+    from ttscli.audio import remove_partial_files
+
+    previous = {s: signal.getsignal(s) for s in signals.STOP_SIGNALS}
+    signals.install()
+    signals.at_stop(remove_partial_files)
+    stopped = False
+    try:
+        rc = _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except (Interrupted, KeyboardInterrupt, typer.Abort):
+        stopped = True
+    finally:
+        remove_partial_files()  # whatever raised, and wherever: no .part outlives the run
+        if signals.is_console_script():
+            signals.install_for_exit()
+        else:
+            for s, h in previous.items():
+                signal.signal(s, h)
+    if stopped or signals.received() is not None:
+        fail(signals.message())
+        return signals.exit_code()
+    return rc
+
+
+def _quiet_stdout() -> None:
+    """The reader went away: point stdout at /dev/null so the exit flush cannot complain."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _dispatch(args: list) -> int:
+    from ttscli.errors import OutputClosed, os_error
+
     ClickException, NoArgsIsHelpError = _click_exception_types()
-    args = list(sys.argv[1:] if argv is None else argv)
     State.debug = "--debug" in args
     try:
         rc = app(args=args, prog_name="ttscli", standalone_mode=False)
@@ -445,28 +489,35 @@ def main(argv: Optional[list] = None) -> int:
     except NoArgsIsHelpError as e:  # `ttscli` alone: help, not an error
         e.show()
         return 0
-    except typer.Abort:
-        fail("interrupted; no output written")
-        return 130
     except ClickException as e:
         cmd = f" {e.ctx.command.name}" if getattr(e, "ctx", None) and e.ctx.command.name != "ttscli" else ""
         fail(f"{e.format_message()} (see `ttscli{cmd} --help`)")
         return 2
+    except OutputClosed as e:  # `| head`: quiet, 141 as for a process killed by SIGPIPE
+        _quiet_stdout()
+        return e.exit_code
+    except Interrupted:
+        raise
     except TTSError as e:
         if State.debug:
             err.print_exception()
         fail(str(e))
         return e.exit_code
-    except KeyboardInterrupt:
-        fail("interrupted; no output written")
-        return 130
-    except (BrokenPipeError, SystemExit) as e:  # reader of stdout went away
-        return e.code if isinstance(e, SystemExit) and isinstance(e.code, int) else 1
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 141
+    except SystemExit as e:
+        if type(sys.stdout).__name__.endswith("PacifyFlushWrapper"):  # typer met EPIPE on stdout
+            _quiet_stdout()
+            return 141
+        return e.code if isinstance(e.code, int) else 1
     except Exception as e:  # a bug: one line unless --debug
         if State.debug:
             err.print_exception()
-        fail(f"internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)")
-        return 1
+        # a full disk, read-only path or permission is the machine's state, not a bug
+        known = os_error(e, doing="use") if isinstance(e, OSError) else None
+        fail(str(known) if known else f"internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)")
+        return known.exit_code if known else 1
 
 
 if __name__ == "__main__":

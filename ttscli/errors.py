@@ -46,3 +46,43 @@ class Interrupted(TTSError):
     """Ctrl-C: exit 130, no partial output."""
 
     exit_code = 130
+
+
+class OutputError(TTSError):
+    """The output cannot be written: disk full, read-only file system, no permission (exit 1)."""
+
+
+class OutputClosed(TTSError):
+    """The reader of stdout or a FIFO went away (`| head`): a quiet exit 141, as for SIGPIPE.
+
+    Deliberately not an OSError, so nothing on the way up mistakes it for a failed write."""
+
+    exit_code = 141
+
+
+# errno -> what to tell the user; these are the machine's state, not bugs ("internal error")
+_OS_CAUSES = {
+    "ENOSPC": "the disk is full",
+    "EDQUOT": "the disk quota is exceeded",
+    "EROFS": "the file system is read-only",
+    "EACCES": "permission denied",
+    "EPERM": "permission denied",
+    "EFBIG": "the file is larger than this system allows",
+    "EIO": "an input/output error",
+}
+
+
+def os_cause(errnum: int | None) -> str | None:
+    import errno
+
+    return _OS_CAUSES.get(errno.errorcode.get(errnum or 0, ""))
+
+
+def os_error(err: OSError, path=None, doing: str = "write") -> TTSError | None:
+    """A one-line OutputError for an OSError the user can act on (full disk, read-only, ...)."""
+    cause = os_cause(err.errno)
+    if cause is None:
+        return None
+    where = path if path is not None else err.filename
+    target = f" {where}" if where is not None else ""
+    return OutputError(f"cannot {doing}{target}: {cause} ({err.strerror})")

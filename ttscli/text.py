@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import BinaryIO
 
 from ttscli.errors import InputTooLongError, UsageError
 
@@ -25,6 +26,24 @@ def decode_text(data: bytes, what: str = "text") -> str:
         raise UsageError(f"{what} is not valid UTF-8 (byte {e.start}); convert it to UTF-8 first") from None
 
 
+def read_bounded(stream: BinaryIO, what: str = "text", max_bytes: int = MAX_TEXT_BYTES,
+                 size: int | None = None) -> bytes:
+    """At most `max_bytes` from a binary stream: `yes |` or /dev/zero must not fill memory.
+
+    Reads one byte past the limit to tell "at the limit" from "over it"; `size` (a regular
+    file's st_size) makes the message exact where it is known."""
+    data = stream.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        n = f"{size:,}" if size is not None and size > max_bytes else f"at least {max_bytes + 1:,}"
+        raise InputTooLongError(f"{what} is {n} UTF-8 bytes; the limit is {max_bytes:,} bytes")
+    return data
+
+
+# C0/C1 control characters other than the whitespace ones (tab, line ends, form feed, ...):
+# espeak-ng reads C strings, so text after a NUL would be dropped in silence.
+_CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")
+
+
 def check_text(text: str, what: str = "text", max_bytes: int = MAX_TEXT_BYTES) -> str:
     """Validate user text; returns it normalised (NFC, unified line ends)."""
     size = len(text.encode("utf-8", errors="surrogatepass"))
@@ -34,6 +53,12 @@ def check_text(text: str, what: str = "text", max_bytes: int = MAX_TEXT_BYTES) -
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise UsageError(f"{what} is not valid UTF-8 (lone surrogate); convert it to UTF-8 first") from None
+    bad = _CONTROL.search(text)
+    if bad:
+        raise UsageError(
+            f"{what} contains the control character U+{ord(bad.group()):04X} at character {bad.start() + 1:,}; "
+            "remove it (only printable text and whitespace can be spoken)"
+        )
     text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n"))
     if not text.strip():
         raise UsageError(f"{what} is empty; give some words to speak")
