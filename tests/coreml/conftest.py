@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from coreml_common import CAPACITY, CHECKPOINT, DECODER_FRAMES, FIXTURE, STREAM_FRAMES  # noqa: E402
+from coreml_common import CAPACITY, CHECKPOINT, FIXTURE, MODEL_ID  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -23,9 +23,7 @@ def _build(tmp_path_factory, name, **kw):
     from ttscli.models.qwen3_tts.coreml_export import export_coreml
 
     out = tmp_path_factory.mktemp(name)
-    manifest = export_coreml(CHECKPOINT, out, capacity=CAPACITY, decoder_frames=DECODER_FRAMES,
-                             stream_frames=STREAM_FRAMES, **kw)
-    return out, manifest
+    return out, export_coreml(CHECKPOINT, out, model_id=MODEL_ID, capacity=CAPACITY, **kw)
 
 
 @pytest.fixture(scope="session")
@@ -36,8 +34,7 @@ def packages(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def packages_8bit(tmp_path_factory):
-    """int8 weights; the speech decoder is never quantized, so it is not rebuilt here."""
-    return _build(tmp_path_factory, "coreml-int8", weights_8bit=True, components=("talker", "code_predictor"))
+    return _build(tmp_path_factory, "coreml-int8", weights_8bit=True)
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,5 @@ sys.path.insert(0, str(HERE))
 
 FIXTURE = HERE.parent / "fixtures" / "coreml"
 CHECKPOINT = FIXTURE / "qwen3_tts_tiny"
+MODEL_ID = "qwen3-tts-0.6b-customvoice"     # the fixture is a CustomVoice checkpoint
 CAPACITY = 160         # > 2048/head_dim: RoPE tables pass coremltools' quantization size threshold
-DECODER_FRAMES = 9     # = the one-shot golden's length; chunked golden: window 9 = chunk 6 + context 3
-STREAM_FRAMES = 3      # frames per call of the streaming decoder (the tiny window is 4 frames)

@@ -1,10 +1,6 @@
 """Which backend each component runs on, on this machine."""
 from __future__ import annotations
 
-import platform
-import sys
-from pathlib import Path
-
 from ttscli.errors import BackendUnavailableError, UsageError
 from ttscli.registry import ModelSpec
 
@@ -17,39 +13,22 @@ def mlx_available() -> tuple[bool, str]:
     return True, ""
 
 
-def coreml_available() -> tuple[bool, str]:
-    try:
-        from ttscli.backends.coreml import coreml_available as real
-    except ImportError:
-        return _coreml_platform_check()
-    return real()
-
-
-def _coreml_platform_check() -> tuple[bool, str]:
-    if sys.platform != "darwin":
-        return False, "Core ML needs macOS 15+"
-    major = int((platform.mac_ver()[0] or "0").split(".")[0])
-    if major < 15:
-        return False, f"Core ML needs macOS 15+ (this is macOS {platform.mac_ver()[0]})"
-    return True, ""
-
-
 def available(backend: str) -> tuple[bool, str]:
-    return {"mlx": mlx_available, "coreml": coreml_available}.get(backend, lambda: (False, "unknown backend"))()
+    """(True, "") when ``backend`` can run on this machine, else (False, why)."""
+    if backend == "mlx":
+        return mlx_available()
+    if backend == "coreml":
+        from ttscli.backends.coreml import coreml_available
 
-
-def converted_coreml_dir(spec: ModelSpec) -> Path:
-    from ttscli.paths import converted_dir
-
-    return converted_dir(spec.id, "coreml")
+        return coreml_available()
+    return False, f"unknown backend {backend!r}"
 
 
 def choose_code_decoder_backend(spec: ModelSpec, requested: str | None, model_dir=None) -> str:
-    """--code-decoder-backend, else coreml on macOS 15+ when converted packages exist, else mlx."""
+    """--code-decoder-backend checked against the registry and this machine; mlx when not given
+    (Core ML is asked for: its packages come from `ttscli convert --to coreml`)."""
     supported = spec.backends.get("code_decoder")
     if requested is None:
-        if supported and "coreml" in supported and coreml_available()[0] and (converted_coreml_dir(spec) / "manifest.json").is_file():
-            return "coreml"
         return "mlx"
     requested = requested.lower()
     if supported is None:

@@ -1,8 +1,8 @@
-"""Core ML runtime glue: availability, loading packages, stateful prediction.
+"""Where Core ML runs, loading a package, and checked stateful prediction.
 
 coremltools builds and saves .mlpackage files anywhere, but only runs them on macOS, and the
 stateful programs used here (KV cache as Core ML state) need macOS 15+. Everything that runs a
-model goes through :func:`require_coreml`, which raises one clear BackendUnavailableError.
+package goes through :func:`require_coreml`, which raises one clear BackendUnavailableError.
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ _NP = {"float32": np.float32, "float16": np.float16, "int32": np.int32}
 
 
 class CoreMLModel:
-    """One loaded package plus its manifest entry (input names, shapes, dtypes).
+    """One loaded package plus its manifest component entry (input names, shapes, dtypes).
 
     ``predict`` checks inputs against the manifest before calling Core ML, whose own errors
     for a wrong shape are hard to read.

@@ -1,0 +1,16 @@
+"""Core ML backend: a stateful decoder-LM export any family's LM can use, and its runtime.
+
+    runtime.py   where Core ML runs (macOS 15+), loading a package, checked stateful predict
+    lm.py        MIL program of a Qwen3 / Llama decoder stack, one position per call, KV cache as state
+    weights.py   numpy weight sources (safetensors incl. bf16, in-memory arrays, random) + strict take
+    export.py    MIL program -> .mlpackage (fp16 or int8 linear weights) -> manifest component entry
+    manifest.py  manifest.json per converted model: the only record of which packages exist
+    decoder.py   CoreMLCodeDecoder: new_cache / prefill / step over a converted LM package
+
+A family converts by choosing its LM's ``LMArgs`` and tensors (``export.export_lm``) and writing
+the manifest; its pipeline opens the code decoder with ``decoder.open_code_decoder(checkpoint)``.
+Only this module and runtime.py are imported without coremltools.
+"""
+from .runtime import COMPUTE_UNITS, CoreMLModel, coreml_available, load_package, require_coreml
+
+__all__ = ["COMPUTE_UNITS", "CoreMLModel", "coreml_available", "load_package", "require_coreml"]

@@ -1,0 +1,107 @@
+"""A converted LM package as a code decoder: ``new_cache() / prefill(embeds, cache) /
+step(embed, cache) -> (logits, hidden)``, the protocol the codec-LM frame loops drive.
+
+The package is a one-position program (see :mod:`.lm`), so prefill feeds one position per call.
+Its KV cache has a fixed capacity: a request that would pass it is a GenerationError, raised
+before any work where the length is known, never a silent clamp. Arrays come back as
+``mx.array`` when the input was one, else numpy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ttscli.errors import GenerationError
+
+from .manifest import component, for_checkpoint, read_manifest
+from .runtime import CoreMLModel, require_coreml
+
+CODE_DECODER = "code_decoder"
+
+
+def _np(x) -> np.ndarray:
+    if type(x).__module__.startswith("mlx"):
+        import mlx.core as mx
+
+        x = x.astype(mx.float32)   # numpy has no bfloat16
+    return np.asarray(x, dtype=np.float32)
+
+
+def _like(a: np.ndarray, ref):
+    if type(ref).__module__.startswith("mlx"):
+        import mlx.core as mx
+
+        return mx.array(a)
+    return a
+
+
+@dataclass
+class CoreMLCache:
+    """One request's Core ML state and how many positions it holds."""
+
+    state: Any
+    capacity: int
+    offset: int = 0
+
+
+class CoreMLCodeDecoder:
+    def __init__(self, model, entry: dict):
+        """``model``: a loaded package (:class:`CoreMLModel`) or anything with ``new_state()`` and
+        ``predict(inputs, state)`` (tests run the package's MIL program with numpy);
+        ``entry``: its manifest component entry."""
+        if entry.get("kind") != "stateful_lm_step" or not entry.get("vocab_size"):
+            raise GenerationError(f"{entry.get('path')}: not an LM step package with an output head")
+        self.model = model
+        self.capacity = int(entry["capacity"])
+        self.hidden_size = int(entry["hidden_size"])
+        self.vocab_size = int(entry["vocab_size"])
+
+    @classmethod
+    def open(cls, folder: Path, name: str = CODE_DECODER, compute_units: str = "all",
+             manifest: dict | None = None, model=None) -> "CoreMLCodeDecoder":
+        """Component ``name`` of the converted folder ``folder`` (loaded by Core ML unless ``model``)."""
+        manifest = manifest or read_manifest(folder)
+        entry = component(manifest, name, folder)
+        return cls(model or CoreMLModel(folder, entry, compute_units), entry)
+
+    def new_cache(self) -> CoreMLCache:
+        return CoreMLCache(self.model.new_state(), self.capacity)
+
+    def ensure_fits(self, cache: CoreMLCache, positions: int, what: str = "prompt + generated frames") -> None:
+        if cache.offset + positions > cache.capacity:
+            raise GenerationError(
+                f"the Core ML code decoder holds {cache.capacity} positions but the {what} need "
+                f"{cache.offset + positions}; convert again with a larger --capacity (ttscli convert MODEL "
+                f"--to coreml --capacity N) or use --code-decoder-backend mlx")
+
+    def _one(self, x: np.ndarray, cache: CoreMLCache) -> tuple[np.ndarray, np.ndarray]:
+        self.ensure_fits(cache, 1)
+        out = self.model.predict({"inputs_embeds": x.reshape(1, 1, self.hidden_size),
+                                  "position": np.array([cache.offset], np.int32)}, cache.state)
+        cache.offset += 1
+        return out["logits"].reshape(1, -1), out["hidden"].reshape(1, -1)
+
+    def prefill(self, embeds, cache: CoreMLCache):
+        """``embeds [1, L, H]`` -> (logits ``[1, V]``, hidden ``[1, H]``) of the last position."""
+        e = _np(embeds).reshape(-1, self.hidden_size)
+        if not e.shape[0]:
+            raise ValueError("prefill needs at least one position")
+        self.ensure_fits(cache, e.shape[0], "prompt")
+        for row in e:
+            logits, hidden = self._one(row, cache)
+        return _like(logits, embeds), _like(hidden, embeds)
+
+    def step(self, embed, cache: CoreMLCache):
+        """One position ``[1, 1, H]`` or ``[1, H]`` -> (logits ``[1, V]``, hidden ``[1, H]``)."""
+        logits, hidden = self._one(_np(embed).reshape(self.hidden_size), cache)
+        return _like(logits, embed), _like(hidden, embed)
+
+
+def open_code_decoder(checkpoint: Path, compute_units: str = "all", name: str = CODE_DECODER) -> CoreMLCodeDecoder:
+    """The code decoder converted from ``checkpoint`` (found by its manifest's source hashes)."""
+    require_coreml()
+    folder, manifest = for_checkpoint(Path(checkpoint), name)
+    return CoreMLCodeDecoder.open(folder, name, compute_units, manifest)

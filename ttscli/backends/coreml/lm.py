@@ -1,0 +1,203 @@
+"""MIL program of a decoder-only LM (Qwen3 or Llama blocks) that runs one position per call.
+
+The KV cache is Core ML state (``key_cache`` / ``value_cache``, fp16, ``[layers, kv_heads,
+capacity, head_dim]``). A call writes the new key/value at ``position`` and attends to slots
+``0..position``: the mask comes from the position, so stale slots past it never need clearing.
+
+The stack is described by :class:`ttscli.lm.config.LMArgs`; its tensors are passed with the
+checkpoint's names relative to the stack (``layers.0.self_attn.q_proj.weight``, ``norm.weight``),
+so any family hands over its LM by choosing a prefix. RoPE angles are tabulated in float64 at
+build time and gathered by position: ``position * inv_freq`` computed in fp16 on device would
+be off by ~0.1 rad at position 256.
+"""
+from __future__ import annotations
+
+import numpy as np
+from coremltools.converters.mil import Builder as mb
+from coremltools.converters.mil.mil import types
+
+from ttscli.errors import CheckpointError
+from ttscli.lm.config import LMArgs, RopeArgs
+
+# Additive mask value: large enough to zero a softmax term, small enough to stay finite in fp16.
+MASK_NEG = -30000.0
+
+
+def f32(a) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(a, dtype=np.float32))
+
+
+def stack_shapes(args: LMArgs) -> dict[str, tuple[int, ...]]:
+    """Every tensor the program reads, by its name relative to the stack, with its shape."""
+    h, hd, inter = args.hidden_size, args.head_dim, args.intermediate_size
+    q, kv = args.num_attention_heads * hd, args.num_key_value_heads * hd
+    out: dict[str, tuple[int, ...]] = {"norm.weight": (h,)}
+    for i in range(args.num_hidden_layers):
+        p = f"layers.{i}."
+        out.update({p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+                    p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (kv, h),
+                    p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, q),
+                    p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
+                    p + "mlp.down_proj.weight": (h, inter)})
+        if args.qk_norm:
+            out.update({p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)})
+        if args.attention_bias:
+            out.update({p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
+                        p + "self_attn.v_proj.bias": (kv,), p + "self_attn.o_proj.bias": (h,)})
+        if args.mlp_bias:
+            out.update({p + "mlp.gate_proj.bias": (inter,), p + "mlp.up_proj.bias": (inter,),
+                        p + "mlp.down_proj.bias": (h,)})
+    return out
+
+
+def cache_shape(args: LMArgs, capacity: int) -> tuple[int, int, int, int]:
+    return (args.num_hidden_layers, args.num_key_value_heads, capacity, args.head_dim)
+
+
+def inv_freq(rope: RopeArgs, head_dim: int) -> np.ndarray:
+    """Rotary frequencies (float64, ``[head_dim / 2]``).
+
+    ``mrope`` uses the default frequencies: a one-position step of a codec LM feeds the same
+    position to the temporal, height and width rows, so the sections rotate alike.
+    """
+    freq = 1.0 / rope.theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    if rope.type != "llama3":
+        return freq
+    # Long wavelengths slowed by `factor`, short ones kept, a linear blend in between.
+    wavelen = 2 * np.pi / freq
+    orig = rope.original_max_position_embeddings
+    low, high = rope.low_freq_factor, rope.high_freq_factor
+    smooth = np.clip((orig / wavelen - low) / (high - low), 0.0, 1.0)
+    return (1 - smooth) * freq / rope.factor + smooth * freq
+
+
+def rope_tables(capacity: int, head_dim: int, rope: RopeArgs) -> tuple[np.ndarray, np.ndarray]:
+    """cos and signed sin ``[capacity, head_dim]`` for rotate-half RoPE:
+    rope(x) = x * cos + swap_halves(x) * sin_signed, with sin_signed = [-sin, sin]."""
+    ang = np.arange(capacity, dtype=np.float64)[:, None] * inv_freq(rope, head_dim)[None, :]
+    cos = np.cos(np.concatenate([ang, ang], axis=1))
+    sin = np.sin(ang)
+    return cos.astype(np.float32), np.concatenate([-sin, sin], axis=1).astype(np.float32)
+
+
+def rms_norm(x, weight: np.ndarray, eps: float, name: str):
+    """RMSNorm over the last axis, scaled by max|x| first so x**2 cannot overflow fp16:
+    x / sqrt(mean(x^2) + eps) == (x/s) / sqrt(mean((x/s)^2) + eps/s^2) for any s > 0."""
+    s = mb.maximum(x=mb.reduce_max(x=mb.abs(x=x), axes=[-1], keep_dims=True), y=np.float32(1e-4))
+    xs = mb.real_div(x=x, y=s)
+    ms = mb.reduce_mean(x=mb.mul(x=xs, y=xs), axes=[-1], keep_dims=True)
+    inv = mb.rsqrt(x=mb.add(x=ms, y=mb.real_div(x=np.float32(eps), y=mb.mul(x=s, y=s))))
+    return mb.mul(x=mb.mul(x=xs, y=inv), y=f32(weight), name=name)
+
+
+def linear(x, w: dict, key: str, name: str | None = None):
+    kw = {"x": x, "weight": f32(w[key + ".weight"])}
+    if key + ".bias" in w:
+        kw["bias"] = f32(w[key + ".bias"])
+    if name is not None:
+        kw["name"] = name
+    return mb.linear(**kw)
+
+
+def apply_rope(x, cos, sin_signed, head_dim: int):
+    """x: [heads, head_dim]; cos / sin_signed: [1, head_dim]."""
+    half, n = head_dim // 2, x.shape[0]
+    x1 = mb.slice_by_index(x=x, begin=[0, 0], end=[n, half])
+    x2 = mb.slice_by_index(x=x, begin=[0, half], end=[n, head_dim])
+    return mb.add(x=mb.mul(x=x, y=cos), y=mb.mul(x=mb.concat(values=[x2, x1], axis=1), y=sin_signed))
+
+
+def _write_slot(cache, state, value, layer: int, position, args: LMArgs):
+    """cache[layer, :, position, :] = value; returns the updated cache value."""
+    d, nkv = args.head_dim, args.num_key_value_heads
+    upd = mb.cast(x=mb.reshape(x=value, shape=[1, nkv, 1, d]), dtype="fp16")
+    begin = mb.concat(values=[np.array([layer, 0], np.int32), position, np.array([0], np.int32)], axis=0)
+    end = mb.concat(values=[np.array([layer + 1, nkv], np.int32), mb.add(x=position, y=np.int32(1)),
+                            np.array([d], np.int32)], axis=0)
+    cache = mb.slice_update(x=cache, update=upd, begin=begin, end=end)
+    mb.coreml_update_state(state=state, value=cache)
+    return cache
+
+
+def _layer_slice(cache, layer: int, args: LMArgs, capacity: int):
+    d, nkv = args.head_dim, args.num_key_value_heads
+    kv = mb.slice_by_index(x=cache, begin=[layer, 0, 0, 0], end=[layer + 1, nkv, capacity, d])
+    return mb.cast(x=mb.reshape(x=kv, shape=[nkv, capacity, d]), dtype="fp32")
+
+
+def decoder_layer(x, w: dict, i: int, args: LMArgs, capacity: int, position, cos, sin_signed, mask,
+                  caches: dict):
+    """One pre-norm block for one position; x: [1, H]."""
+    d, nh, nkv, eps = args.head_dim, args.num_attention_heads, args.num_key_value_heads, args.rms_norm_eps
+    p = f"layers.{i}."
+    h = rms_norm(x, w[p + "input_layernorm.weight"], eps, name=f"l{i}_in_norm")
+    q = mb.reshape(x=linear(h, w, p + "self_attn.q_proj"), shape=[nh, d])
+    k = mb.reshape(x=linear(h, w, p + "self_attn.k_proj"), shape=[nkv, d])
+    v = mb.reshape(x=linear(h, w, p + "self_attn.v_proj"), shape=[nkv, d])
+    if args.qk_norm:
+        q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps, f"l{i}_q_norm")
+        k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps, f"l{i}_k_norm")
+    q, k = apply_rope(q, cos, sin_signed, d), apply_rope(k, cos, sin_signed, d)
+
+    caches["k"] = _write_slot(caches["k"], caches["k_state"], k, i, position, args)
+    caches["v"] = _write_slot(caches["v"], caches["v_state"], v, i, position, args)
+    keys = _layer_slice(caches["k"], i, args, capacity)           # [nkv, C, d]
+    values = _layer_slice(caches["v"], i, args, capacity)
+
+    # GQA without repeating K/V: the query heads of one kv group share a batch entry.
+    scores = mb.matmul(x=mb.reshape(x=q, shape=[nkv, nh // nkv, d]), y=keys, transpose_y=True)
+    probs = mb.softmax(x=mb.add(x=mb.mul(x=scores, y=np.float32(d ** -0.5)), y=mask), axis=-1)
+    attn = mb.reshape(x=mb.matmul(x=probs, y=values), shape=[1, nh * d])
+    x = mb.add(x=x, y=linear(attn, w, p + "self_attn.o_proj"))
+
+    h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps, name=f"l{i}_post_norm")
+    gate = mb.silu(x=linear(h, w, p + "mlp.gate_proj"))
+    return mb.add(x=x, y=linear(mb.mul(x=gate, y=linear(h, w, p + "mlp.up_proj")), w, p + "mlp.down_proj"),
+                  name=f"l{i}_out")
+
+
+def check_stack(args: LMArgs, w: dict, head: np.ndarray | None) -> None:
+    from ttscli.checkpoint import weight_problems
+
+    problems = weight_problems(stack_shapes(args), {k: np.shape(v) for k, v in w.items()})
+    if head is not None and (head.ndim != 2 or head.shape[1] != args.hidden_size):
+        problems.append(f"head {list(head.shape)} (expected [vocab, {args.hidden_size}])")
+    if problems:
+        raise CheckpointError("LM tensors for the Core ML export: " + "; ".join(problems))
+
+
+def build_step_program(args: LMArgs, w: dict, capacity: int, head: np.ndarray | None = None, opset=None):
+    """The one-position program of the stack ``args`` with tensors ``w`` (names relative to the
+    stack) and an optional output head ``[vocab, H]``.
+
+    Inputs: ``inputs_embeds`` fp32 [1, 1, H], ``position`` int32 [1]. Outputs: ``hidden`` fp32
+    [1, H] after the final norm, and ``logits`` fp32 [1, vocab] when there is a head.
+    States: ``key_cache`` / ``value_cache`` fp16 :func:`cache_shape`.
+    """
+    import coremltools as ct
+
+    check_stack(args, w, head)
+    H = args.hidden_size
+    shape = cache_shape(args, capacity)
+    specs = [mb.TensorSpec((1, 1, H), dtype=types.fp32), mb.TensorSpec((1,), dtype=types.int32),
+             mb.StateTensorSpec(shape, dtype=types.fp16), mb.StateTensorSpec(shape, dtype=types.fp16)]
+    cos_t, sin_t = rope_tables(capacity, args.head_dim, args.rope)
+    slots = np.arange(capacity, dtype=np.int32)
+
+    @mb.program(input_specs=specs, opset_version=opset or ct.target.iOS18)
+    def prog(inputs_embeds, position, key_cache, value_cache):
+        x = mb.reshape(x=inputs_embeds, shape=[1, H])
+        cos = mb.gather(x=cos_t, indices=position, axis=0)         # [1, d]
+        sin_signed = mb.gather(x=sin_t, indices=position, axis=0)
+        mask = mb.select(cond=mb.less_equal(x=slots, y=position), a=np.zeros(capacity, np.float32),
+                         b=np.full(capacity, MASK_NEG, np.float32))
+        caches = {"k": mb.read_state(input=key_cache), "v": mb.read_state(input=value_cache),
+                  "k_state": key_cache, "v_state": value_cache}
+        for i in range(args.num_hidden_layers):
+            x = decoder_layer(x, w, i, args, capacity, position, cos, sin_signed, mask, caches)
+        hidden = rms_norm(x, w["norm.weight"], args.rms_norm_eps, name="hidden")
+        if head is None:
+            return hidden
+        return mb.linear(x=hidden, weight=f32(head), name="logits"), hidden
+
+    return prog
