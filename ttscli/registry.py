@@ -48,12 +48,15 @@ class ModelSpec:
 
     @classmethod
     def from_table(cls, model_id: str, t: dict[str, Any], origin: str) -> "ModelSpec":
+        if not isinstance(t, dict):
+            raise UsageError(f"registry {origin}: model '{model_id}' must be a table ([models.\"{model_id}\"])")
         missing = [k for k in ("family", "sample_rate") if k not in t]
         if missing:
             raise UsageError(f"registry {origin}: model '{model_id}' lacks {', '.join(missing)}")
         sr = t["sample_rate"]
-        if not isinstance(sr, int) or sr <= 0:
+        if not isinstance(sr, int) or isinstance(sr, bool) or sr <= 0:
             raise UsageError(f"registry {origin}: model '{model_id}' has invalid sample_rate {sr!r}")
+        _check_types(t, model_id, origin)
         return cls(
             id=model_id,
             name=t.get("name", model_id),
@@ -69,6 +72,22 @@ class ModelSpec:
             license_notice=t.get("license_notice"),
             origin=origin,
         )
+
+
+# the type each optional field must have: a wrong one would otherwise surface as an "internal error"
+_FIELD_TYPES = {"family": str, "name": str, "implemented": bool, "aliases": list, "source": dict,
+                "capabilities": dict, "backends": dict, "defaults": dict, "license": str, "license_notice": str}
+
+
+def _check_types(t: dict[str, Any], model_id: str, origin: str) -> None:
+    for key, kind in _FIELD_TYPES.items():
+        if key in t and not isinstance(t[key], kind):
+            raise UsageError(f"registry {origin}: model '{model_id}' field {key} must be a "
+                             f"{kind.__name__.replace('dict', 'table').replace('str', 'string')}, not {t[key]!r}")
+    bad = [a for a in t.get("aliases", []) if not isinstance(a, str)]
+    bad += [k for k, v in t.get("backends", {}).items() if not isinstance(v, list)]
+    if bad:
+        raise UsageError(f"registry {origin}: model '{model_id}' has an invalid alias or backend list: {bad[0]!r}")
 
 
 class Registry:
@@ -128,6 +147,8 @@ def load_registry(extra: Iterable[Path] = ()) -> Registry:
             text = path.read_text(encoding="utf-8")
         except OSError as e:
             raise UsageError(f"cannot read registry file {path}: {e.strerror}") from None
+        except UnicodeDecodeError as e:
+            raise UsageError(f"registry file {path} is not UTF-8 text (byte {e.start}); give a TOML file") from None
         more, more_defaults = _parse(text, str(path))
         specs.update(more)
         defaults.update(more_defaults)
