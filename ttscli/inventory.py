@@ -13,19 +13,34 @@ def implemented(spec) -> bool:
     return spec.implemented and importlib.util.find_spec(f"ttscli.models.{spec.family}") is not None
 
 
+def usable_backends(spec, runs_here: dict[str, bool]) -> tuple[dict[str, list[str]], list[str]]:
+    """(component -> backends usable now, components converted to Core ML).
+
+    A backend is usable when the model is implemented and the backend runs on this machine;
+    Core ML also needs the component in the model's conversion manifest (`ttscli convert --to
+    coreml`), the same record the pipeline opens packages through.
+    """
+    from ttscli.backends.coreml.manifest import for_model
+
+    manifest = for_model(spec.id) if any("coreml" in b for b in spec.backends.values()) else None
+    converted = sorted(manifest["components"]) if manifest else []
+    out = {}
+    for component, names in spec.backends.items():
+        ok = []
+        for b in names:
+            if b not in runs_here:
+                runs_here[b] = available(b)[0]
+            if implemented(spec) and runs_here[b] and (b != "coreml" or component in converted):
+                ok.append(b)
+        out[component] = ok
+    return out, converted
+
+
 def inventory(registry: Registry) -> list[dict]:
-    usable_cache: dict[str, tuple[bool, str]] = {}
+    runs_here: dict[str, bool] = {}
     rows = []
     for spec in registry:
-        backends = {}
-        for component, names in spec.backends.items():
-            ok = []
-            for b in names:
-                if b not in usable_cache:
-                    usable_cache[b] = available(b)
-                if usable_cache[b][0]:
-                    ok.append(b)
-            backends[component] = ok
+        backends, converted = usable_backends(spec, runs_here)
         rows.append({
             "id": spec.id,
             "name": spec.name,
@@ -39,6 +54,7 @@ def inventory(registry: Registry) -> list[dict]:
             "languages": spec.languages,
             "voices": spec.voices,
             "backends_usable": backends,
+            "coreml_converted": converted,
             "license": spec.license,
             "license_notice": spec.license_notice,
             "aliases": spec.aliases,

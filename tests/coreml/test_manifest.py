@@ -57,3 +57,27 @@ def test_other_formats_are_refused(store):
     (store / "manifest.json").write_text("{")
     with pytest.raises(CheckpointError, match="cannot be read"):
         mf.read_manifest(store)
+
+
+def test_models_inventory_reads_the_manifest(store):
+    from ttscli.backends.coreml import coreml_available
+    from ttscli.inventory import inventory
+    from ttscli.registry import load_registry
+
+    rows = {r["id"]: r for r in inventory(load_registry())}
+    assert rows[MODEL_ID]["coreml_converted"] == ["code_decoder"]
+    assert rows["qwen3-tts-1.7b-base"]["coreml_converted"] == []
+    here = coreml_available()[0]
+    assert ("coreml" in rows[MODEL_ID]["backends_usable"]["code_decoder"]) == here
+    assert "coreml" not in rows["qwen3-tts-1.7b-base"]["backends_usable"]["code_decoder"]
+
+
+def test_registry_advertises_what_convert_writes(packages):
+    """models.toml's coreml components of every Qwen3-TTS entry = the manifest's components."""
+    from ttscli.registry import load_registry
+
+    written = set(packages[1]["components"])
+    specs = [s for s in load_registry() if s.family == "qwen3_tts"]
+    assert specs
+    for spec in specs:
+        assert {c for c, names in spec.backends.items() if "coreml" in names} == written, spec.id
