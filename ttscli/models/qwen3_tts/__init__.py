@@ -64,7 +64,7 @@ def load_code_decoder(backend: str, model, checkpoint: Path | None, options: Loa
 def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
     """Build the pipeline for a checkpoint folder in its Hugging Face layout (or random weights)."""
     from ttscli.models.qwen3_tts.config import GenerationConfig, preset_config
-    from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer
+    from ttscli.models.qwen3_tts.loader import check_components, load_model, load_tokenizer
     from ttscli.models.qwen3_tts.model import build_random
     from ttscli.models.qwen3_tts.pipeline import Qwen3TTSPipeline
     from ttscli.models.qwen3_tts.speech_tokenizer import build_random_decoder, load_speech_decoder
@@ -82,6 +82,7 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
         model, gen = load_model(checkpoint, dtype)
         tokenizer = load_tokenizer(checkpoint)
         decoder = load_speech_decoder(checkpoint / "speech_tokenizer", dtype)
+        check_components(model.args, decoder.args, checkpoint)
     code_decoder = load_code_decoder(options.code_decoder_backend, model, checkpoint, options)
     return Qwen3TTSPipeline(spec, model, gen, tokenizer, decoder, code_decoder, checkpoint,
                             random_weights=options.random_weights)

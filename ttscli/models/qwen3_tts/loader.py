@@ -113,3 +113,40 @@ def load_model(path: Path, dtype: str | None = None) -> tuple[Qwen3TTSModel, Gen
     apply_quantization(model, read_json(path / "config.json"), weights)
     model.load_checkpoint_weights(weights, to_dtype(dtype), str(st))
     return model, GenerationConfig.from_file(path / "generation_config.json")
+
+
+def check_components(args: ModelArgs, decoder_args, checkpoint: Path | None = None) -> None:
+    """The talker, its code predictor and the speech tokenizer must agree on the codes they pass.
+
+    Each part loads strictly on its own, so a folder assembled from mismatched parts would only
+    fail mid-generation ("code out of range"); here the mismatch is named with both parts."""
+    talker = args.talker_config
+    cp = talker.code_predictor_config
+    where = f"{checkpoint}: " if checkpoint is not None else ""
+    # codebook-0 ids precede the talker's 1024 control ids (the loop suppresses those: loop.py)
+    talker_codes = talker.vocab_size - 1024
+    size = decoder_args.codebook_size
+    problems = []
+    if talker.num_code_groups != decoder_args.num_quantizers:
+        problems.append(f"the talker emits {talker.num_code_groups} codebooks per frame but the speech decoder "
+                        f"reads {decoder_args.num_quantizers}")
+    if talker_codes > size:
+        problems.append(f"the talker emits codebook-0 codes up to {talker_codes - 1} but the speech decoder's "
+                        f"codebook_size is {size}")
+    if cp.vocab_size > size:
+        problems.append(f"the code predictor emits codes up to {cp.vocab_size - 1} but the speech decoder's "
+                        f"codebook_size is {size}")
+    enc = {}
+    if checkpoint is not None and (checkpoint / "speech_tokenizer" / "config.json").is_file():
+        enc = read_json(checkpoint / "speech_tokenizer" / "config.json")
+    enc_size = (enc.get("encoder_config") or {}).get("codebook_size")
+    if isinstance(enc_size, int) and enc_size > min(talker_codes, cp.vocab_size):
+        problems.append(f"the speech encoder (clone references) emits codes up to {enc_size - 1} but the talker "
+                        f"and code predictor take {min(talker_codes, cp.vocab_size)}")
+    enc_groups = enc.get("encoder_valid_num_quantizers")
+    if isinstance(enc_groups, int) and enc_groups != talker.num_code_groups:
+        problems.append(f"the speech encoder keeps {enc_groups} codebooks but the talker uses {talker.num_code_groups}")
+    if problems:
+        raise CheckpointError(f"{where}the talker (config.json) and the speech tokenizer (speech_tokenizer/config.json) "
+                              "do not match: "
+                              + "; ".join(problems))
