@@ -17,7 +17,7 @@ from typing import Callable
 
 from ttscli import hub
 from ttscli.api import family_module
-from ttscli.errors import Interrupted, NotImplementedModelError, UsageError
+from ttscli.errors import Interrupted, ModelNotFoundError, NotImplementedModelError, UsageError
 from ttscli.registry import Registry
 
 DTYPES = ("float16", "bfloat16", "float32")
@@ -81,7 +81,14 @@ def convert(req: ConvertRequest, registry: Registry, note: Callable[[str], None]
         raise UsageError(f"{spec.id}: conversion to {req.to} is not available for the {spec.family} family")
     if spec.license_notice:
         note(f"note: {spec.license_notice}")
-    checkpoint = hub.locate(spec, req.model_dir)
+    if req.to == "coreml" and req.model_dir is not None:
+        # A Core ML conversion reads part of a checkpoint and names any file it lacks, so a
+        # --model-dir folder need not hold every file the registry lists (no speech tokenizer).
+        checkpoint = Path(req.model_dir).expanduser()
+        if not checkpoint.is_dir():
+            raise ModelNotFoundError(f"--model-dir {checkpoint} is not a folder")
+    else:
+        checkpoint = hub.locate(spec, req.model_dir)
     out = Path(req.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))

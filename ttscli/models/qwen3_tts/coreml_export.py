@@ -68,7 +68,7 @@ def export_coreml(checkpoint: Path, out_dir: Path, *, model_id: str, capacity: i
         raise CheckpointError(f"{checkpoint / 'config.json'} is missing; point at a Qwen3-TTS checkpoint folder") from None
     except ValueError as e:
         raise CheckpointError(f"{checkpoint / 'config.json'} is not valid JSON ({e})") from None
-    record = {"checkpoint": str(checkpoint), "files": source_files(checkpoint, SOURCE_FILES)}
+    record = {"checkpoint": str(checkpoint.resolve()), "files": source_files(checkpoint, SOURCE_FILES)}
     return export_talker(SafeTensors(checkpoint / "model.safetensors"), cfg, out_dir, model_id=model_id,
                          source_record=record, capacity=capacity, weights_8bit=weights_8bit, precision=precision)
 
