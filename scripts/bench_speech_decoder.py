@@ -1,6 +1,6 @@
 """Speech-decoder speed at the released dimensions with random weights.
 
-    python -m ttscli.models.qwen3_tts.speech_tokenizer.bench [--frames 50] [--chunk 25] [--repeat 3] [--json]
+    .venv/bin/python scripts/bench_speech_decoder.py [--frames 50] [--chunk 25] [--repeat 3] [--json]
 
 Reports ms per 80 ms frame and the decoder-only real-time factor (compute seconds per second of
 audio; < 1 is faster than real time) for a streamed decode (first chunk, then ``--chunk``)
@@ -17,9 +17,9 @@ import ttscli  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 import numpy as np
 
-from .decoder import Sequential, SpeechDecoder
-from .streaming import StreamingDecoder
-from .weights import build_random_decoder
+from ttscli.models.qwen3_tts.speech_tokenizer.decoder import Sequential, SpeechDecoder
+from ttscli.models.qwen3_tts.speech_tokenizer.streaming import StreamingDecoder
+from ttscli.models.qwen3_tts.speech_tokenizer.weights import build_random_decoder
 
 
 def macs_per_frame(dec: SpeechDecoder) -> int:

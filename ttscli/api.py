@@ -1,13 +1,13 @@
 """The library entry point: resolve a model, find its weights, build its pipeline."""
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 
 from ttscli import hub
-from ttscli.errors import NotImplementedModelError
-from ttscli.models.base import LoadOptions, Pipeline
+from ttscli.errors import NotImplementedModelError, UsageError
+from ttscli.models import family_of
+from ttscli.models.base import PREFILL_MODES, LoadOptions, Pipeline
 from ttscli.registry import ModelSpec, Registry, load_registry
 
 DEFAULT_CACHE_LIMIT = 2 << 30
@@ -25,10 +25,6 @@ def limit_mlx_cache() -> None:
     previous = mx.set_cache_limit(target)
     if previous < target:
         mx.set_cache_limit(previous)
-
-
-def family_module(spec: ModelSpec):
-    return importlib.import_module(f"ttscli.models.{spec.family}")
 
 
 def load(
@@ -49,6 +45,10 @@ def load(
     options = options or LoadOptions(**option_kw)
     checkpoint = None if options.random_weights else hub.locate(spec, Path(model_dir) if model_dir else None)
     limit_mlx_cache()
-    pipe = family_module(spec).load_pipeline(spec, checkpoint, options)
+    if options.prefill_mode not in PREFILL_MODES:
+        raise UsageError(f"prefill mode {options.prefill_mode!r}: choose {' or '.join(PREFILL_MODES)}")
+    pipe = family_of(spec).load(spec, checkpoint, options)
+    if not isinstance(pipe, Pipeline):
+        raise TypeError(f"the {spec.family} family's load() returned {type(pipe).__name__}, not a Pipeline")
     pipe.spec = spec
     return pipe

@@ -1,10 +1,8 @@
 """`ttscli bench`: load time, first audio, prefill, per-frame latency, real-time factor, memory.
 
 Generic figures come from running the pipeline like a user would (and from the `Stats` it
-fills); a family module may add component timings with
-    bench_components(pipeline, request: BenchRequest) -> dict[str, float]
-and a peer implementation timed on the same text in the same run with
-    bench_peer(name, spec, checkpoint, text, repeats) -> dict[str, float]
+fills); a family adds its own component timings (``Family.bench_components``, labelled by
+``Family.bench_rows``) and peers timed on the same text in the same run (``Family.peers``).
 """
 from __future__ import annotations
 
@@ -18,10 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from ttscli import __version__, hub
-from ttscli.api import family_module, load
-from ttscli.errors import UsageError
+from ttscli.api import load
+from ttscli.errors import NotImplementedModelError, UsageError
 from ttscli.generate import Request, Stats, synthesize
-from ttscli.models.base import LoadOptions
+from ttscli.models import family_of
+from ttscli.models.base import PREFILL_MODES, LoadOptions
 from ttscli.registry import Registry
 
 DEFAULT_TEXT = (
@@ -77,7 +76,7 @@ def pct(xs, q):
 
 def run_once(pipe, request: Request) -> dict:
     """One full synthesis; figures from the wall clock and the pipeline's Stats."""
-    pipe.stats = Stats()
+    pipe.reset_stats()
     t0 = time.perf_counter()
     first = None
     n = 0
@@ -98,8 +97,6 @@ def run_once(pipe, request: Request) -> dict:
         out.update({
             "frames": s.frames,
             "frames_per_s": s.frames / total,
-            "talker_step_ms_p50": pct(s.step_s, 50),
-            "talker_step_ms_p95": pct(s.step_s, 95),
             "frame_ms_p50": pct(s.frame_s, 50),
             "frame_ms_p95": pct(s.frame_s, 95),
             "frame_s": list(s.frame_s),
@@ -129,24 +126,25 @@ def run_variant(spec, req: BenchRequest, backend: str, prefill_mode: str, text: 
     import mlx.core as mx
 
     mx.reset_peak_memory()
-    options = LoadOptions(dtype=req.dtype, code_decoder_backend=backend, random_weights=req.random_weights,
-                          extra={"prefill_mode": prefill_mode})
+    backends = {"code_decoder": backend} if "code_decoder" in spec.backends else {}
+    options = LoadOptions(dtype=req.dtype, backends=backends, random_weights=req.random_weights,
+                          prefill_mode=prefill_mode)
     t0 = time.perf_counter()
     pipe = load(spec.id, model_dir=req.model_dir, registry=registry, options=options)
     load_s = time.perf_counter() - t0
-    extra = {"prefill_mode": prefill_mode}
-    if req.random_weights:
-        extra["ignore_eos"] = True  # random weights never say stop: time a fixed number of frames
-    request = Request(text=text, seed=req.seed, stream=req.stream, max_frames=req.max_frames or (
-        50 if req.random_weights else None), extra=extra)
+    family = family_of(spec)
+    frames = "max_frames" in family.honours
+    # random weights never say stop: time a fixed number of frames
+    request = Request(text=text, seed=req.seed, stream=req.stream,
+                      max_frames=(req.max_frames or (50 if req.random_weights else None)) if frames else None,
+                      ignore_eos=req.random_weights and frames)
     for _ in range(req.warmup):
         run_once(pipe, request)
     runs = [run_once(pipe, request) for _ in range(req.repeats)]
     fig = _median_run(runs)
     fig["load_s"] = load_s
-    comp = getattr(family_module(spec), "bench_components", None)
-    if comp:
-        fig.update(comp(pipe, req))
+    if family.bench_components:
+        fig.update(family.bench_components(pipe, req))
     fig["mlx_peak_mb"] = mx.get_peak_memory() / 2**20
     fig["rss_peak_mb"] = rss_peak_mb()
     return fig
@@ -154,13 +152,26 @@ def run_variant(spec, req: BenchRequest, backend: str, prefill_mode: str, text: 
 
 def run_bench(req: BenchRequest, registry: Registry, console=None) -> dict:
     spec = registry.resolve(req.model)
+    if not spec.implemented:
+        raise NotImplementedModelError(f"{spec.id} is not implemented yet, so it cannot be benchmarked")
+    family = family_of(spec)
     text = req.text or DEFAULT_TEXT
     for m in req.prefill_modes:
-        if m not in ("batched", "sequential"):
-            raise UsageError(f"--prefill-mode {m}: choose batched or sequential")
+        if m not in PREFILL_MODES:
+            raise UsageError(f"--prefill-mode {m}: choose {' or '.join(PREFILL_MODES)}")
+    if len(req.prefill_modes) > 1 and "code_decoder" not in spec.backends:
+        raise UsageError(f"{spec.id} has no code decoder to prefill; drop --prefill-mode")
+    if req.max_frames is not None and "max_frames" not in family.honours:
+        raise UsageError(f"{spec.id} has no frame limit; drop --max-frames")
+    if req.stream and "stream" not in family.honours:
+        raise UsageError(f"{spec.id} cannot honour --stream; drop it")
     for b in req.backends:
-        if b not in ("mlx", "coreml"):
-            raise UsageError(f"--code-decoder-backend {b}: choose mlx or coreml")
+        if "code_decoder" not in spec.backends:
+            if b != "mlx":
+                raise UsageError(f"{spec.id} has no code decoder to put on {b}; drop --code-decoder-backend")
+            continue
+        if b not in spec.backends["code_decoder"]:
+            raise UsageError(f"--code-decoder-backend {b}: {spec.id} offers {', '.join(spec.backends['code_decoder'])}")
         if b != "mlx":
             from ttscli.backends.select import choose_code_decoder_backend
 
@@ -173,11 +184,12 @@ def run_bench(req: BenchRequest, registry: Registry, console=None) -> dict:
                 console.print(f"[dim]bench {spec.id} [{name}] …[/dim]")
             variants[name] = run_variant(spec, req, b, m, text, registry)
     if req.peer:
-        peer_fn = getattr(family_module(spec), "bench_peer", None)
+        peer_fn = family.peers.get(req.peer)
         if peer_fn is None:
-            raise UsageError(f"no peer to compare with for the {spec.family} family")
+            have = ", ".join(family.peers) or "none"
+            raise UsageError(f"--peer {req.peer}: the {spec.family} family compares with: {have}")
         checkpoint = hub.locate(spec, req.model_dir)
-        variants[req.peer] = peer_fn(req.peer, spec, checkpoint, text, req.repeats)
+        variants[req.peer] = peer_fn(spec, checkpoint, text, req.repeats)
     report = {
         "model": spec.id,
         "random_weights": req.random_weights,
@@ -187,6 +199,7 @@ def run_bench(req: BenchRequest, registry: Registry, console=None) -> dict:
         "environment": environment(),
         "variants": {k: {kk: vv for kk, vv in v.items() if kk != "frame_s"} for k, v in variants.items()},
         "ratios": ratios(variants),
+        "rows": [list(r) for r in family.bench_rows],
     }
     if console:
         console.print(render(report))
@@ -195,9 +208,14 @@ def run_bench(req: BenchRequest, registry: Registry, console=None) -> dict:
     return report
 
 
-LOWER_IS_BETTER = ("rtf", "total_s", "first_audio_s", "frame_ms_p50", "talker_step_ms_p50", "talker_step_ms",
-                   "code_predictor_frame_ms",
-                   "decoder_ms_per_frame", "prefill_ms", "load_s")
+LOWER_IS_BETTER = ("rtf", "total_s", "first_audio_s", "frame_ms_p50", "decoder_ms_per_frame", "prefill_ms", "load_s")
+
+
+def lower_is_better(key: str) -> bool:
+    """Times: the generic ones above, and every family figure in ms or s."""
+    if key in ("audio_s",) or key.endswith("_per_s"):
+        return False
+    return key in LOWER_IS_BETTER or key.endswith(("_ms", "_s"))
 
 
 def ratios(variants: dict[str, dict]) -> dict:
@@ -210,7 +228,9 @@ def ratios(variants: dict[str, dict]) -> dict:
     for name in names[1:]:
         v = variants[name]
         out[f"{name} vs {names[0]}"] = {
-            k: base[k] / v[k] for k in LOWER_IS_BETTER if base.get(k) and v.get(k)
+            k: base[k] / v[k] for k in base
+            if lower_is_better(k) and isinstance(base[k], (int, float)) and isinstance(v.get(k), (int, float))
+            and base[k] and v[k]
         }
     return out
 
@@ -221,10 +241,6 @@ ROWS = [
     ("prefill_ms", "prefill of the prompt (ms)", "{:.1f}"),
     ("prefill_tokens_per_s", "prefill (tokens/s)", "{:.0f}"),
     ("prefill_tokens", "prefill length (tokens)", "{:.0f}"),
-    ("talker_step_ms", "talker step, median (ms)", "{:.2f}"),
-    ("code_predictor_frame_ms", "code predictor, 15 steps (ms)", "{:.2f}"),
-    ("talker_step_ms_p50", "talker step p50 (ms)", "{:.2f}"),
-    ("talker_step_ms_p95", "talker step p95 (ms)", "{:.2f}"),
     ("frame_ms_p50", "full frame p50 (ms)", "{:.2f}"),
     ("frame_ms_p95", "full frame p95 (ms)", "{:.2f}"),
     ("decoder_ms_per_frame", "decoder (ms/frame)", "{:.2f}"),
@@ -252,8 +268,10 @@ def render(report: dict):
     if len(names) > 1:
         for n in names[1:]:
             t.add_column(f"ratio {n}", justify="right")
-    keys = [r for r in ROWS if any(r[0] in v for v in variants.values())]
-    extra = sorted({k for v in variants.values() for k in v} - {r[0] for r in ROWS} - {"frames"})
+    family_rows = [tuple(r) for r in report.get("rows", [])]
+    rows = ROWS[:5] + family_rows + ROWS[5:]      # the family's figures after the prefill rows
+    keys = [r for r in rows if any(r[0] in v for v in variants.values())]
+    extra = sorted({k for v in variants.values() for k in v} - {r[0] for r in rows} - {"frames"})
     for key, label, fmt in keys + [(k, k, "{:.3f}") for k in extra]:
         cells = [fmt.format(variants[n][key]) if isinstance(variants[n].get(key), (int, float)) else "-" for n in names]
         for n in names[1:]:

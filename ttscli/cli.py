@@ -1,6 +1,8 @@
 """The `ttscli` command line: each command parses, builds a request and calls the library."""
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
 import time
@@ -64,12 +66,46 @@ MaxFrames = typer.Option(None, "--max-frames", min=1, help="Frame limit per chun
 Stream = typer.Option(False, "--stream", help="Emit audio while generating.")
 FirstChunkFrames = typer.Option(3, "--first-chunk-frames", min=1, help="Frames before the first streamed audio.")
 ChunkFrames = typer.Option(25, "--chunk-frames", min=1, help="Frames per streamed chunk after the first.")
-Temperature = typer.Option(None, "--temperature", min=0.0)
-TopK = typer.Option(None, "--top-k", min=0)
-TopP = typer.Option(None, "--top-p", min=0.0, max=1.0)
-RepetitionPenalty = typer.Option(None, "--repetition-penalty", min=0.0)
 Workers = typer.Option(1, "--workers", "--concurrent-worker-count", min=1, help="Chunks generated at once.")
 Dtype = typer.Option(None, "--dtype", help="float32, float16 or bfloat16.")
+
+
+KNOB_PANEL = "Model knobs (each model takes its own: `ttscli models MODEL`)"
+
+
+def with_knobs(command: str):
+    """Add every family's knobs for `command` as options (``--name VALUE``; ``--name/--no-name``
+    for booleans) and hand the ones given to the command as ``knobs``. The family of the chosen
+    model validates them (models/base.py Knob): a knob it does not declare is an error."""
+    from ttscli.models import all_knobs
+
+    declared = {}
+    for name, owners in all_knobs().items():
+        ks = [k for _, k in owners if command in k.commands]
+        if ks:
+            declared[name] = (ks[0], sorted({fam for fam, k in owners if command in k.commands}))
+
+    def deco(fn):
+        sig = inspect.signature(fn)
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in sig.parameters.values() if p.name != "knobs"]
+        extra = []
+        for name, (k, fams) in sorted(declared.items()):
+            flag = k.flag + (f"/--no-{k.flag[2:]}" if k.type is bool else "")
+            help_ = f"{k.help} ({', '.join(fams)})"
+            extra.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[k.type],
+                                           default=typer.Option(None, flag, help=help_, rich_help_panel=KNOB_PANEL,
+                                                                show_default=False)))
+
+        @functools.wraps(fn)
+        def wrapper(**kw):
+            given = {n: kw.pop(n, None) for n in declared}
+            return fn(**kw, knobs={n: v for n, v in given.items() if v is not None})
+
+        wrapper.__signature__ = sig.replace(parameters=params + extra)
+        wrapper.__annotations__ = {p.name: p.annotation for p in wrapper.__signature__.parameters.values()}
+        return wrapper
+
+    return deco
 
 
 def set_flags(quiet: bool, verbose: bool, debug: bool) -> None:
@@ -164,16 +200,32 @@ def run_synthesis(pipe, request, output: Optional[str], fmt: Optional[str], play
              f"(real-time factor {took / (n / pipe.sample_rate):.3f}, {n_workers} worker(s))")
 
 
-def load_pipeline(model, model_dir, registry, backend, dtype):
-    from ttscli import api
-    from ttscli.models.base import LoadOptions
+def resolve_model(model, registry):
+    """The registry entry for -m, and its family (errors before anything is loaded)."""
+    from ttscli.errors import NotImplementedModelError
+    from ttscli.models import family_of
 
     reg = registry_from(registry)
     spec = reg.resolve(model)
+    if not spec.implemented:
+        raise NotImplementedModelError(
+            f"{spec.id} is in the registry but ttscli does not implement it yet; see `ttscli models`")
+    return reg, spec, family_of(spec)
+
+
+def load_pipeline(reg, spec, model_dir, backend, dtype):
+    from ttscli import api
+    from ttscli.models.base import LoadOptions
+
     if spec.license_notice:
         note(f"note: {spec.license_notice}")
-    options = LoadOptions(dtype=dtype, code_decoder_backend=resolve_backend(spec, backend, model_dir))
-    return spec, api.load(spec.id, model_dir=model_dir, registry=reg, options=options)
+    backends = {}
+    if "code_decoder" in spec.backends:
+        backends["code_decoder"] = resolve_backend(spec, backend, model_dir)
+    elif backend is not None and backend.value != "mlx":
+        raise UsageError(f"{spec.id} has no code decoder to put on {backend.value}; drop --code-decoder-backend")
+    options = LoadOptions(dtype=dtype, backends=backends)
+    return api.load(spec.id, model_dir=model_dir, registry=reg, options=options)
 
 
 def resolve_backend(spec, backend: Optional[Backend], model_dir) -> str:
@@ -182,16 +234,11 @@ def resolve_backend(spec, backend: Optional[Backend], model_dir) -> str:
     return choose_code_decoder_backend(spec, backend.value if backend else None, model_dir)
 
 
-def sampling_overrides(temperature, top_k, top_p, repetition_penalty, **more) -> dict:
-    """Only the settings the user gave; each family rejects the ones it has no use for."""
-    given = dict(temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty, **more)
-    return {k: v for k, v in given.items() if v is not None}
-
-
 # ---- commands -------------------------------------------------------------------------------
 
 
 @app.command(epilog="Example: [bold]ttscli speak \"The quick brown fox.\" -o fox.wav[/bold]")
+@with_knobs("speak")
 def speak(
     text: Optional[str] = typer.Argument(None, help="Text to speak; - reads stdin."),
     file: Optional[Path] = typer.Option(None, "-f", "--file", help="Read the text from a UTF-8 file."),
@@ -209,43 +256,38 @@ def speak(
     stream: bool = Stream,
     first_chunk_frames: int = FirstChunkFrames,
     chunk_frames: int = ChunkFrames,
-    temperature: Optional[float] = Temperature,
-    top_k: Optional[int] = TopK,
-    top_p: Optional[float] = TopP,
-    repetition_penalty: Optional[float] = RepetitionPenalty,
-    noise_scale: Optional[float] = typer.Option(None, "--noise-scale", min=0.0, help="VITS (Piper) prior noise."),
-    noise_w: Optional[float] = typer.Option(None, "--noise-w", min=0.0, help="VITS (Piper) duration noise."),
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
     workers: int = Workers,
     dtype: Optional[str] = Dtype,
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
+    knobs: Optional[dict] = None,
 ):
     """Speak text with a model (default: the embedded Piper voice)."""
     set_flags(quiet, verbose, debug)
-    from ttscli.generate import Request
+    from ttscli.generate import Request, check_request
     from ttscli.text import MAX_TEXT_BYTES, check_text
 
     body = read_text(text, file)
     check_output(default_output(output, play), fmt)
     if instruct is not None:
         instruct = check_text(instruct, "--instruct", MAX_TEXT_BYTES)
-    spec, pipe = load_pipeline(model, model_dir, registry, code_decoder_backend, dtype)
-    request = Request(
+    reg, spec, family = resolve_model(model, registry)
+    request = check_request(spec, family, Request(
         text=body, voice=voice, instruct=instruct, language=language, seed=seed, speed=speed,
         max_frames=max_frames, stream=stream, first_chunk_frames=first_chunk_frames, chunk_frames=chunk_frames,
-        sampling=sampling_overrides(temperature, top_k, top_p, repetition_penalty,
-                                    noise_scale=noise_scale, noise_w=noise_w),
-    )
+        knobs=knobs or {},
+    ))
+    pipe = load_pipeline(reg, spec, model_dir, code_decoder_backend, dtype)
     run_synthesis(pipe, request, output, fmt, play, workers)
 
 
 @app.command(epilog="Example: [bold]ttscli clone \"Hello there.\" --ref me.wav --ref-text \"What I said.\" -o out.wav[/bold]")
+@with_knobs("clone")
 def clone(
     text: Optional[str] = typer.Argument(None, help="Text to speak in the reference voice; - reads stdin."),
     ref: Optional[Path] = typer.Option(None, "--ref", help="Reference audio (any format soundfile reads)."),
     ref_text: Optional[str] = typer.Option(None, "--ref-text", help="Transcript of the reference (in-context cloning)."),
-    x_vector_only: bool = typer.Option(False, "--x-vector-only", help="Use only the speaker embedding, no transcript."),
     save_voice: Optional[Path] = typer.Option(None, "--save-voice", help="Store the voice prompt in a .safetensors file."),
     file: Optional[Path] = typer.Option(None, "-f", "--file", help="Read the text from a UTF-8 file."),
     model: Optional[str] = Model,
@@ -259,60 +301,70 @@ def clone(
     stream: bool = Stream,
     first_chunk_frames: int = FirstChunkFrames,
     chunk_frames: int = ChunkFrames,
-    temperature: Optional[float] = Temperature,
-    top_k: Optional[int] = TopK,
-    top_p: Optional[float] = TopP,
-    repetition_penalty: Optional[float] = RepetitionPenalty,
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
     workers: int = Workers,
     dtype: Optional[str] = Dtype,
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
+    knobs: Optional[dict] = None,
 ):
     """Speak text in the voice of a reference recording."""
     set_flags(quiet, verbose, debug)
+    from dataclasses import replace
+
     from ttscli.audio import read_reference, resample
-    from ttscli.generate import Request
+    from ttscli.generate import Request, check_request
     from ttscli.text import check_text
 
     body = read_text(text, file)
     check_output(default_output(output, play), fmt)
     if ref is None:
         raise UsageError("clone needs --ref FILE (a recording of the voice)")
-    if ref_text is None and not x_vector_only:
+    knobs = knobs or {}
+    if ref_text is None and not knobs.get("x_vector_only"):
         raise UsageError("give --ref-text (the reference transcript) for in-context cloning, or --x-vector-only")
     if ref_text is not None:
         ref_text = check_text(ref_text, "--ref-text")
     if save_voice is not None and save_voice.suffix != ".safetensors":
         raise UsageError("--save-voice must name a .safetensors file")
-    reg = registry_from(registry)
-    spec = reg.resolve(model or reg.default_clone)
+    if model is None:
+        model = registry_from(registry).default_clone
+    reg, spec, family = resolve_model(model, registry)
     if not spec.can("clone"):
         raise UsageError(f"{spec.id} cannot clone voices; pick a model with clone support (see `ttscli models`)")
     mono, sr = read_reference(ref, max_seconds=float(spec.defaults.get("max_ref_seconds", 30.0)))
-    spec, pipe = load_pipeline(spec.id, model_dir, registry, code_decoder_backend, dtype)
-    rate = getattr(pipe, "ref_sample_rate", pipe.sample_rate)
-    audio = resample(mono, sr, rate)
-    request = Request(
-        text=body, ref_audio=audio, ref_sample_rate=rate, ref_text=ref_text, x_vector_only=x_vector_only,
+    request = check_request(spec, family, Request(
+        text=body, ref_audio=mono, ref_sample_rate=sr, ref_text=ref_text,
         save_voice=save_voice, language=language, seed=seed, max_frames=max_frames, stream=stream,
         first_chunk_frames=first_chunk_frames, chunk_frames=chunk_frames,
-        sampling=sampling_overrides(temperature, top_k, top_p, repetition_penalty),
-    )
+        knobs=knobs,
+    ))
+    pipe = load_pipeline(reg, spec, model_dir, code_decoder_backend, dtype)
+    rate = pipe.ref_sample_rate or sr
+    request = replace(request, ref_audio=resample(mono, sr, rate), ref_sample_rate=rate)
     run_synthesis(pipe, request, output, fmt, play, workers)
 
 
-@app.command(epilog="Example: [bold]ttscli models --json[/bold]")
+@app.command(epilog="Examples: [bold]ttscli models --json[/bold], [bold]ttscli models qwen3-tts-0.6b-base[/bold]")
 def models(
+    model: Optional[str] = typer.Argument(None, help="Show one model: its knobs, voices, languages, backends."),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
 ):
-    """List the registry: implemented or not, weights present or not, usable backends."""
+    """List the registry (implemented or not, weights present or not, usable backends), or one model in full."""
     set_flags(quiet, verbose, debug)
-    from ttscli.inventory import inventory, render_table
+    from ttscli.inventory import describe, inventory, render_details, render_table
 
-    rows = inventory(registry_from(registry))
+    reg = registry_from(registry)
+    if model is not None:
+        info = describe(reg, reg.resolve(model))
+        if json_out:
+            typer.echo(json.dumps(info, indent=2))
+        else:
+            Console().print(render_details(info))
+        return
+    rows = inventory(reg)
     if json_out:
         typer.echo(json.dumps(rows, indent=2))
     else:
@@ -409,6 +461,53 @@ def parity(
         typer.echo(json.dumps(report, indent=2))
     if not report["passed"]:
         raise typer.Exit(1)
+
+
+@app.command("eval", epilog="Example: [bold]ttscli eval --texts smoke.txt --max-wer 0.1[/bold]")
+def eval_cmd(
+    texts: Path = typer.Option(..., "--texts", help="UTF-8 file, one utterance per line.", dir_okay=False),
+    model: Optional[str] = Model,
+    model_dir: Optional[Path] = ModelDir,
+    audio: Optional[List[Path]] = typer.Option(
+        None, "--audio", help="Score these files (or a folder's, in name order) instead of synthesizing; repeatable."),
+    voice: Optional[str] = typer.Option(None, "--voice", help="Preset voice name, or a saved voice .safetensors."),
+    instruct: Optional[str] = typer.Option(None, "--instruct", help="Style instruction or voice description."),
+    language: Optional[str] = typer.Option(None, "--language", help="Language of the texts; also given to the ASR."),
+    seed: int = typer.Option(0, "--seed", help="Seed of line 1 (line n uses seed + n - 1)."),
+    ref: Optional[Path] = typer.Option(None, "--ref", help="Reference voice: cloned from, and compared with."),
+    ref_text: Optional[str] = typer.Option(None, "--ref-text", help="Transcript of --ref (in-context cloning)."),
+    max_wer: Optional[float] = typer.Option(None, "--max-wer", min=0.0, help="Fail (exit 1) above this corpus WER (0.1 = 10%)."),
+    min_mos: Optional[float] = typer.Option(None, "--min-mos", min=1.0, max=5.0, help="Fail below this mean DNSMOS OVRL."),
+    min_sim: Optional[float] = typer.Option(None, "--min-sim", min=-1.0, max=1.0, help="Fail below this mean speaker similarity to --ref."),
+    json_out: bool = typer.Option(False, "--json", help="Figures as JSON on stdout."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="PNG of WER and DNSMOS per line (needs matplotlib)."),
+    asr_model_dir: Optional[Path] = typer.Option(None, "--asr-model-dir", help="A CTranslate2 Whisper folder instead of the packaged one.", file_okay=False),
+    speaker_model: Optional[Path] = typer.Option(None, "--speaker-model", help="Resemblyzer weights file instead of the packaged one.", dir_okay=False),
+    registry: Optional[List[Path]] = Registry,
+    quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
+):
+    """Score speech: ASR round-trip WER/CER, DNSMOS, speaker similarity; thresholds make it a CI gate."""
+    set_flags(quiet, verbose, debug)
+    from ttscli.eval.run import EvalRequest, read_texts, render_table, run_eval
+
+    if audio and (model or model_dir or voice or instruct or ref_text):
+        raise UsageError("--audio scores existing files: drop -m/--model-dir/--voice/--instruct/--ref-text")
+    req = EvalRequest(texts=read_texts(texts), language=language, model=model, model_dir=model_dir, voice=voice,
+                      instruct=instruct, seed=seed, ref=ref, ref_text=ref_text, audio=list(audio) if audio else None,
+                      asr_model_dir=asr_model_dir, speaker_model=speaker_model, max_wer=max_wer, min_mos=min_mos,
+                      min_sim=min_sim, plot=plot)
+    prog, cb = progress_callback("scoring")
+    if prog:
+        with prog:
+            report = run_eval(req, registry_from(registry), on_line=cb)
+    else:
+        report = run_eval(req, registry_from(registry))
+    if not quiet:
+        err.print(render_table(report))
+    if json_out:
+        typer.echo(json.dumps(report, indent=2))
+    if report["failed"]:
+        raise TTSError("eval failed: " + "; ".join(report["failed"]))
 
 
 def version_callback(value: bool):

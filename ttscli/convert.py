@@ -1,8 +1,8 @@
 """`ttscli convert`: checkpoints to MLX safetensors (optionally quantized) or Core ML packages.
 
-Each family module may expose
-    convert_mlx(spec, checkpoint, out_dir, *, quantize, q_bits, q_group_size, dtype, progress) -> None
-    convert_coreml(spec, checkpoint, out_dir, *, capacity, weights_8bit, progress) -> None
+A family declares its targets in ``Family.convert`` (models/base.py):
+    convert["mlx"](spec, checkpoint, out_dir, *, quantize, q_bits, q_group_size, dtype, progress) -> None
+    convert["coreml"](spec, checkpoint, out_dir, *, capacity, weights_8bit, progress) -> None
 writing into an empty `out_dir`. This module owns the rest: argument checks, refusing to
 overwrite without --force, and writing into a temp folder renamed into place at the end.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from ttscli import hub
-from ttscli.api import family_module
+from ttscli.models import family_of
 from ttscli.errors import Interrupted, ModelNotFoundError, NotImplementedModelError, UsageError
 from ttscli.registry import Registry
 
@@ -75,10 +75,11 @@ def convert(req: ConvertRequest, registry: Registry, note: Callable[[str], None]
         check(req)
     if not spec.implemented:
         raise NotImplementedModelError(f"{spec.id} is not implemented yet, so it cannot be converted")
-    module = family_module(spec)
-    fn = getattr(module, f"convert_{req.to}", None)
+    fn = family_of(spec).convert.get(req.to)
     if fn is None:
-        raise UsageError(f"{spec.id}: conversion to {req.to} is not available for the {spec.family} family")
+        have = ", ".join(family_of(spec).convert) or "nothing"
+        raise UsageError(f"{spec.id}: conversion to {req.to} is not available for the {spec.family} family "
+                         f"(it converts to: {have})")
     if spec.license_notice:
         note(f"note: {spec.license_notice}")
     if req.to == "coreml" and req.model_dir is not None:

@@ -16,23 +16,29 @@ import numpy as np
 
 @dataclass
 class Request:
+    """One synthesis request: the fields every family understands, plus the family's knobs.
+
+    A family honours a subset of the common fields (``Family.honours`` and the model's registry
+    capabilities); :func:`check_request` refuses the others, and refuses knobs the family does
+    not declare, before any audio is made.
+    """
+
     text: str
-    voice: str | None = None                 # preset speaker name, or a saved voice file (.safetensors)
+    voice: str | None = None                 # preset voice name, or a saved voice file (.safetensors)
     instruct: str | None = None              # style instruction / voice description
-    language: str | None = None              # "auto" when None
-    ref_audio: np.ndarray | None = None      # clone: mono float32 reference, already at ref_sample_rate
+    language: str | None = None              # None: the model's default ("auto" where it has one)
+    ref_audio: np.ndarray | None = None      # clone: mono float32 reference, at ref_sample_rate
     ref_sample_rate: int | None = None
     ref_text: str | None = None              # clone: transcript of the reference (in-context mode)
-    x_vector_only: bool = False              # clone: speaker embedding only, no reference codes
     save_voice: Path | None = None           # clone: store the voice prompt here
     seed: int | None = None
     speed: float = 1.0
-    max_frames: int | None = None            # None: the model's default
+    max_frames: int | None = None            # None: the model's default; reaching it is an error
     stream: bool = False
     first_chunk_frames: int = 3
     chunk_frames: int = 25
-    sampling: dict[str, Any] = field(default_factory=dict)   # overrides of the model's defaults
-    extra: dict[str, Any] = field(default_factory=dict)      # family-specific knobs
+    knobs: dict[str, Any] = field(default_factory=dict)      # family knobs (models/base.py Knob), by name
+    ignore_eos: bool = False                 # bench at random weights: run max_frames frames, never stop
 
     def for_chunk(self, text: str) -> "Request":
         return replace(self, text=text)
@@ -44,13 +50,69 @@ class Stats:
 
     prefill_tokens: int = 0
     prefill_s: float = 0.0
-    step_s: list[float] = field(default_factory=list)        # talker step per frame
-    frame_s: list[float] = field(default_factory=list)       # full frame (talker + helpers)
-    decoder_s: float = 0.0
+    frame_s: list[float] = field(default_factory=list)       # one frame of a codec LM, all its helpers
+    decoder_s: float = 0.0                   # speech decoder / vocoder time
     decoder_frames: int = 0
     frames: int = 0
     first_audio_s: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)      # family figures (numbers only reach bench)
+
+
+# The common fields a family may or may not honour, and how to tell that a request uses one.
+HONOURABLE = {
+    "voice": (lambda r: r.voice is not None, "--voice"),
+    "instruct": (lambda r: r.instruct is not None, "--instruct"),
+    "language": (lambda r: r.language is not None, "--language"),
+    "speed": (lambda r: r.speed != 1.0, "--speed"),
+    "ref_audio": (lambda r: r.ref_audio is not None, "--ref (voice cloning)"),
+    "save_voice": (lambda r: r.save_voice is not None, "--save-voice"),
+    "max_frames": (lambda r: r.max_frames is not None, "--max-frames"),
+    "stream": (lambda r: r.stream, "--stream"),
+}
+
+
+def honoured(spec, family) -> list[str]:
+    """The common request fields this model honours: its family's, less what the registry says
+    this model cannot do (e.g. --instruct on a model without instructions)."""
+    out = []
+    for name in family.honours:
+        if name == "instruct" and not (spec.can("instruct") or spec.can("voice_design")):
+            continue
+        if name in ("ref_audio", "save_voice") and not spec.can("clone"):
+            continue
+        if name == "stream" and not spec.can("streaming"):
+            continue
+        if name == "voice" and not (spec.voices or spec.can("clone")):
+            continue
+        out.append(name)
+    return sorted(out)
+
+
+def check_request(spec, family, request: Request) -> Request:
+    """Refuse what this model cannot honour (one line naming the model and what it supports);
+    return the request with its knobs parsed to their declared types."""
+    from ttscli.errors import UsageError
+
+    ok = honoured(spec, family)
+    for name, (used, flag) in HONOURABLE.items():
+        if used(request) and name not in ok:
+            raise UsageError(f"{spec.id} cannot honour {flag}; drop it (see `ttscli models {spec.id}`)")
+    if request.language is not None and spec.languages:
+        known = [x.lower() for x in spec.languages]
+        if request.language.lower() not in known:
+            raise UsageError(f"{spec.id} does not speak --language {request.language!r} "
+                             f"(it takes {', '.join(spec.languages)})")
+    if request.voice is not None and "voice" in family.honours and not _is_voice_file(request.voice):
+        voices = family.voices(spec, None) if family.voices else spec.voices
+        if voices and request.voice.lower() not in (v.lower() for v in voices):
+            raise UsageError(f"{spec.id} has no voice {request.voice!r} (it has {', '.join(voices)})")
+    if request.seed is not None and not 0 <= request.seed < 2**63:
+        raise UsageError(f"--seed must be in [0, 2^63), got {request.seed}")
+    return replace(request, knobs=family.check_knobs(request.knobs, spec.id))
+
+
+def _is_voice_file(voice: str) -> bool:
+    return voice.endswith(".safetensors")
 
 
 # ---- the chunk scheduler -------------------------------------------------------------------
@@ -164,8 +226,12 @@ def synthesize(
     `workers` > 1 runs chunks concurrently; callers must pass 1 for pipelines that share decoder
     state (MLX), see `effective_workers`. `on_chunk(done, total)` reports progress.
     """
+    from ttscli.models import family_of
     from ttscli.text import chunk_text
 
+    spec = pipeline.spec
+    if spec is not None:
+        request = check_request(spec, family_of(spec), request)
     chunks = chunk_text(request.text, pipeline.max_chunk_chars)
     reqs = chunk_requests(request, chunks)
 
@@ -173,9 +239,7 @@ def synthesize(
         yield from pipeline.generate(r)
         if on_chunk:
             on_chunk(next(k for k, q in enumerate(reqs) if q is r) + 1, len(reqs))
-        clear = getattr(pipeline, "clear_cache", None)
-        if clear:
-            clear()
+        pipeline.clear_cache()
 
     pieces = _run_sequential(gen, reqs) if workers <= 1 else _run_workers(gen, reqs, workers)
     yield from crossfade_join(pieces, int(round(crossfade_s * pipeline.sample_rate)))
@@ -185,10 +249,10 @@ def effective_workers(pipeline, requested: int) -> tuple[int, str | None]:
     """Workers actually used, and a note when the request was reduced."""
     if requested <= 1:
         return 1, None
-    if not getattr(pipeline, "concurrent_safe", False):
+    if not pipeline.concurrent_safe:
         why = ("concurrent chunks must not share an MLX decoder's KV cache"
-               if getattr(pipeline, "code_decoder_backend", "mlx") == "mlx"
-               else "its MLX components (code predictor, speech decoder) cannot run concurrently")
+               if pipeline.backends.get("code_decoder", "mlx") == "mlx"
+               else "its MLX components cannot run concurrently")
         return 1, f"--workers {requested}: running chunks one at a time, because {why}"
     return requested, None
 

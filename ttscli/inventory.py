@@ -93,3 +93,67 @@ def render_table(rows: list[dict]):
         t.add_row(name, status, str(r["sample_rate"]),
                   " ".join(SHORT_CAPS[c] for c in r["capabilities"]), ", ".join(usable) or "-", lic)
     return t
+
+
+def describe(registry: Registry, spec) -> dict:
+    """One model in full: its inventory row plus the family's knobs (with this model's defaults)
+    and which common options it honours."""
+    from ttscli.models import family_names, get_family
+
+    row = next(r for r in inventory(registry) if r["id"] == spec.id)
+    row["knobs"], row["honours"], row["converts_to"], row["peers"], row["parity_against"] = [], [], [], [], []
+    if spec.family in family_names():
+        fam = get_family(spec.family)
+        for k in fam.knobs:
+            row["knobs"].append({"name": k.name, "flag": k.flag, "type": k.type.__name__, "min": k.min, "max": k.max,
+                                 "choices": list(k.choices) if k.choices else None,
+                                 "default": spec.defaults.get(k.name, k.default), "commands": list(k.commands),
+                                 "help": k.help})
+        from ttscli.generate import honoured
+
+        row["honours"] = honoured(spec, fam)
+        row["converts_to"] = sorted(fam.convert)
+        row["peers"] = sorted(fam.peers)
+        row["parity_against"] = list(fam.parity_against)
+    return row
+
+
+def render_details(info: dict):
+    """`ttscli models MODEL`: a key/value table, then the knobs."""
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+
+    t = Table(title=f"{info['id']}: {info['name']}", box=box.SIMPLE_HEAD, show_header=False, pad_edge=False)
+    t.add_column("field", no_wrap=True, style="bold")
+    t.add_column("value", overflow="fold")
+    status = "planned" if not info["implemented"] else "local" if info["weights_local"] else "absent"
+    t.add_row("family", info["family"])
+    t.add_row("status", status + (" (default)" if info["default"] else ""))
+    t.add_row("weights", info["source"] or "-")
+    t.add_row("sample rate", f"{info['sample_rate']} Hz")
+    t.add_row("can", ", ".join(info["capabilities"]) or "-")
+    t.add_row("voices", ", ".join(info["voices"]) or "-")
+    t.add_row("languages", ", ".join(info["languages"]) or "-")
+    t.add_row("options", ", ".join("--" + h.replace("_", "-").replace("ref-audio", "ref") for h in info["honours"]) or "-")
+    t.add_row("backends", "; ".join(f"{c}: {', '.join(b) or '-'}" for c, b in info["backends_usable"].items()) or "-")
+    t.add_row("convert --to", ", ".join(info["converts_to"]) or "-")
+    t.add_row("bench --peer", ", ".join(info["peers"]) or "-")
+    t.add_row("parity --against", ", ".join(info["parity_against"]) or "--golden only")
+    t.add_row("license", info["license"] + (f" ({info['license_notice']})" if info["license_notice"] else ""))
+    if not info["knobs"]:
+        return t
+    k = Table(title="knobs", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("option", "type", "default", "help"):
+        k.add_column(col, overflow="fold")
+    for kn in info["knobs"]:
+        rng = ""
+        if kn["choices"]:
+            rng = " " + "|".join(kn["choices"])
+        elif kn["min"] is not None or kn["max"] is not None:
+            lo = "" if kn["min"] is None else f"{kn['min']:g}"
+            hi = "" if kn["max"] is None else f"{kn['max']:g}"
+            rng = f" {lo}..{hi}"
+        only = "" if set(kn["commands"]) == {"speak", "clone"} else f" ({', '.join(kn['commands'])} only)"
+        k.add_row(kn["flag"], kn["type"] + rng, "-" if kn["default"] is None else str(kn["default"]), kn["help"] + only)
+    return Group(t, k)

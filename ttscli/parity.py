@@ -1,8 +1,9 @@
 """`ttscli parity`: numerical fidelity against goldens or another backend.
 
-A family module provides
+A family declares (``Family.parity_checks``, models/base.py)
     parity_checks(spec, checkpoint, *, golden: Path | None, against: str | None, frames: int,
                   backend: str | None) -> list[Check]
+and the backends ``--against`` may name (``Family.parity_against``).
 The goldens format of each family is documented in docs/parity.md.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ttscli import hub
-from ttscli.api import family_module
+from ttscli.models import family_of
 from ttscli.errors import NotImplementedModelError, UsageError
 from ttscli.registry import Registry
 
@@ -72,9 +73,13 @@ def run_parity(req: ParityRequest, registry: Registry, console=None) -> dict:
     spec = registry.resolve(req.model)
     if not spec.implemented:
         raise NotImplementedModelError(f"{spec.id} is not implemented yet")
-    fn = getattr(family_module(spec), "parity_checks", None)
+    family = family_of(spec)
+    fn = family.parity_checks
     if fn is None:
         raise UsageError(f"no parity checks exist for the {spec.family} family yet")
+    if req.against is not None and req.against not in family.parity_against:
+        raise UsageError(f"--against {req.against}: {spec.id} compares with "
+                         f"{', '.join(family.parity_against) or 'goldens only (--golden FILE)'}")
     if req.golden is not None and not Path(req.golden).is_file():
         raise UsageError(f"--golden {req.golden} does not exist")
     checkpoint = hub.locate(spec, req.model_dir)

@@ -32,14 +32,33 @@ def test_seed_is_reproducible(pipe):
 def test_speed_and_overrides(pipe):
     text = "Speed changes length."
     quiet = {"noise_w": 0.0, "noise_scale": 0.0}
-    n1 = sum(map(len, pipe.generate(Request(text=text, sampling=quiet))))
-    n2 = sum(map(len, pipe.generate(Request(text=text, speed=2.0, sampling=quiet))))
-    n3 = sum(map(len, pipe.generate(Request(text=text, sampling={**quiet, "length_scale": 2.0}))))
+    n1 = sum(map(len, pipe.generate(Request(text=text, knobs=quiet))))
+    n2 = sum(map(len, pipe.generate(Request(text=text, speed=2.0, knobs=quiet))))
+    n3 = sum(map(len, pipe.generate(Request(text=text, knobs={**quiet, "length_scale": 2.0}))))
     assert 0.45 < n2 / n1 < 0.7 and 1.6 < n3 / n1 < 2.2      # ceil() per phoneme rounds up
-    with pytest.raises(UsageError, match="temperature"):
-        list(pipe.generate(Request(text=text, sampling={"temperature": 0.7})))
     with pytest.raises(UsageError):
         list(pipe.generate(Request(text=text, speed=0)))
+
+
+def test_engine_refuses_what_piper_cannot_honour(pipe):
+    """The engine checks requests against the family's declaration before the pipeline runs."""
+    from ttscli import synthesize
+    from ttscli.registry import load_registry
+
+    pipe.spec = load_registry().resolve("piper-joe")
+    try:
+        for bad, match in [({"knobs": {"temperature": 0.7}}, "no setting --temperature"),
+                           ({"knobs": {"noise_scale": -1}}, "noise-scale must be in"),
+                           ({"instruct": "cheerful"}, "cannot honour --instruct"),
+                           ({"language": "de"}, "does not speak --language"),
+                           ({"voice": "ryan"}, "has no voice 'ryan'"),
+                           ({"max_frames": 10}, "cannot honour --max-frames")]:
+            with pytest.raises(UsageError, match=match):
+                list(synthesize(pipe, Request(text="Hi.", **bad)))
+        assert len(list(synthesize(pipe, Request(text="Hi.", voice="joe", language="en-US",
+                                                 knobs={"noise_scale": "0.5"})))) >= 1
+    finally:
+        pipe.spec = None
 
 
 def test_text_without_speech_is_not_an_error(pipe):
@@ -59,7 +78,7 @@ def test_fox_sounds_like_piper_tts(pipe, voice_dir):
     voice = piper.PiperVoice.load(voice_dir / "en_US-joe-medium.onnx")
     ref = np.concatenate([c.audio_float_array for c in voice.synthesize(
         text, piper.SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0))])
-    ours = np.concatenate(list(pipe.generate(Request(text=text, sampling={"noise_scale": 0.0, "noise_w": 0.0}))))
+    ours = np.concatenate(list(pipe.generate(Request(text=text, knobs={"noise_scale": 0.0, "noise_w": 0.0}))))
     assert ours.shape == ref.shape
     env_o, env_r = _envelope(ours), _envelope(ref)
     assert np.corrcoef(env_o, env_r)[0, 1] > 0.999

@@ -1,37 +1,217 @@
-"""The contract between the engine and a model family.
+"""The family contract: what a model family provides and what the engine reads from it.
 
-Each family package ``ttscli.models.<family>`` exposes
-``load_pipeline(spec: ModelSpec, checkpoint: Path, options: LoadOptions) -> Pipeline``.
-A pipeline turns one :class:`~ttscli.generate.Request` into float32 mono audio chunks.
+A family is a package ``ttscli.models.<name>`` (``<name>`` is the registry's ``family``
+field) with a light module ``family.py`` that defines ``FAMILY = Family(...)``. Light means it
+imports nothing heavy at module level (no mlx, no onnxruntime): the CLI reads every family's
+knob declarations to build its options, and ``ttscli --help`` / ``ttscli models`` must stay fast
+and work offline. Everything heavy is imported inside the hook functions.
+
+What the engine calls, all through :class:`Family`:
+
+- ``load(spec, checkpoint, options) -> Pipeline`` (required). ``checkpoint`` is the folder
+  ``hub.locate`` found, or None with ``options.random_weights``.
+- ``knobs``: the family's own generation settings (:class:`Knob`), validated by the engine
+  before the pipeline sees them; unknown or out-of-range knobs are a UsageError.
+- ``voices(spec, checkpoint) -> list[str]``: preset voices (default: the registry's list).
+- ``convert[target](spec, checkpoint, out_dir, *, quantize, q_bits, q_group_size, dtype,
+  capacity, progress)``: ``ttscli convert --to target`` writes into the empty ``out_dir``.
+- ``bench_components(pipeline, bench_request) -> dict`` with ``bench_rows`` labelling the
+  family's figures; ``peers[name](spec, checkpoint, text, repeats) -> dict`` for ``--peer``.
+- ``parity_checks(spec, checkpoint, *, golden, against, frames, backend) -> list[Check]`` and
+  ``parity_against``, the names ``--against`` accepts.
+
+What the engine reads from a pipeline is the :class:`Pipeline` base class below; every
+family's pipeline subclasses it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 import numpy as np
+
+from ttscli.errors import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ttscli.generate import Request, Stats
+    from ttscli.registry import ModelSpec
+
+COMMANDS = ("speak", "clone")
+PREFILL_MODES = ("batched", "sequential")
 
 
 @dataclass
 class LoadOptions:
+    """How to build a pipeline. Component names are the registry's ``backends`` keys."""
+
     dtype: str | None = None                 # "float32" | "float16" | "bfloat16"; None: the family default
-    code_decoder_backend: str = "mlx"        # "mlx" | "coreml"
-    random_weights: bool = False             # build at real dimensions with random weights (bench)
-    extra: dict = field(default_factory=dict)
+    backends: dict[str, str] = field(default_factory=dict)   # component -> backend; missing: "mlx"
+    random_weights: bool = False             # real dimensions, random weights (bench, contract test)
+    prefill_mode: str = "batched"            # codec LMs: "sequential" prefills one position per call (bench)
+    converted_dir: Path | None = None        # converted components (e.g. Core ML packages); None: ttscli's cache
+    coreml_compute_units: str = "all"        # Core ML: all | cpu_only | cpu_and_gpu | cpu_and_ne
+
+    def backend(self, component: str) -> str:
+        return self.backends.get(component, "mlx")
 
 
-@runtime_checkable
-class Pipeline(Protocol):
+@dataclass(frozen=True)
+class Knob:
+    """A family-specific generation setting: ``--name-with-dashes VALUE`` on the command line,
+    ``Request.knobs["name"]`` in the library.
+
+    ``default`` is only documentation (the model's own default, shown in help and `ttscli
+    models MODEL`); a knob the user did not give is absent from ``Request.knobs`` and the
+    family applies its own default.
+    """
+
+    name: str
+    type: type                               # float, int, bool or str
+    help: str
+    default: Any = None
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[str, ...] | None = None
+    commands: tuple[str, ...] = COMMANDS     # which CLI commands offer it
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def describe(self) -> str:
+        rng = ""
+        if self.choices:
+            rng = " (" + "|".join(self.choices) + ")"
+        elif self.min is not None or self.max is not None:
+            lo = "" if self.min is None else f"{self.min:g}"
+            hi = "" if self.max is None else f"{self.max:g}"
+            rng = f" [{lo}..{hi}]"
+        dflt = "" if self.default is None else f", default {self.default}"
+        return f"{self.type.__name__}{rng}{dflt}"
+
+    def parse(self, value: Any, where: str = "") -> Any:
+        """The value in this knob's type, or a UsageError naming the knob and its range."""
+        what = f"{self.flag}{where}"
+        if self.type is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise UsageError(f"{what} takes true or false, not {value!r}")
+        try:
+            if self.type is int and isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            v = self.type(value)
+        except (TypeError, ValueError):
+            raise UsageError(f"{what} takes {'an' if self.type is int else 'a'} {self.type.__name__}, "
+                             f"not {value!r}") from None
+        if isinstance(v, float) and v != v:
+            raise UsageError(f"{what} is not a number")
+        if self.choices is not None and v not in self.choices:
+            raise UsageError(f"{what} must be one of {', '.join(self.choices)}, not {v!r}")
+        if self.min is not None and v < self.min or self.max is not None and v > self.max:
+            raise UsageError(f"{what} must be in [{'' if self.min is None else f'{self.min:g}'}.."
+                             f"{'' if self.max is None else f'{self.max:g}'}], got {v}")
+        return v
+
+
+@dataclass(frozen=True)
+class Family:
+    """Everything the engine needs from a family (see the module docstring)."""
+
+    name: str
+    load: Callable[["ModelSpec", Path | None, LoadOptions], "Pipeline"]
+    knobs: tuple[Knob, ...] = ()
+    voices: Callable[["ModelSpec", Path | None], list[str]] | None = None
+    convert: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    bench_components: Callable[..., dict[str, float]] | None = None
+    bench_rows: tuple[tuple[str, str, str], ...] = ()       # (figure key, row label, format)
+    peers: Mapping[str, Callable[..., dict[str, float]]] = field(default_factory=dict)
+    parity_checks: Callable[..., list] | None = None
+    parity_against: tuple[str, ...] = ()
+    # what the request may carry besides text, and which common fields the family honours
+    honours: frozenset[str] = frozenset()    # of: voice, instruct, language, speed, ref_audio, stream,
+    #                                          max_frames, save_voice (the engine refuses the rest)
+
+    def knob(self, name: str) -> Knob | None:
+        return next((k for k in self.knobs if k.name == name), None)
+
+    def check_knobs(self, knobs: Mapping[str, Any], model: str = "") -> dict[str, Any]:
+        """Parse ``knobs`` against the declarations; an unknown knob is a UsageError."""
+        out = {}
+        who = model or f"the {self.name} family"
+        for name, value in knobs.items():
+            k = self.knob(name)
+            if k is None:
+                have = ", ".join(kn.flag for kn in self.knobs) or "none"
+                raise UsageError(f"{who} has no setting {'--' + name.replace('_', '-')} "
+                                 f"(its knobs: {have}; see `ttscli models {model or '<model>'}`)")
+            out[name] = k.parse(value)
+        return out
+
+
+class Pipeline:
+    """What the engine reads from a family's pipeline. Families subclass this.
+
+    ``generate`` turns ONE text chunk (the engine has already split long text into sentence
+    chunks of at most ``max_chunk_chars``) into float32 mono audio at ``sample_rate``. It yields
+    more than once only when ``request.stream`` is set or the family streams naturally (Piper
+    yields a sentence at a time). It fills ``self.stats`` as it goes (bench reads it) and raises
+    ``ttscli.errors`` classes for anything the user must hear about.
+    """
+
     sample_rate: int
-    max_chunk_chars: int                     # sentence-chunk budget for long text
+    max_chunk_chars: int = 400
+    # True only when chunks of one request may run on several threads at once (per-request state
+    # only, and a backend that allows concurrent evaluation). MLX does not.
+    concurrent_safe: bool = False
+    # clone: the rate the engine resamples reference audio to (None: the family resamples itself)
+    ref_sample_rate: int | None = None
 
-    def generate(self, request: "Request") -> Iterator[np.ndarray]:
-        """Yield float32 mono chunks at ``sample_rate`` for ONE text chunk (already split).
+    def __init__(self) -> None:
+        from ttscli.generate import Stats
 
-        Yield more than once only when ``request.stream`` is set or the family streams naturally.
-        Raise ttscli.errors classes for anything the user must hear about.
-        """
-        ...
+        self.stats: Stats = Stats()
+        self.backends: dict[str, str] = {}   # component -> backend in use, e.g. {"code_decoder": "mlx"}
+        self.spec: ModelSpec | None = None   # set by ttscli.api.load
+
+    def generate(self, request: "Request") -> Iterator[np.ndarray]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def clear_cache(self) -> None:
+        """Called after each text chunk; a family that keeps per-chunk buffers drops them here."""
+
+    def reset_stats(self) -> "Stats":
+        from ttscli.generate import Stats
+
+        self.stats = Stats()
+        return self.stats
 
 
-from ttscli.generate import Request  # noqa: E402  (type only)
+def sampling_knobs(prefix: str = "", what: str = "", defaults: Mapping[str, Any] | None = None,
+                   names: tuple[str, ...] = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty",
+                                             "do_sample")) -> tuple[Knob, ...]:
+    """The token-sampling knobs of a codec LM (``prefix`` for a second sampler, e.g. a code
+    predictor's ``subtalker_``), in the order the samplers apply them."""
+    d = dict(defaults or {})
+    table = {
+        "temperature": Knob("temperature", float, "Sampling temperature (0: greedy).", min=0.0, max=100.0),
+        "top_k": Knob("top_k", int, "Keep the k most likely tokens (0: off).", min=0),
+        "top_p": Knob("top_p", float, "Nucleus sampling: keep tokens up to this probability mass (1: off).",
+                      min=1e-6, max=1.0),
+        "min_p": Knob("min_p", float, "Drop tokens below this fraction of the top probability (0: off).",
+                      min=0.0, max=0.999),
+        "repetition_penalty": Knob("repetition_penalty", float, "Penalty on tokens already generated (1: off).",
+                                   min=1e-3, max=100.0),
+        "do_sample": Knob("do_sample", bool, "Sample (false: greedy decoding)."),
+    }
+    out = []
+    for n in names:
+        k = table[n]
+        help_ = f"{k.help[:-1]}; {what}." if what else k.help
+        out.append(Knob(prefix + k.name, k.type, help_, d.get(prefix + k.name), k.min, k.max, k.choices, k.commands))
+    return tuple(out)

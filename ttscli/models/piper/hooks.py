@@ -1,5 +1,4 @@
-"""What the engine's ``convert`` and ``bench`` commands call on the piper family (``parity``
-lives in parity.py)."""
+"""The piper family's convert and bench hooks (declared in family.py; ``parity`` lives in parity.py)."""
 from __future__ import annotations
 
 import time
@@ -8,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from ttscli.errors import UsageError
+
 
 def convert_mlx(spec, checkpoint: Path, out_dir: Path, *, quantize: bool = False, q_bits: int = 8,
                 q_group_size: int = 64, dtype: str | None = None, progress=None) -> Path:
@@ -23,10 +23,8 @@ def convert_mlx(spec, checkpoint: Path, out_dir: Path, *, quantize: bool = False
     return convert_onnx(find_onnx(checkpoint), Path(out_dir), progress=say)
 
 
-def bench_peer(peer: str, spec, checkpoint: Path, text: str, repeats: int) -> dict:
+def bench_peer(spec, checkpoint: Path, text: str, repeats: int) -> dict:
     """``ttscli bench piper-joe --peer piper-tts``: piper-tts (onnxruntime) on the same text."""
-    if peer not in ("piper-tts", "piper", "onnxruntime"):
-        raise UsageError(f"--peer {peer}: the piper family compares with piper-tts")
     try:
         from piper import PiperVoice
     except ImportError as err:

@@ -1,7 +1,7 @@
-"""Piper voices (VITS, espeak-ng phonemes) on our own MLX code.
+"""Loading Piper voices.
 
-``load_pipeline(spec, checkpoint, options)``: ``checkpoint`` is the folder holding ``X.onnx`` and
-``X.onnx.json``. The ONNX initializers are converted once into
+``load_pipeline(spec, checkpoint, options)``: ``checkpoint`` is the folder holding ``X.onnx``
+and ``X.onnx.json``. The ONNX initializers are converted once into
 ``ttscli.paths.converted_dir(spec.id)`` (safetensors + config.json) and that cache is reused
 while it matches the source file; a stale or unreadable cache is rebuilt.
 """
@@ -14,19 +14,12 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from ttscli.errors import CheckpointError
+from ttscli.errors import CheckpointError, UsageError
 from ttscli.models.base import LoadOptions
 
 from .convert import FORMAT_VERSION, convert_onnx, source_fingerprint
 from .model import ModelArgs, Vits
-from .phonemize import phonemize, phoneme_ids, text_to_ids
-from .hooks import bench_components, bench_peer, convert_mlx
-from .parity import parity_checks
 from .pipeline import PiperPipeline
-
-__all__ = ["load_pipeline", "convert_onnx", "load_converted", "find_onnx", "default_voice_dir",
-           "random_model", "phonemize", "phoneme_ids", "text_to_ids", "PiperPipeline", "Vits", "ModelArgs",
-           "convert_mlx", "parity_checks", "bench_peer", "bench_components"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -105,7 +98,9 @@ def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = N
     options = options or LoadOptions()
     checkpoint = Path(checkpoint) if checkpoint is not None else default_voice_dir()
     if options.dtype not in (None, "float32"):
-        _LOG.warning("Piper runs in float32 on this backend; ignoring dtype=%s", options.dtype)
+        raise UsageError(f"Piper voices run in float32; drop --dtype {options.dtype}")
+    if any(b != "mlx" for b in options.backends.values()):
+        raise UsageError(f"Piper voices run on MLX only (asked for {options.backends})")
     onnx_path = find_onnx(checkpoint)
     voice = json.loads(onnx_path.with_name(onnx_path.name + ".json").read_text(encoding="utf-8"))
     if options.random_weights:

@@ -45,7 +45,7 @@ def our_model(spec, onnx_path: Path):
     """The converted model ``ttscli speak`` would use (the cache, rebuilt when stale)."""
     from ttscli.paths import converted_dir
 
-    from . import _cached_model
+    from .load import _cached_model
 
     return _cached_model(onnx_path, converted_dir(spec.id))
 

@@ -9,31 +9,28 @@ import mlx.core as mx
 import numpy as np
 
 from ttscli.errors import UsageError
-from ttscli.generate import Request, Stats
+from ttscli.generate import Request
+from ttscli.models.base import Pipeline
 
 from .model import Vits
 from .phonemize import text_to_ids
 
 
-class PiperPipeline:
+class PiperPipeline(Pipeline):
     max_chunk_chars = 400
 
     def __init__(self, model: Vits, id_map: dict, espeak_voice: str = "en-us"):
+        super().__init__()
+        self.backends = {"vits": "mlx"}
         self.model = model
         self.id_map = id_map
         self.espeak_voice = espeak_voice
         self.sample_rate = model.args.sample_rate
-        self.stats = Stats()
 
     def settings(self, request: Request) -> dict:
-        """Inference scales: the voice's defaults, ``request.sampling`` overrides, then speed."""
+        """Inference scales: the voice's defaults, then the request's knobs, then speed."""
         a = self.model.args
-        s = request.sampling or {}
-        known = {"noise_scale", "noise_w", "length_scale"}
-        unknown = sorted(set(s) - known)
-        if unknown:
-            raise UsageError(f"Piper has no sampling setting {', '.join(unknown)} "
-                             f"(it takes {', '.join(sorted(known))})")
+        s = request.knobs
         speed = 1.0 if request.speed is None else float(request.speed)
         if speed <= 0:
             raise UsageError(f"--speed must be positive, got {speed}")
@@ -48,13 +45,13 @@ class PiperPipeline:
 
     def generate(self, request: Request) -> Iterator[np.ndarray]:
         """Yield audio per sentence (piper synthesises sentence by sentence), as piper-tts does:
-        peak-normalised per sentence unless ``request.extra["normalize"]`` is False."""
+        peak-normalised per sentence unless the ``normalize`` knob is False."""
         cfg = self.settings(request)
         seed = request.seed if request.seed is not None else int.from_bytes(os.urandom(4), "little")
         key = mx.random.key(seed)
-        normalize = request.extra.get("normalize", True)
-        volume = float(request.extra.get("volume", 1.0))
-        self.stats = stats = Stats()
+        normalize = request.knobs.get("normalize", True)
+        volume = float(request.knobs.get("volume", 1.0))
+        stats = self.reset_stats()
         t0 = time.perf_counter()
         sentences = text_to_ids(request.text, self.id_map, self.espeak_voice)
         stats.extra["phonemize_s"] = time.perf_counter() - t0

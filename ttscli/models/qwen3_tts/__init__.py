@@ -42,10 +42,10 @@ class ByteTokenizer:
 
 
 def load_code_decoder(backend: str, model, checkpoint: Path | None, options: LoadOptions):
-    from ttscli.models.qwen3_tts.loop import MLXCodeDecoder
+    from ttscli.lm import MLXCodeDecoder
 
     if backend == "mlx":
-        return MLXCodeDecoder(model.talker, sequential=options.extra.get("prefill_mode") == "sequential")
+        return MLXCodeDecoder(model.talker, sequential=options.prefill_mode == "sequential")
     if backend == "coreml":
         # The talker converted by `ttscli convert --to coreml`, found by its manifest's source
         # hashes; random weights (bench) build their own package first.
@@ -83,7 +83,7 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
         tokenizer = load_tokenizer(checkpoint)
         decoder = load_speech_decoder(checkpoint / "speech_tokenizer", dtype)
         check_components(model.args, decoder.args, checkpoint)
-    code_decoder = load_code_decoder(options.code_decoder_backend, model, checkpoint, options)
+    code_decoder = load_code_decoder(options.backend("code_decoder"), model, checkpoint, options)
     return Qwen3TTSPipeline(spec, model, gen, tokenizer, decoder, code_decoder, checkpoint,
                             random_weights=options.random_weights)
 
@@ -92,7 +92,7 @@ def bench_components(pipeline, req) -> dict[str, float]:
     """Talker step and code-predictor frame times (ms), measured apart with a sync after each."""
     import mlx.core as mx
 
-    from ttscli.sample import SamplingParams
+    from ttscli.lm import SamplingParams
 
     talker = pipeline.model.talker
     H = talker.args.hidden_size
@@ -122,9 +122,6 @@ def bench_components(pipeline, req) -> dict[str, float]:
 
     return {"talker_step_ms": float(np.median(step_ms)), "code_predictor_frame_ms": float(np.median(cp_ms)),
             "prefill_tokens": n, "prefill_ms": prefill_s * 1e3, "prefill_tokens_per_s": n / prefill_s}
-from .parity import parity_checks  # noqa: F401
-
-from .convert import convert_mlx  # noqa: E402,F401  (ttscli convert --to mlx)
 
 
 def convert_coreml(*args, **kwargs):

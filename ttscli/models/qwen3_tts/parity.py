@@ -99,7 +99,7 @@ def greedy_frames(model, decoder, prompt, gen, n: int, ignore_eos: bool = False)
     """Up to ``n`` frames ``[F, 16]`` with greedy talker and sub-talker (fewer if EOS comes first,
     unless ``ignore_eos``: then EOS is masked out and exactly ``n`` frames come back)."""
     from ttscli.models.qwen3_tts.loop import LoopConfig, generate_frames
-    from ttscli.sample import SamplingParams
+    from ttscli.lm import SamplingParams
 
     cfg = LoopConfig.from_generation_config(gen, {"do_sample": False, "subtalker_do_sample": False}, max_frames=n)
     cfg.sub = SamplingParams(do_sample=False)
@@ -124,7 +124,7 @@ def frames_check(name: str, ours: np.ndarray, ref: np.ndarray, detail: str = "")
 
 
 def prefill_consistency(model, embeds: mx.array) -> Check:
-    from ttscli.models.qwen3_tts.loop import MLXCodeDecoder
+    from ttscli.lm import MLXCodeDecoder
 
     l1, h1 = MLXCodeDecoder(model.talker).prefill(embeds, model.talker.new_cache())
     l2, h2 = MLXCodeDecoder(model.talker, sequential=True).prefill(embeds, model.talker.new_cache())
@@ -172,7 +172,7 @@ def _load(checkpoint: Path, backend: str | None, need_decoder: bool):
     model, gen = load_model(checkpoint, "float32")
     tok = load_tokenizer(checkpoint)
     backend = backend or "mlx"
-    code_decoder = load_code_decoder(backend, model, checkpoint, LoadOptions(code_decoder_backend=backend))
+    code_decoder = load_code_decoder(backend, model, checkpoint, LoadOptions(backends={"code_decoder": backend}))
     dec = load_speech_decoder(Path(checkpoint) / "speech_tokenizer") if need_decoder else None
     return model, gen, tok, code_decoder, dec
 
@@ -255,7 +255,7 @@ def against_checks(checkpoint: Path, against: str, frames: int, backend: str | N
     if not ok:
         raise BackendUnavailableError(f"{why}; `ttscli parity --against coreml` runs on a Mac")
     model, gen, tok, a, _ = _load(checkpoint, ours, need_decoder=False)
-    b = load_code_decoder(against, model, checkpoint, LoadOptions(code_decoder_backend=against))
+    b = load_code_decoder(against, model, checkpoint, LoadOptions(backends={"code_decoder": against}))
     return compare_code_decoders(model, gen, tok, a, b, ours, against, frames)
 
 

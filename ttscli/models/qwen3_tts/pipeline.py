@@ -15,10 +15,12 @@ from typing import Any, Iterator
 import mlx.core as mx
 import numpy as np
 
-from ttscli.errors import BackendUnavailableError, InputTooLongError, UsageError
-from ttscli.generate import Request, Stats
+from ttscli.errors import InputTooLongError, UsageError
+from ttscli.generate import Request
+from ttscli.lm import CodeDecoder
+from ttscli.models.base import Pipeline
 from ttscli.models.qwen3_tts.config import GenerationConfig
-from ttscli.models.qwen3_tts.loop import CodeDecoder, LoopConfig, generate_frames
+from ttscli.models.qwen3_tts.loop import LoopConfig, generate_frames
 from ttscli.models.qwen3_tts.model import Qwen3TTSModel
 from ttscli.models.qwen3_tts.prompt import VoicePrompt, prepare, ref_text_template
 from ttscli.models.qwen3_tts.voice import is_voice_file, load_voice, save_voice
@@ -27,12 +29,14 @@ SAMPLE_RATE = 24000
 MAX_PROMPT = 4096
 
 
-class Qwen3TTSPipeline:
+class Qwen3TTSPipeline(Pipeline):
     sample_rate = SAMPLE_RATE
     max_chunk_chars = 400
+    ref_sample_rate = SAMPLE_RATE
 
     def __init__(self, spec: Any, model: Qwen3TTSModel, gen: GenerationConfig, tokenizer, speech_decoder,
                  code_decoder: CodeDecoder, checkpoint: Path | None = None, random_weights: bool = False):
+        super().__init__()
         self.spec = spec
         self.model = model
         self.gen = gen
@@ -40,12 +44,12 @@ class Qwen3TTSPipeline:
         self.speech_decoder = speech_decoder
         self.code_decoder = code_decoder
         # Core ML talkers keep their KV cache in per-request state, but the code predictor and
-        # speech decoder here are MLX, and concurrent MLX evaluation is not safe: one chunk at a time.
-        self.code_decoder_backend = "coreml" if type(code_decoder).__name__.startswith("CoreML") else "mlx"
-        self.concurrent_safe = False
+        # speech decoder here are MLX, and concurrent MLX evaluation is not safe: one chunk at a time
+        # (Pipeline.concurrent_safe stays False).
+        self.backends = {"code_decoder": "coreml" if type(code_decoder).__name__.startswith("CoreML") else "mlx",
+                         "code_predictor": "mlx", "speech_decoder": "mlx"}
         self.checkpoint = checkpoint
         self.random_weights = random_weights
-        self.stats = Stats()
         self._speech_encoder = None
         self._voice_cache: tuple[Any, VoicePrompt] | None = None
 
@@ -80,17 +84,16 @@ class Qwen3TTSPipeline:
         wav = np.asarray(r.ref_audio, np.float32).reshape(-1)
         # Every text chunk of one request carries the same reference: encode it once.
         digest = hashlib.blake2b(wav.tobytes(), digest_size=16).hexdigest()
-        key = (digest, r.ref_sample_rate, r.ref_text, r.x_vector_only)
+        x_vector_only = bool(r.knobs.get("x_vector_only", False))
+        key = (digest, r.ref_sample_rate, r.ref_text, x_vector_only)
         if self._voice_cache and self._voice_cache[0] == key:
             return self._voice_cache[1]
         if r.ref_sample_rate and r.ref_sample_rate != SAMPLE_RATE:
             import soxr
 
             wav = soxr.resample(wav, r.ref_sample_rate, SAMPLE_RATE).astype(np.float32)
-        if not self.model.has_speaker_encoder:
-            raise BackendUnavailableError("the speaker encoder module is not available in this install")
         xvec = self.model.speaker_encoder.embed(mx.array(wav))
-        if r.x_vector_only:
+        if x_vector_only:
             voice = VoicePrompt(xvec)
         else:
             if not r.ref_text:
@@ -106,14 +109,12 @@ class Qwen3TTSPipeline:
 
     # ---------------------------------------------------------------- generation
     def loop_config(self, r: Request) -> LoopConfig:
-        cfg = LoopConfig.from_generation_config(self.gen, r.sampling, r.max_frames)
-        cfg.ignore_eos = bool(r.extra.get("ignore_eos", False))
+        sampling = {k: v for k, v in r.knobs.items() if k not in ("x_vector_only", "non_streaming_mode")}
+        cfg = LoopConfig.from_generation_config(self.gen, sampling, r.max_frames)
+        cfg.ignore_eos = r.ignore_eos
         return cfg
 
     def frames(self, r: Request) -> tuple[Iterator[np.ndarray], VoicePrompt | None]:
-        if r.speed != 1.0:
-            raise UsageError("Qwen3-TTS has no speed control; drop --speed (or describe the pace with --instruct on "
-                             "1.7B CustomVoice/VoiceDesign)")
         if self.args.is_base and r.voice and not is_voice_file(r.voice):
             raise UsageError(f"Base models have no preset voices ({r.voice!r}); clone one with --ref or pass a "
                              "saved voice .safetensors")
@@ -126,7 +127,7 @@ class Qwen3TTSPipeline:
             speaker = (getattr(self.spec, "defaults", {}) or {}).get("voice")
         prompt = prepare(self.model.talker, self.args, self.tokenizer, r.text, language=r.language,
                          speaker=speaker, instruct=r.instruct, voice=voice,
-                         non_streaming=r.extra.get("non_streaming"))
+                         non_streaming=r.knobs.get("non_streaming_mode"))
         if prompt.embeds.shape[1] > MAX_PROMPT:
             raise InputTooLongError(f"the prompt is {prompt.embeds.shape[1]} tokens, over the {MAX_PROMPT}-token limit; "
                                     "shorten the text chunk, instruction or reference audio")
