@@ -1,7 +1,11 @@
-"""The strict weight check every loader runs: what is missing, unexpected or mis-shaped."""
+"""The one strict loader: every checkpoint tensor named and shaped as the module expects, or a
+CheckpointError naming what is missing, unexpected or mis-shaped; then cast, load and evaluate."""
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
+
+from ttscli.dtypes import to_dtype
+from ttscli.errors import CheckpointError
 
 
 def weight_problems(expected: Mapping[str, Sequence[int]], got: Mapping[str, Sequence[int]],
@@ -25,3 +29,61 @@ def weight_problems(expected: Mapping[str, Sequence[int]], got: Mapping[str, Seq
 def shapes(arrays: Mapping) -> dict[str, tuple[int, ...]]:
     """Name -> shape of a dict of arrays (mlx or numpy)."""
     return {k: tuple(v.shape) for k, v in arrays.items()}
+
+
+def load_strict(module, weights: Mapping, *, source: str, where: str = "", dtype=None,
+                keep_dtype: Callable[[str], bool] | None = None, expected: Mapping | None = None,
+                sanitize: Callable[[dict], dict] | None = None, hint: str = ""):
+    """Check ``weights`` against the module, cast them, load them, evaluate them; returns the module.
+
+    ``weights`` (name -> mx.array) is compared by name and shape with ``expected`` (default: the
+    module's own parameters); a missing, unexpected or mis-shaped tensor is a CheckpointError
+    naming it as ``where + name``, with ``source`` (the file) in front and ``hint`` (what to do)
+    after. ``sanitize`` then maps checkpoint names/layouts to the module's, when ``expected`` is
+    in the checkpoint's spelling. Floating tensors are cast to ``dtype`` (a name or mx.Dtype;
+    None keeps the file's dtype) unless ``keep_dtype(name)`` says that one keeps its own.
+    """
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    if expected is None:
+        expected = shapes(dict(tree_flatten(module.parameters())))
+    problems = weight_problems(expected, shapes(weights), where)
+    if problems:
+        raise CheckpointError(f"{source}: " + "; ".join(problems) + (f" ({hint})" if hint else ""))
+    weights = sanitize(dict(weights)) if sanitize is not None else dict(weights)
+    if dtype is not None:
+        dt = to_dtype(dtype)
+        weights = {k: v.astype(dt) if mx.issubdtype(v.dtype, mx.floating) and not (keep_dtype and keep_dtype(k))
+                   else v for k, v in weights.items()}
+    module.load_weights(list(weights.items()), strict=True)
+    mx.eval(module.parameters())
+    return module
+
+
+def read_safetensors(path) -> dict:
+    """name -> mx.array of one safetensors file; an unreadable file is one CheckpointError line."""
+    import mlx.core as mx
+
+    try:
+        return mx.load(str(path))
+    except Exception as e:  # noqa: BLE001  (mlx raises plain RuntimeError/ValueError on a corrupt file)
+        raise CheckpointError(f"{path}: cannot read ({e})") from None
+
+
+def read_component(folder, prefix: str, others: tuple[str, ...] | None = None) -> tuple[dict, str]:
+    """The ``prefix*`` tensors of a folder's ``model*.safetensors`` with the prefix taken off, and
+    how to name their source. ``others``: the only other prefixes allowed there (None: any)."""
+    from pathlib import Path
+
+    files = sorted(Path(folder).glob("model*.safetensors"))
+    if not files:
+        raise CheckpointError(f"no model*.safetensors in {folder}")
+    weights = {}
+    for f in files:
+        for k, v in read_safetensors(f).items():
+            if k.startswith(prefix):
+                weights[k[len(prefix):]] = v
+            elif others is not None and not k.startswith(others):
+                raise CheckpointError(f"{f}: unexpected tensor {k} (expected only {', '.join((prefix, *others))}*)")
+    return weights, str(files[0] if len(files) == 1 else Path(folder) / "model*.safetensors")
