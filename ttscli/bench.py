@@ -46,6 +46,7 @@ class BenchRequest:
     dtype: str | None = None
     plot: Path | None = None
     seed: int = 0
+    ignore_eos: bool | None = None           # time exactly max_frames frames (None: with random weights)
 
 
 def environment() -> dict:
@@ -137,7 +138,7 @@ def run_variant(spec, req: BenchRequest, backend: str, prefill_mode: str, text: 
     # random weights never say stop: time a fixed number of frames
     request = Request(text=text, seed=req.seed, stream=req.stream,
                       max_frames=(req.max_frames or (50 if req.random_weights else None)) if frames else None,
-                      ignore_eos=req.random_weights and frames)
+                      ignore_eos=frames and (req.random_weights if req.ignore_eos is None else req.ignore_eos))
     for _ in range(req.warmup):
         run_once(pipe, request)
     runs = [run_once(pipe, request) for _ in range(req.repeats)]

@@ -131,7 +131,9 @@ def crossfade_join(pieces: Iterator[tuple[int, np.ndarray]], n_fade: int) -> Ite
     head_needed = 0                      # samples of the new chunk still to blend into `held`
     fade_in = np.sin(np.linspace(0, np.pi / 2, n_fade, dtype=np.float32)) ** 2 if n_fade else None
     for idx, x in pieces:
-        x = np.asarray(x, np.float32).reshape(-1)
+        x = np.asarray(x, np.float32)
+        if x.ndim != 1:  # a family bug: flattening would interleave channels into noise
+            raise TypeError(f"a pipeline yielded audio of shape {x.shape}; the family contract is mono (1-D)")
         if idx != current:
             current = idx
             head_needed = len(held)

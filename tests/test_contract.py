@@ -1,0 +1,151 @@
+"""Every family keeps the family contract (models/base.py), and a broken family is caught.
+
+Each implemented family has a Case in CASES below: a model of it that runs small here (random
+weights at the real size, or a tiny fixture in the published layout) through load -> speak ->
+bench -> parity. A new family adds its case here; a family without one fails
+`test_every_implemented_family_has_a_case`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import ttscli  # noqa: F401  (BLAS preload before mlx)
+import numpy as np
+import pytest
+
+from contract import Case, declaration_problems, run_contract
+from ttscli.errors import UsageError
+from ttscli.generate import Request
+from ttscli.models import families, family_names, get_family, register_family, unregister_family
+from ttscli.models.base import Family, Knob, Pipeline
+from ttscli.registry import ModelSpec, Registry, load_registry
+
+FIX = Path(__file__).resolve().parent / "fixtures"
+
+
+
+def _qwen3_case(tmp: Path) -> Case:
+    # speak/bench need a folder whose speech decoder reads every code the talker emits (the
+    # e2e fixture); parity runs on the upstream-built tiny folder its goldens came from
+    from qwen3_e2e.e2e_fixture import build
+
+    return Case("qwen3-tts-1.7b-customvoice",
+                Request(text="Hello world.", voice="ryan", seed=0, max_frames=6, ignore_eos=True),
+                model_dir=build("customvoice", tmp / "qwen3-customvoice"), bench_max_frames=4,
+                golden=FIX / "parity" / "qwen3-tiny-customvoice.npz",
+                parity_model_dir=FIX / "parity" / "qwen3-tiny-customvoice")
+
+
+CASES = {
+    "piper": lambda tmp: Case("piper-joe", Request(text="Hello there. A second sentence.", seed=0),
+                              random_weights=True, golden=FIX / "parity" / "piper-joe.npz"),
+    "qwen3_tts": _qwen3_case,
+}
+
+
+def test_every_implemented_family_has_a_case():
+    implemented = {spec.family for spec in load_registry() if spec.implemented}
+    assert implemented <= set(family_names()), "a registry entry names a family ttscli does not ship"
+    assert implemented <= set(CASES), f"add a contract Case for: {sorted(implemented - set(CASES))}"
+
+
+@pytest.mark.parametrize("name", sorted(family_names()))
+def test_declaration(name):
+    assert declaration_problems(get_family(name), families()) == []
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_family_keeps_the_contract(name, tmp_path):
+    assert run_contract(CASES[name](tmp_path)) == []
+
+
+def test_family_modules_are_light():
+    """The CLI reads every family.py to build its options: none may import mlx or onnxruntime."""
+    import subprocess
+    import sys
+
+    code = ("import sys, ttscli.models as m; [m.get_family(n) for n in m.family_names()]; "
+            "print(sorted(x for x in ('mlx.core', 'onnxruntime', 'torch') if x in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+# ---- a deliberately broken family is caught ------------------------------------------------
+
+class _Tone(Pipeline):
+    """A well-behaved toy pipeline: one sine chunk per request."""
+
+    sample_rate = 16000
+
+    def __init__(self, rate: int = 16000, dtype=np.float32, channels: int = 1):
+        super().__init__()
+        self.sample_rate, self.dtype, self.channels = rate, dtype, channels
+
+    def generate(self, request):
+        t = np.arange(1600) / 16000
+        x = (0.1 * np.sin(2 * np.pi * 220 * t)).astype(self.dtype)
+        self.stats.frames += 1
+        yield x if self.channels == 1 else np.stack([x] * self.channels, axis=1)
+
+
+def _toy(name: str, make, **kw) -> tuple[Family, Case]:
+    fam = Family(name=name, load=lambda spec, ckpt, opts: make(), **kw)
+    spec = ModelSpec(id=f"{name}-model", name=name, family=name, sample_rate=16000, implemented=True)
+    reg = Registry({spec.id: spec}, default=spec.id)
+    return fam, Case(spec.id, Request(text="Hi."), random_weights=True, registry=reg)
+
+
+@pytest.fixture
+def toy():
+    made = []
+
+    def build(name, make, **kw):
+        fam, case = _toy(name, make, **kw)
+        register_family(fam)
+        made.append(name)
+        return case
+
+    yield build
+    for name in made:
+        unregister_family(name)
+
+
+def test_a_well_behaved_toy_family_passes(toy):
+    case = toy("toy_ok", _Tone, knobs=(Knob("pitch", float, "Pitch.", 1.0, 0.5, 2.0),))
+    assert run_contract(case) == []
+
+
+@pytest.mark.parametrize("defect, make, kw, expect", [
+    ("stereo float64 audio", lambda: _Tone(dtype=np.float64, channels=2), {}, "not mono float32"),
+    ("wrong sample rate", lambda: _Tone(rate=22050), {}, "sample_rate 22050 != registry 16000"),
+    ("load returns a non-Pipeline", lambda: object(), {}, "not a Pipeline"),
+    ("knob with a list type", _Tone, {"knobs": (Knob("bad", list, "Bad."),)}, "type"),
+    ("knob whose default is out of range", _Tone, {"knobs": (Knob("gain", float, "Gain.", 5.0, 0.0, 1.0),)},
+     "its own default is refused"),
+    ("honours a field the engine does not know", _Tone, {"honours": frozenset({"pitch"})}, "unknown request fields"),
+    ("declares a bench row it never reports", _Tone, {"bench_rows": (("vocoder_ms", "vocoder (ms)", "{:.1f}"),)},
+     "bench row 'vocoder_ms'"),
+])
+def test_a_broken_family_is_caught(toy, defect, make, kw, expect):
+    problems = run_contract(toy("toy_broken", make, **kw))
+    assert any(expect in p for p in problems), (defect, problems)
+
+
+def test_unknown_and_bad_knobs_are_refused_by_the_engine(toy):
+    case = toy("toy_knobs", _Tone, knobs=(Knob("pitch", float, "Pitch.", 1.0, 0.5, 2.0),))
+    from ttscli import api, synthesize
+
+    pipe = api.load(case.model, registry=case.registry, random_weights=True)
+    for knobs, msg in [({"pitch": 3.0}, "--pitch must be in"), ({"pitch": "high"}, "--pitch takes a float"),
+                       ({"tempo": 1}, "has no setting --tempo")]:
+        with pytest.raises(UsageError, match=msg):
+            list(synthesize(pipe, Request(text="Hi.", knobs=knobs)))
+    with pytest.raises(UsageError, match="cannot honour --speed"):
+        list(synthesize(pipe, Request(text="Hi.", speed=1.5)))
+
+
+def test_same_knob_name_must_have_one_type():
+    a = Family(name="a", load=lambda *a: None, knobs=(Knob("temperature", float, "T."),))
+    b = dataclasses.replace(a, name="b", knobs=(Knob("temperature", int, "T."),))
+    assert any("one CLI option serves both" in p for p in declaration_problems(b, [a, b]))
