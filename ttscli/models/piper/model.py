@@ -1,15 +1,14 @@
 """VITS synthesizer (Piper voices): text encoder -> stochastic durations -> flow -> HiFi-GAN."""
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from ttscli.checkpoint import shapes, weight_problems
-from ttscli.errors import CheckpointError
+from ttscli.checkpoint import load_strict
+from ttscli.config import BaseArgs
 from ttscli.nn.fastmath import fast_exp
 
 from .decoder import Generator, ResidualCouplingBlock
@@ -23,7 +22,7 @@ def _std(logs: mx.array, scale: float) -> mx.array:
 
 
 @dataclass
-class ModelArgs:
+class ModelArgs(BaseArgs):
     n_vocab: int = 256
     inter_channels: int = 192
     hidden_channels: int = 192
@@ -52,10 +51,6 @@ class ModelArgs:
     noise_scale: float = 0.667
     length_scale: float = 1.0
     noise_w: float = 0.8
-
-    @classmethod
-    def from_dict(cls, params: dict) -> "ModelArgs":
-        return cls(**{k: v for k, v in params.items() if k in inspect.signature(cls).parameters})
 
     @property
     def hop_length(self) -> int:
@@ -130,12 +125,6 @@ class Vits(nn.Module):
 
     # -- weights ---------------------------------------------------------------------------
 
-    def load_weights_strict(self, weights: dict[str, mx.array]) -> None:
-        """Load exactly our parameter set; name every missing, unexpected or mis-shaped tensor."""
-        from mlx.utils import tree_flatten, tree_unflatten
-
-        problems = weight_problems(shapes(dict(tree_flatten(self.parameters()))), shapes(weights), limit=8)
-        if problems:
-            raise CheckpointError(f"Piper weights do not fit the VITS model: {'; '.join(problems)}")
-        self.update(tree_unflatten(list(weights.items())))
-        mx.eval(self.parameters())
+    def load_weights_strict(self, weights: dict[str, mx.array], source: str = "Piper weights") -> None:
+        """Load exactly our parameter set (float32, as converted); see :func:`ttscli.checkpoint.load_strict`."""
+        load_strict(self, weights, source=source)

@@ -2,51 +2,47 @@
 
 Values always come from the checkpoint's files: the upstream class defaults differ from the
 shipped configs (e.g. codec EOS, number of code groups), so nothing here falls back to them
-silently.  Unknown keys are ignored.
+silently.  Read by the shared reader (:class:`ttscli.config.BaseArgs`): unknown keys ignored.
 """
 from __future__ import annotations
 
 import copy
-import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ttscli.config import BaseArgs, read_json
 from ttscli.errors import CheckpointError
 
 
-def _pick(cls, d: dict[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in d.items() if k in names}
+@dataclass(kw_only=True)
+class _DecoderStackArgs(BaseArgs):
+    """What the talker and the code predictor (two Qwen3 decoder stacks) both read."""
 
-
-@dataclass
-class CodePredictorArgs:
-    vocab_size: int
     hidden_size: int
     intermediate_size: int
     num_hidden_layers: int
     num_attention_heads: int
     num_key_value_heads: int
+    vocab_size: int
     head_dim: int | None = None
     rope_theta: float = 1000000.0
     rms_norm_eps: float = 1e-6
-    num_code_groups: int = 16
     attention_bias: bool = False
+    num_code_groups: int = 16
 
     def __post_init__(self):
         if self.head_dim is None:
             self.head_dim = self.hidden_size // self.num_attention_heads
 
 
-@dataclass
-class TalkerArgs:
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    vocab_size: int
+@dataclass(kw_only=True)
+class CodePredictorArgs(_DecoderStackArgs):
+    pass
+
+
+@dataclass(kw_only=True)
+class TalkerArgs(_DecoderStackArgs):
     text_vocab_size: int
     text_hidden_size: int
     code_predictor_config: CodePredictorArgs
@@ -57,24 +53,15 @@ class TalkerArgs:
     codec_nothink_id: int
     codec_think_bos_id: int
     codec_think_eos_id: int
-    head_dim: int | None = None
-    rope_theta: float = 1000000.0
     rope_scaling: dict | None = None
-    rms_norm_eps: float = 1e-6
-    attention_bias: bool = False
-    num_code_groups: int = 16
     hidden_act: str = "silu"
     codec_language_id: dict[str, int] = field(default_factory=dict)
     spk_id: dict[str, int] = field(default_factory=dict)
     spk_is_dialect: dict[str, Any] = field(default_factory=dict)
 
-    def __post_init__(self):
-        if self.head_dim is None:
-            self.head_dim = self.hidden_size // self.num_attention_heads
-
 
 @dataclass
-class ModelArgs:
+class ModelArgs(BaseArgs):
     talker_config: TalkerArgs
     tts_model_type: str                      # "base" | "custom_voice" | "voice_design"
     tts_model_size: str                      # "0b6" | "1b7"
@@ -88,31 +75,16 @@ class ModelArgs:
     speaker_encoder_config: dict | None = None
     model_type: str = "qwen3_tts"
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ModelArgs":
-        d = copy.deepcopy(d)
-        try:
-            t = d["talker_config"]
-            t["code_predictor_config"] = CodePredictorArgs(**_pick(CodePredictorArgs, t["code_predictor_config"]))
-            talker = TalkerArgs(**_pick(TalkerArgs, t))
-            d["talker_config"] = talker
-            args = cls(**_pick(cls, d))
-        except (KeyError, TypeError) as e:
-            raise CheckpointError(f"config.json: missing or invalid field ({e}); is this a Qwen3-TTS 12 Hz checkpoint?") from e
-        if args.model_type != "qwen3_tts":
-            raise CheckpointError(f"config.json: model_type is {args.model_type!r}, expected 'qwen3_tts'")
-        if args.tokenizer_type != "qwen3_tts_tokenizer_12hz":
-            raise CheckpointError(f"config.json: tokenizer_type {args.tokenizer_type!r} is not supported (only the 12 Hz family)")
-        if args.tts_model_type not in ("base", "custom_voice", "voice_design"):
-            raise CheckpointError(f"config.json: unknown tts_model_type {args.tts_model_type!r}")
-        scaling = talker.rope_scaling or {}
+    def __post_init__(self):
+        if self.model_type != "qwen3_tts":
+            raise CheckpointError(f"config.json: model_type is {self.model_type!r}, expected 'qwen3_tts'")
+        if self.tokenizer_type != "qwen3_tts_tokenizer_12hz":
+            raise CheckpointError(f"config.json: tokenizer_type {self.tokenizer_type!r} is not supported (only the 12 Hz family)")
+        if self.tts_model_type not in ("base", "custom_voice", "voice_design"):
+            raise CheckpointError(f"config.json: unknown tts_model_type {self.tts_model_type!r}")
+        scaling = self.talker_config.rope_scaling or {}
         if scaling.get("rope_type", scaling.get("type", "default")) != "default":
             raise CheckpointError(f"config.json: talker rope_scaling {scaling} is not supported")
-        return args
-
-    @classmethod
-    def from_file(cls, path: Path) -> "ModelArgs":
-        return cls.from_dict(read_json(path))
 
     @property
     def is_base(self) -> bool:
@@ -134,7 +106,7 @@ class ModelArgs:
 
 
 @dataclass
-class GenerationConfig:
+class GenerationConfig(BaseArgs):
     """``generation_config.json``; defaults are the reference wrapper's hard fallbacks."""
 
     do_sample: bool = True
@@ -149,21 +121,8 @@ class GenerationConfig:
     max_new_tokens: int = 2048
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "GenerationConfig":
-        return cls(**_pick(cls, d))
-
-    @classmethod
     def from_file(cls, path: Path) -> "GenerationConfig":
-        return cls.from_dict(read_json(path)) if path.exists() else cls()
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError as e:
-        raise CheckpointError(f"{path} is missing; pass the checkpoint folder in its Hugging Face layout") from e
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path} is not valid JSON ({e})") from e
+        return cls.from_dict(read_json(path), source=str(path)) if path.exists() else cls()
 
 
 # --- real configurations (values of the published config.json files), for random-weight bench ---

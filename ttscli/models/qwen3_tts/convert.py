@@ -1,9 +1,8 @@
 """`ttscli convert qwen3-tts-* --to mlx`: re-save a checkpoint in a dtype, optionally quantized.
 
 The output keeps the published layout (file names, tensor names, PyTorch conv layout) so the
-same strict loader reads it; quantized linears follow mlx-lm's convention: ``weight`` becomes
-packed uint32 plus ``scales`` and ``biases``, and config.json gains
-``"quantization": {"group_size": G, "bits": B}``.
+same strict loader reads it; quantizing is :mod:`ttscli.quantize` (mlx-lm's packed layout and
+config marker) with Qwen3's choice of what stays in full precision.
 """
 from __future__ import annotations
 
@@ -15,7 +14,10 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
+from ttscli.config import read_json
 from ttscli.errors import UsageError
+from ttscli.quantize import MARKER, is_quantized
+from ttscli.quantize import quantize as quantize_layers
 
 # Quality-critical tensors stay in full precision: the embeddings (text and codec), the output
 # heads that are sampled from (codec_head, the code predictor's lm_head list), the projections
@@ -25,34 +27,10 @@ COPY = ("generation_config.json", "vocab.json", "merges.txt", "tokenizer_config.
         "preprocessor_config.json", "special_tokens_map.json")
 
 
-def quantizable(path: str, module: nn.Module, group_size: int) -> bool:
-    if not isinstance(module, nn.Linear) or any(k in path for k in KEEP):
-        return False
-    return module.weight.shape[-1] % group_size == 0
-
-
-def quantize_model(model: nn.Module, bits: int, group_size: int) -> int:
-    """Quantize the talker and code-predictor linears in place; returns how many were quantized."""
-    chosen = []
-
-    def pred(path, module):
-        ok = quantizable(path, module, group_size)
-        if ok:
-            chosen.append(path)
-        return ok
-
-    nn.quantize(model, group_size=group_size, bits=bits, class_predicate=pred)
-    return len(chosen)
-
-
-def apply_quantization(model: nn.Module, config: dict, weights: dict) -> None:
-    """Before loading a converted checkpoint: turn exactly the linears that carry scales into
-    QuantizedLinear, so the strict loader sees the same tensor set as the file."""
-    q = config.get("quantization")
-    if not q:
-        return
-    nn.quantize(model, group_size=q["group_size"], bits=q["bits"],
-                class_predicate=lambda path, m: isinstance(m, nn.Linear) and f"{path}.scales" in weights)
+def keep(path: str, module: nn.Module) -> bool:
+    """What Qwen3 keeps unquantized: everything but the talker's and code predictor's linears
+    outside KEEP."""
+    return not isinstance(module, nn.Linear) or any(k in path for k in KEEP)
 
 
 def _to_published_layout(weights: dict[str, mx.array]) -> dict[str, mx.array]:
@@ -73,17 +51,12 @@ def convert_mlx(spec, checkpoint: Path, out_dir: Path, *, quantize: bool, q_bits
     dtype = dtype or "bfloat16"  # the published on-disk dtype
     progress(0, 4, "loading")
     model, _ = load_model(checkpoint, dtype)
-    if getattr(model, "pending_speaker_encoder", None):
-        raise UsageError("the speaker encoder module is missing from this ttscli build; cannot convert a Base model")
-    config = json.loads((Path(checkpoint) / "config.json").read_text())
-    if config.get("quantization"):
+    config = read_json(Path(checkpoint) / "config.json")
+    if is_quantized(config):
         raise UsageError(f"{checkpoint} is already quantized; convert from the original checkpoint")
     progress(1, 4, "quantizing" if quantize else "casting")
     if quantize:
-        n = quantize_model(model, q_bits, q_group_size)
-        if n == 0:
-            raise UsageError(f"no linear layer has an input size divisible by --q-group-size {q_group_size}")
-        config["quantization"] = {"group_size": q_group_size, "bits": q_bits}
+        config[MARKER] = quantize_layers(model, bits=q_bits, group_size=q_group_size, keep=keep)
     weights = _to_published_layout(dict(tree_flatten(model.parameters())))
     progress(2, 4, "saving")
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -15,20 +15,21 @@ were not reachable here):
   layout [out, k, in]: a Base conversion is reported as mis-shaped by the strict check instead
   of being guessed at (a shape heuristic cannot tell a k=1 conv's layout).  CustomVoice and
   VoiceDesign bf16 conversions have no speaker encoder and load.
-- Quantised conversions (``-4bit``, ``-6bit``, ``-8bit``) do not load: each quantised linear is
-  stored as packed ``weight`` + ``scales`` + ``biases``, which this loader rejects as
-  mis-shaped/unexpected tensors (quantising is ``ttscli convert``'s job).
+- Quantised conversions (``-4bit``, ``-6bit``, ``-8bit``) store each quantised linear as packed
+  ``weight`` + ``scales`` + ``biases``; without our config marker they are refused with the
+  tensor named (:mod:`ttscli.quantize`; quantising is ``ttscli convert``'s job).
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import mlx.core as mx
-
+from ttscli import quantize
+from ttscli.checkpoint import read_safetensors
+from ttscli.config import read_json
 from ttscli.errors import CheckpointError
-from ttscli.models.qwen3_tts.config import GenerationConfig, ModelArgs, read_json
-from ttscli.models.qwen3_tts.model import Qwen3TTSModel, to_dtype
+from ttscli.models.qwen3_tts.config import GenerationConfig, ModelArgs
+from ttscli.models.qwen3_tts.model import Qwen3TTSModel
 
 # transformers' Qwen2 pre-tokenizer split (the published Qwen2/Qwen3 text tokenizer).  Note:
 # upstream loads its processor with fix_mistral_regex=True, and transformers 4.57.3 then swaps
@@ -94,24 +95,19 @@ def load_tokenizer(path: Path) -> TextTokenizer:
 
 
 def load_model(path: Path, dtype: str | None = None) -> tuple[Qwen3TTSModel, GenerationConfig]:
-    """Build from ``config.json`` and load ``model.safetensors`` strictly."""
+    """Build from ``config.json`` and load ``model.safetensors`` strictly, in ``dtype`` (float32
+    by default, whatever the file holds)."""
     path = Path(path)
-    args = ModelArgs.from_file(path / "config.json")
-    model = Qwen3TTSModel(args)
+    config = read_json(path / "config.json")
+    model = Qwen3TTSModel(ModelArgs.from_dict(config, source=str(path / "config.json")))
     st = path / "model.safetensors"
     if not st.exists():
         if (path / "model.safetensors.index.json").exists():
             raise CheckpointError(f"{path}: sharded checkpoints are not published for Qwen3-TTS; expected one model.safetensors")
         raise CheckpointError(f"{st} is missing; pass the checkpoint folder in its Hugging Face layout")
-    try:
-        weights = mx.load(str(st))
-    except Exception as e:  # mlx raises plain RuntimeError/ValueError on a corrupt file
-        raise CheckpointError(f"{st}: cannot read ({e})") from e
-    # checkpoints written by `ttscli convert -q` carry packed weights + scales (mlx-lm convention)
-    from ttscli.models.qwen3_tts.convert import apply_quantization
-
-    apply_quantization(model, read_json(path / "config.json"), weights)
-    model.load_checkpoint_weights(weights, to_dtype(dtype), str(st))
+    weights = read_safetensors(st)
+    quantize.prepare(model, config, weights, str(st))  # checkpoints written by `ttscli convert -q`
+    model.load_checkpoint_weights(weights, dtype or "float32", str(st))
     return model, GenerationConfig.from_file(path / "generation_config.json")
 
 

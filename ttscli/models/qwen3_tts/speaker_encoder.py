@@ -8,9 +8,8 @@ dilated kernels and the "same" reflect padding is not a conv1d option anyway.
 """
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlx.core as mx
@@ -18,7 +17,8 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten
 
-from ttscli.checkpoint import shapes, weight_problems
+from ttscli.checkpoint import load_strict, read_component
+from ttscli.config import BaseArgs, read_json
 from ttscli.errors import AudioInputError, CheckpointError
 
 # Fixed in upstream extract_speaker_embedding (not read from the config).
@@ -34,27 +34,23 @@ PREFIX = "speaker_encoder."
 
 
 @dataclass
-class SpeakerEncoderConfig:
+class SpeakerEncoderConfig(BaseArgs):
     mel_dim: int = 128
     enc_dim: int = 1024
-    enc_channels: list = field(default_factory=lambda: [512, 512, 512, 512, 1536])
-    enc_kernel_sizes: list = field(default_factory=lambda: [5, 3, 3, 3, 1])
-    enc_dilations: list = field(default_factory=lambda: [1, 2, 3, 4, 1])
+    enc_channels: list[int] = field(default_factory=lambda: [512, 512, 512, 512, 1536])
+    enc_kernel_sizes: list[int] = field(default_factory=lambda: [5, 3, 3, 3, 1])
+    enc_dilations: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 1])
     enc_attention_channels: int = 128
     enc_res2net_scale: int = 8
     enc_se_channels: int = 128
     sample_rate: int = 24000
 
-    @classmethod
-    def from_dict(cls, d: dict | None) -> "SpeakerEncoderConfig":
-        names = {f.name for f in fields(cls)}
-        cfg = cls(**{k: v for k, v in (d or {}).items() if k in names})
-        n = len(cfg.enc_channels)
-        if len(cfg.enc_kernel_sizes) != n or len(cfg.enc_dilations) != n or n < 3:
+    def __post_init__(self):
+        n = len(self.enc_channels)
+        if len(self.enc_kernel_sizes) != n or len(self.enc_dilations) != n or n < 3:
             raise CheckpointError(
                 "speaker_encoder_config: enc_channels, enc_kernel_sizes and enc_dilations must have the same length (>= 3)"
             )
-        return cfg
 
 
 # ----------------------------------------------------------------------------- features
@@ -275,40 +271,18 @@ class SpeakerEncoder(nn.Module):
 
         return conv_weights_to_mlx(self, weights)
 
-    def load_checkpoint_weights(self, weights: dict, dtype=mx.float32) -> None:
-        """Strictly load ``speaker_encoder.*``-stripped weights (PyTorch or MLX layout), cast to ``dtype``."""
-        weights = self.sanitize({k: v for k, v in weights.items()})
-        check_weights(self, weights, where="speaker_encoder.")
-        self.load_weights([(k, v.astype(dtype)) for k, v in weights.items()], strict=True)
-        mx.eval(self.parameters())
 
-
-def check_weights(model: nn.Module, weights: dict, where: str = "", what: str = "speaker encoder weights",
-                  hint: str = "is this a Qwen3-TTS Base checkpoint?") -> None:
-    """Raise CheckpointError naming missing, unexpected and mis-shaped tensors (keys shown as ``where + key``)."""
-    problems = weight_problems(shapes(dict(tree_flatten(model.parameters()))), shapes(weights), where)
-    if problems:
-        raise CheckpointError(f"{what} do not match the config: " + "; ".join(problems) + f" ({hint})")
-
-
-def load_speaker_encoder(path: Path, dtype=mx.float32) -> SpeakerEncoder:
+def load_speaker_encoder(path: Path, dtype="float32") -> SpeakerEncoder:
     """Speaker encoder from a Qwen3-TTS Base folder (config.json + model.safetensors, ``speaker_encoder.*``)."""
     path = Path(path)
-    try:
-        config = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"cannot read {path / 'config.json'}: {e}") from None
+    config = read_json(path / "config.json")
     if "speaker_encoder_config" not in config:
         raise CheckpointError(f"{path / 'config.json'} has no speaker_encoder_config: voice cloning needs a Base model")
-    model = SpeakerEncoder(SpeakerEncoderConfig.from_dict(config["speaker_encoder_config"]))
-    files = sorted(path.glob("model*.safetensors"))
-    if not files:
-        raise CheckpointError(f"no model*.safetensors in {path}")
-    weights = {}
-    for f in files:
-        weights.update({k[len(PREFIX):]: v for k, v in mx.load(str(f)).items() if k.startswith(PREFIX)})
-    model.load_checkpoint_weights(weights, dtype=dtype)
-    return model
+    model = SpeakerEncoder(SpeakerEncoderConfig.from_dict(
+        config["speaker_encoder_config"], source=str(path / "config.json"), where="speaker_encoder_config."))
+    weights, source = read_component(path, PREFIX)
+    return load_strict(model, model.sanitize(weights), dtype=dtype, source=source, where=PREFIX,
+                       hint="is this a Qwen3-TTS Base checkpoint?")
 
 
 def build_random_speaker_encoder(enc_dim: int = 1024, seed: int = 0, config: SpeakerEncoderConfig | None = None
@@ -322,6 +296,4 @@ def build_random_speaker_encoder(enc_dim: int = 1024, seed: int = 0, config: Spe
         # uniform with the variance of a fan-in-scaled normal (cheaper to draw on the CPU)
         std = math.sqrt(2.0 / (value.shape[1] * value.shape[2])) if key.endswith("weight") else 0.1
         params.append((key, mx.random.uniform(-std * math.sqrt(3.0), std * math.sqrt(3.0), value.shape)))
-    model.load_weights(params)
-    mx.eval(model.parameters())
-    return model
+    return load_strict(model, dict(params), source="random weights")

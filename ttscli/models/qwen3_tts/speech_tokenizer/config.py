@@ -1,17 +1,16 @@
 """Speech-tokenizer decoder configuration (``decoder_config`` of speech_tokenizer/config.json)."""
 from __future__ import annotations
 
-import inspect
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ttscli.config import BaseArgs, read_json
 from ttscli.errors import CheckpointError
 
 
 @dataclass
-class DecoderArgs:
+class DecoderArgs(BaseArgs):
     """Defaults are the released Qwen3-TTS-Tokenizer-12Hz values; unknown keys are ignored."""
 
     codebook_size: int = 2048
@@ -31,8 +30,8 @@ class DecoderArgs:
     rope_theta: float = 10000.0
     sliding_window: int = 72
     decoder_dim: int = 1536
-    upsample_rates: list = field(default_factory=lambda: [8, 5, 4, 3])
-    upsampling_ratios: list = field(default_factory=lambda: [2, 2])
+    upsample_rates: list[int] = field(default_factory=lambda: [8, 5, 4, 3])
+    upsampling_ratios: list[int] = field(default_factory=lambda: [2, 2])
     output_sample_rate: int = 24000         # top-level field of config.json
 
     def __post_init__(self):
@@ -55,20 +54,12 @@ class DecoderArgs:
         return self.output_sample_rate
 
     @classmethod
-    def from_dict(cls, params: dict) -> "DecoderArgs":
-        names = inspect.signature(cls).parameters
-        return cls(**{k: v for k, v in params.items() if k in names})
-
-    @classmethod
     def from_tokenizer_config(cls, path: Path) -> "DecoderArgs":
         """Read speech_tokenizer/config.json (the whole file; ``decoder_config`` holds the decoder)."""
-        try:
-            cfg = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as e:
-            raise CheckpointError(f"cannot read speech tokenizer config {path}: {e}") from None
-        if not isinstance(cfg.get("decoder_config"), dict):
+        cfg = read_json(path)
+        if not isinstance(cfg, dict) or not isinstance(cfg.get("decoder_config"), dict):
             raise CheckpointError(f"{path} has no decoder_config: not a Qwen3-TTS 12 Hz speech tokenizer config")
-        args = cls.from_dict({**cfg["decoder_config"], "output_sample_rate": cfg.get("output_sample_rate", 24000)})
+        args = cls.from_section(cfg, "decoder_config", ("output_sample_rate",), source=str(path))
         declared = cfg.get("decode_upsample_rate")
         if declared is not None and int(declared) != args.samples_per_frame:
             raise CheckpointError(f"{path}: decode_upsample_rate {declared} != product of upsampling rates "

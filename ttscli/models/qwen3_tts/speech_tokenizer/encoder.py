@@ -15,9 +15,8 @@ eager/SDPA attention.
 """
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlx.core as mx
@@ -25,8 +24,9 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten
 
+from ttscli.checkpoint import load_strict, read_component
+from ttscli.config import BaseArgs, read_json
 from ttscli.errors import AudioInputError, CheckpointError
-from ttscli.models.qwen3_tts.speaker_encoder import check_weights
 from ttscli.nn import Attention
 
 PREFIX = "encoder."
@@ -34,7 +34,7 @@ IGNORED_PREFIXES = ("decoder.",)
 
 
 @dataclass
-class EncoderArgs:
+class EncoderArgs(BaseArgs):
     """``encoder_config`` of speech_tokenizer/config.json (MimiConfig defaults) plus the top-level fields."""
 
     sampling_rate: int = 24000
@@ -42,7 +42,7 @@ class EncoderArgs:
     hidden_size: int = 512
     num_filters: int = 64
     num_residual_layers: int = 1
-    upsampling_ratios: list = field(default_factory=lambda: [8, 6, 5, 4])
+    upsampling_ratios: list[int] = field(default_factory=lambda: [8, 6, 5, 4])
     kernel_size: int = 7
     last_kernel_size: int = 3
     residual_kernel_size: int = 3
@@ -70,16 +70,14 @@ class EncoderArgs:
     encoder_valid_num_quantizers: int = 16
     encode_downsample_rate: int = 1920
 
+    def __post_init__(self):
+        if self.head_dim is None:
+            self.head_dim = self.hidden_size // self.num_attention_heads
+
     @classmethod
-    def from_config(cls, config: dict) -> "EncoderArgs":
-        names = {f.name for f in fields(cls)}
-        d = {k: v for k, v in config.get("encoder_config", {}).items() if k in names}
-        for key in ("encoder_valid_num_quantizers", "encode_downsample_rate"):
-            if key in config:
-                d[key] = config[key]
-        args = cls(**d)
-        if args.head_dim is None:
-            args.head_dim = args.hidden_size // args.num_attention_heads
+    def from_config(cls, config: dict, source: str = "speech_tokenizer/config.json") -> "EncoderArgs":
+        args = cls.from_section(config, "encoder_config", ("encoder_valid_num_quantizers", "encode_downsample_rate"),
+                                source=source)
         if not args.use_causal_conv:
             raise CheckpointError("speech_tokenizer encoder_config.use_causal_conv=false is not supported")
         if args.audio_channels != 1:
@@ -455,35 +453,15 @@ class SpeechEncoder(nn.Module):
 def load_speech_encoder(path: Path, dtype: str = "float32") -> SpeechEncoder:
     """Encoder half of ``speech_tokenizer/`` (config.json + model.safetensors): strict on ``encoder.*``."""
     path = Path(path)
-    try:
-        config = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"cannot read {path / 'config.json'}: {e}") from None
-    model = SpeechEncoder(EncoderArgs.from_config(config))
-    files = sorted(path.glob("model*.safetensors"))
-    if not files:
-        raise CheckpointError(f"no model*.safetensors in {path}")
-    weights = {}
-    for f in files:
-        for k, v in mx.load(str(f)).items():
-            if k.startswith(PREFIX):
-                weights[k[len(PREFIX):]] = v
-            elif not k.startswith(IGNORED_PREFIXES):
-                raise CheckpointError(f"unexpected tensor {k} in {f} (expected only encoder.* and decoder.*)")
-    weights = model.sanitize(weights)
-    check_weights(model, weights, where=PREFIX, what="speech_tokenizer encoder weights",
-                  hint="re-download the checkpoint")
-    dt = getattr(mx, dtype) if isinstance(dtype, str) else dtype
-    model.load_weights([(k, v.astype(dt)) for k, v in weights.items()], strict=True)
-    mx.eval(model.parameters())
-    return model
+    model = SpeechEncoder(EncoderArgs.from_config(read_json(path / "config.json"), source=str(path / "config.json")))
+    weights, source = read_component(path, PREFIX, others=IGNORED_PREFIXES)
+    return load_strict(model, model.sanitize(weights), dtype=dtype, source=source, where=PREFIX,
+                       hint="re-download the checkpoint")
 
 
 def build_random_speech_encoder(seed: int = 0, args: EncoderArgs | None = None) -> SpeechEncoder:
     """Encoder at the published dimensions (or ``args``) with deterministic random weights, for bench."""
     args = args or EncoderArgs()
-    if args.head_dim is None:
-        args.head_dim = args.hidden_size // args.num_attention_heads
     mx.random.seed(seed)
     model = SpeechEncoder(args)
 
@@ -502,6 +480,4 @@ def build_random_speech_encoder(seed: int = 0, args: EncoderArgs | None = None) 
             params.append((key, uniform(value.shape, math.sqrt(1.0 / math.prod(value.shape[1:])))))
         else:
             params.append((key, uniform(value.shape, 0.02)))
-    model.load_weights(params)
-    mx.eval(model.parameters())
-    return model
+    return load_strict(model, dict(params), source="random weights")
