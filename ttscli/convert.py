@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Callable
 
 from ttscli import hub
+from ttscli.dtypes import check_dtype
 from ttscli.models import family_of
 from ttscli.errors import Interrupted, ModelNotFoundError, NotImplementedModelError, UsageError
 from ttscli.registry import Registry
-
-DTYPES = ("float16", "bfloat16", "float32")
 
 
 @dataclass
@@ -44,8 +43,8 @@ def check(req: ConvertRequest) -> None:
         raise UsageError(f"--q-bits {req.q_bits}: choose 4 or 8")
     if req.q_group_size not in (32, 64, 128):
         raise UsageError(f"--q-group-size {req.q_group_size}: choose 32, 64 or 128")
-    if req.dtype is not None and req.dtype not in DTYPES:
-        raise UsageError(f"--dtype {req.dtype}: choose one of {', '.join(DTYPES)}")
+    if req.dtype is not None:
+        check_dtype(req.dtype)
     if req.to == "coreml" and req.dtype not in (None, "float16"):
         raise UsageError("Core ML packages compute in float16; drop --dtype or use --dtype float16")
     if req.to == "coreml" and not 16 <= req.capacity <= 8192:

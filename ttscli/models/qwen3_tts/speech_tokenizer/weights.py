@@ -7,7 +7,7 @@ from pathlib import Path
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from ttscli.checkpoint import weight_problems
+from ttscli.checkpoint import load_strict, read_safetensors
 from ttscli.errors import CheckpointError
 
 from .config import DecoderArgs
@@ -15,7 +15,6 @@ from .conv import CausalConv1d, CausalConvTranspose1d, CausalDepthwiseConv1d
 from .decoder import SpeechDecoder
 
 PREFIX = "decoder."
-DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
 
 # MLX layout <- PyTorch layout, per conv kind (see conv.py for why these layouts)
 _TO_MLX = {
@@ -71,28 +70,12 @@ def sanitize(model: SpeechDecoder, weights: dict[str, mx.array]) -> dict[str, mx
     return out
 
 
-def _check(model: SpeechDecoder, weights: dict[str, mx.array], source: str) -> None:
-    have = {k: tuple(v.shape) for k, v in weights.items() if k.startswith(PREFIX)}
-    problems = weight_problems(checkpoint_shapes(model), have)
-    if problems:
-        raise CheckpointError(f"{source}: speech decoder weights do not match its config: "
-                              + "; ".join(problems) + ". Use the model's own speech_tokenizer/ folder.")
-
-
-def _dtype(dtype) -> mx.Dtype:
-    if isinstance(dtype, mx.Dtype):
-        return dtype
-    if dtype not in DTYPES:
-        raise CheckpointError(f"unsupported speech decoder dtype {dtype!r}; use one of {', '.join(DTYPES)}")
-    return DTYPES[dtype]
-
-
-def _install(model: SpeechDecoder, weights: dict[str, mx.array], dtype: mx.Dtype) -> SpeechDecoder:
-    params = sanitize(model, weights)
-    # codebooks stay float32 until prepare() has projected them
-    params = {k: (v if ".codebook." in k else v.astype(dtype)) for k, v in params.items()}
-    model.load_weights(list(params.items()), strict=True)
-    mx.eval(model.parameters())
+def _install(model: SpeechDecoder, weights: dict[str, mx.array], dtype, source: str) -> SpeechDecoder:
+    """Strictly load checkpoint-layout ``decoder.*`` tensors; codebooks stay float32 until
+    ``prepare()`` has projected them."""
+    load_strict(model, weights, expected=checkpoint_shapes(model), sanitize=lambda w: sanitize(model, w),
+                dtype=dtype, keep_dtype=lambda name: ".codebook." in name, source=source,
+                hint="use the model's own speech_tokenizer/ folder")
     model.eval()
     return model.prepare()
 
@@ -111,14 +94,8 @@ def load_speech_decoder(path: Path, dtype: str = "float32") -> SpeechDecoder:
         if not f.is_file():
             raise CheckpointError(f"speech tokenizer file missing: {f}")
     args = DecoderArgs.from_tokenizer_config(cfg)
-    try:
-        weights = mx.load(str(weights_file))
-    except Exception as e:  # noqa: BLE001  (mlx raises plain RuntimeError/ValueError)
-        raise CheckpointError(f"cannot read {weights_file}: {e}") from None
-    weights = {k: v for k, v in weights.items() if k.startswith(PREFIX)}
-    model = SpeechDecoder(args)
-    _check(model, weights, str(weights_file))
-    return _install(model, weights, _dtype(dtype))
+    weights = {k: v for k, v in read_safetensors(weights_file).items() if k.startswith(PREFIX)}
+    return _install(SpeechDecoder(args), weights, dtype, f"{weights_file} (speech decoder)")
 
 
 def random_weights(model: SpeechDecoder, seed: int = 0) -> dict[str, mx.array]:
@@ -156,4 +133,4 @@ def random_weights(model: SpeechDecoder, seed: int = 0) -> dict[str, mx.array]:
 def build_random_decoder(dtype: str = "float32", args: DecoderArgs | None = None, seed: int = 0) -> SpeechDecoder:
     """The decoder at the released dimensions (or ``args``) with random weights, for bench."""
     model = SpeechDecoder(args or DecoderArgs())
-    return _install(model, random_weights(model, seed), _dtype(dtype))
+    return _install(model, random_weights(model, seed), dtype, "random weights")
