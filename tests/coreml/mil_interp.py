@@ -10,13 +10,9 @@ Unknown ops raise, so a test fails rather than silently skipping part of a graph
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from coremltools.converters.mil.mil import types
-
-_erf = np.frompyfunc(math.erf, 1, 1)
 
 
 class MILInterpreter:
@@ -118,12 +114,6 @@ class MILInterpreter:
             return np.concatenate(g("values"), axis=int(g("axis")))
         if t == "stack":
             return np.stack(g("values"), axis=int(g("axis")))
-        if t == "pad":
-            assert str(g("mode")) == "constant"
-            p = [int(v) for v in g("pad")]
-            x = g("x")
-            widths = [(0, 0)] * (x.ndim - len(p) // 2) + [(p[i], p[i + 1]) for i in range(0, len(p), 2)]
-            return np.pad(x, widths, constant_values=float(g("constant_val") or 0.0))
         if t == "gather":
             assert int(g("batch_dims") or 0) == 0
             return np.take(g("x"), np.asarray(g("indices")).astype(np.int64), axis=int(g("axis")))
@@ -149,25 +139,8 @@ class MILInterpreter:
             ax = int(g("axis"))
             e = np.exp(x - x.max(axis=ax, keepdims=True))
             return e / e.sum(axis=ax, keepdims=True)
-        if t == "layer_norm":
-            x = np.asarray(g("x"), np.float32)
-            axes = tuple(int(a) for a in g("axes"))
-            mu = x.mean(axis=axes, keepdims=True)
-            var = ((x - mu) ** 2).mean(axis=axes, keepdims=True)
-            y = (x - mu) / np.sqrt(var + float(g("epsilon")))
-            gamma, beta = g("gamma"), g("beta")
-            y = y if gamma is None else y * gamma
-            return y if beta is None else y + beta
-        if t == "gelu":
-            assert str(g("mode")) == "EXACT", g("mode")
-            x = np.asarray(g("x"), np.float64)
-            return (0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)).astype(np.float64))).astype(np.float32)
         if t == "clip":
             return np.clip(g("x"), g("alpha"), g("beta"))
-        if t == "conv":
-            return self._conv(op, g)
-        if t == "conv_transpose":
-            return self._conv_transpose(op, g)
         if t == "constexpr_blockwise_shift_scale":
             data = np.asarray(g("data"), np.float32)
             scale = np.asarray(g("scale"), np.float32)
@@ -202,52 +175,6 @@ class MILInterpreter:
             e = None if em[i] else end[i]
             out.append(slice(b, e, stride[i]))
         return tuple(out)
-
-    @staticmethod
-    def _conv(op, g):
-        x = np.asarray(g("x"), np.float32)
-        w = np.asarray(g("weight"), np.float32)
-        b = g("bias")
-        stride = int(g("strides")[0])
-        dil = int(g("dilations")[0])
-        groups = int(g("groups"))
-        pad_type = str(g("pad_type"))
-        assert x.ndim == 3 and w.ndim == 3
-        if pad_type == "custom":
-            left, right = (int(p) for p in g("pad"))
-        else:
-            assert pad_type == "valid", pad_type
-            left = right = 0
-        x = np.pad(x, ((0, 0), (0, 0), (left, right)))
-        n, cin, length = x.shape
-        cout, cin_g, k = w.shape
-        out_len = (length - dil * (k - 1) - 1) // stride + 1
-        cout_g = cout // groups
-        y = np.zeros((n, cout, out_len), np.float32)
-        for gi in range(groups):
-            xs = x[:, gi * cin_g:(gi + 1) * cin_g]
-            ws = w[gi * cout_g:(gi + 1) * cout_g]
-            for tap in range(k):
-                seg = xs[:, :, tap * dil: tap * dil + (out_len - 1) * stride + 1: stride]
-                y[:, gi * cout_g:(gi + 1) * cout_g] += np.einsum("oc,nct->not", ws[:, :, tap], seg)
-        return y if b is None else y + np.asarray(b, np.float32)[None, :, None]
-
-    @staticmethod
-    def _conv_transpose(op, g):
-        x = np.asarray(g("x"), np.float32)
-        w = np.asarray(g("weight"), np.float32)          # [Cin, Cout, K]
-        b = g("bias")
-        stride = int(g("strides")[0])
-        assert int(g("groups")) == 1 and str(g("pad_type")) == "valid"
-        pad = g("pad")
-        assert pad is None or not np.any(pad)
-        n, cin, length = x.shape
-        _, cout, k = w.shape
-        y = np.zeros((n, cout, (length - 1) * stride + k), np.float32)
-        for tap in range(k):
-            contrib = np.einsum("co,nct->not", w[:, :, tap], x)
-            y[:, :, tap: tap + (length - 1) * stride + 1: stride] += contrib
-        return y if b is None else y + np.asarray(b, np.float32)[None, :, None]
 
 
 def load_package_program(path):
