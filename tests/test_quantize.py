@@ -104,7 +104,8 @@ def test_a_foreign_quantized_checkpoint_is_refused_with_the_tensor_named(tmp_pat
     weights = dict(tree_flatten(ref.parameters()))
     with pytest.raises(CheckpointError) as e:
         quantize.prepare(_toy(), {}, weights, "x/model.safetensors")
-    assert str(e.value).startswith("x/model.safetensors: head.weight (+2 more) is quantized") and "\n" not in str(e.value)
+    msg = str(e.value)
+    assert msg.startswith("x/model.safetensors: head.weight (+2 more) is quantized") and "\n" not in msg
     with pytest.raises(CheckpointError, match="quantization"):
         quantize.prepare(_toy(), {"quantization": {"bits": 4}}, weights, "x/model.safetensors")
 
@@ -123,5 +124,6 @@ def test_qwen3_loader_reads_our_conversion_and_refuses_one_without_the_marker(tm
     cfg = json.loads((out / "config.json").read_text())
     del cfg["quantization"]
     (out / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(CheckpointError, match=r"model\.safetensors: talker\..*\.weight \(\+\d+ more\) is quantized .* no \"quantization\""):
+    refused = r"model\.safetensors: talker\..*\.weight \(\+\d+ more\) is quantized .* no \"quantization\""
+    with pytest.raises(CheckpointError, match=refused):
         load_model(out, "float32")
