@@ -9,7 +9,8 @@
 
 A family converts by choosing its LM's ``LMArgs`` and tensors (``export.export_lm``) and writing
 the manifest; its pipeline opens the code decoder with ``decoder.open_code_decoder(checkpoint)``.
-Only this module and runtime.py are imported without coremltools.
+lm.py and export.py import coremltools; the rest does not, so `ttscli models` and the runtime
+checks stay light.
 """
 from .runtime import COMPUTE_UNITS, CoreMLModel, coreml_available, load_package, require_coreml
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ttscli.errors import GenerationError
+from ttscli.errors import CheckpointError, GenerationError
 
 from .manifest import component, for_checkpoint, read_manifest
 from .runtime import CoreMLModel, require_coreml
@@ -53,7 +53,7 @@ class CoreMLCodeDecoder:
         ``predict(inputs, state)`` (tests run the package's MIL program with numpy);
         ``entry``: its manifest component entry."""
         if entry.get("kind") != "stateful_lm_step" or not entry.get("vocab_size"):
-            raise GenerationError(f"{entry.get('path')}: not an LM step package with an output head")
+            raise CheckpointError(f"{entry.get('path')}: not an LM step package with an output head; convert again")
         self.model = model
         self.capacity = int(entry["capacity"])
         self.hidden_size = int(entry["hidden_size"])
