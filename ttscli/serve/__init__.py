@@ -1,0 +1,90 @@
+"""`ttscli serve`: an OpenAI-compatible speech server (FastAPI + uvicorn, the ``ttscli[serve]`` extra).
+
+Layout: worker.py (one thread per model, bounded queue), app.py (routes, request parsing,
+streaming), formats.py (response formats). Requests go through the library API
+(``ttscli.generate.synthesize``) exactly as ``ttscli speak`` does.
+"""
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ttscli.errors import BackendUnavailableError, UsageError
+
+LOOPBACK = "127.0.0.1"
+
+
+def require_extra() -> None:
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        raise BackendUnavailableError(f"ttscli serve needs the serve extra ({e.name} is missing): "
+                                      "pip install 'ttscli[serve]'") from None
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket; port 0 picks a free one (tests read the port from the ready line)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def run_request(pipeline, request):
+    from ttscli.generate import synthesize
+
+    return synthesize(pipeline, request)
+
+
+def serve(loaders: dict[str, Callable[[], Any]], specs: dict[str, Any], registry, *, host: str = LOOPBACK,
+          port: int = 8000, api_key: str | None = None, max_queue: int = 16, voices_dir: Path | None = None,
+          note: Callable[[str], None] = print) -> None:
+    """Load every model (each on its own thread), then serve until stopped."""
+    require_extra()
+    import uvicorn
+
+    from ttscli.models import family_of
+    from ttscli.serve.app import ServeConfig, create_app
+    from ttscli.serve.worker import ModelWorker
+
+    sock = bind(host, port)
+    workers: dict[str, ModelWorker] = {}
+    try:
+        for model_id, load in loaders.items():
+            w = ModelWorker(model_id, load, run_request, max_queue)
+            w.start()
+            workers[model_id] = w
+        cfg = ServeConfig(workers=workers, specs=specs, registry=registry, api_key=api_key,
+                          voices_dir=voices_dir, families={m: family_of(s) for m, s in specs.items()})
+        config = uvicorn.Config(create_app(cfg), log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=5)
+        server = uvicorn.Server(config)
+        bound = sock.getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        note(f"serving {', '.join(workers)} on http://{shown}:{bound} (POST /v1/audio/speech; "
+             f"queue {max_queue} per model{', API key required' if api_key else ''})")
+        server.run(sockets=[sock])
+    finally:
+        for w in workers.values():
+            w.stop()
+        sock.close()

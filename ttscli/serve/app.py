@@ -1,0 +1,431 @@
+"""The HTTP API: OpenAI's ``POST /v1/audio/speech`` plus ttscli's extras, over the library API.
+
+Bodies are parsed here rather than by pydantic so that bad input gets the one line the CLI
+prints for the same mistake (``ttscli.errors`` classes, ``str(err)``), in OpenAI's error shape.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import hmac
+import json
+import logging
+import math
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ttscli.errors import (
+    BackendUnavailableError,
+    ModelNotFoundError,
+    NotImplementedModelError,
+    TTSError,
+    UsageError,
+)
+from ttscli.serve.formats import STREAMED, Encoder, check_format, content_type
+from ttscli.serve.worker import DONE, ModelWorker, QueueFull
+
+log = logging.getLogger("ttscli.serve")
+
+# What OpenAI clients send as `model`; each means the server's default model.
+OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+# OpenAI's voice names: a model without such a voice speaks in its own default voice.
+OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse",
+                 "marin", "cedar")
+# The request fields with a meaning of their own; any other field names a family knob.
+FIELDS = ("model", "input", "voice", "instructions", "response_format", "speed", "stream_format", "seed",
+          "language", "max_frames", "ref_audio", "ref_text")
+MAX_BODY = 16 << 20          # 30 s of 48 kHz stereo WAV reference, base64, fits with room to spare
+SAVED_VOICE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+POLL_S = 0.2                 # how often a waiting request checks that its client is still there
+
+
+@dataclass
+class ServeConfig:
+    workers: dict[str, ModelWorker]          # model id -> its worker (the first is the default)
+    specs: dict[str, Any]                    # model id -> ModelSpec
+    registry: Any
+    api_key: str | None = None
+    voices_dir: Path | None = None
+    max_body: int = MAX_BODY
+    families: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def default_model(self) -> str:
+        return next(iter(self.workers))
+
+
+class HTTPFailure(Exception):
+    def __init__(self, status: int, message: str, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers or {}
+
+
+def status_for(e: BaseException) -> int:
+    if isinstance(e, QueueFull):
+        return 503
+    if isinstance(e, (ModelNotFoundError, NotImplementedModelError)):
+        return 404
+    if isinstance(e, (UsageError, BackendUnavailableError)):
+        return 400
+    return 500
+
+
+def error_body(status: int, message: str) -> dict:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
+
+
+def one_line(e: BaseException) -> str:
+    if isinstance(e, TTSError):
+        return str(e)
+    return f"internal error: {type(e).__name__}: {e}"
+
+
+def create_app(cfg: ServeConfig) -> FastAPI:
+    app = FastAPI(title="ttscli", docs_url=None, redoc_url=None, openapi_url=None)
+
+    def fail(status: int, message: str, headers: dict | None = None):
+        return JSONResponse(error_body(status, message), status_code=status, headers=headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request, exc):  # unknown routes and methods, in the same error shape
+        return fail(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(HTTPFailure)
+    async def _failure(request, exc: HTTPFailure):
+        return fail(exc.status, exc.message, exc.headers)
+
+    def authorize(request: Request) -> None:
+        if cfg.api_key is None:
+            return
+        got = request.headers.get("authorization", "")
+        scheme, _, token = got.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), cfg.api_key.encode()):
+            raise HTTPFailure(401, "missing or wrong API key; send the header Authorization: Bearer KEY")
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "models": {m: w.status() for m, w in cfg.workers.items()}}
+
+    @app.get("/v1/models")
+    async def list_models(request: Request):
+        authorize(request)
+        return {"object": "list", "data": [
+            {"id": m, "object": "model", "created": 0, "owned_by": "ttscli",
+             "sample_rate": w.pipeline.sample_rate} for m, w in cfg.workers.items()]}
+
+    @app.get("/v1/audio/voices")
+    async def list_voices(request: Request, model: str | None = None):
+        authorize(request)
+        ids = [resolve_model(cfg, model)] if model else list(cfg.workers)
+        out = []
+        for m in ids:
+            out += [{"id": v, "model": m, "kind": "preset"} for v in preset_voices(cfg, m)]
+            if cfg.specs[m].can("clone"):
+                out += [{"id": v, "model": m, "kind": "saved"} for v in saved_voices(cfg)]
+        return {"object": "list", "data": out}
+
+    @app.post("/v1/audio/speech")
+    async def speech(request: Request):
+        authorize(request)
+        try:
+            fields_, upload = await read_body(request, cfg.max_body)
+            model_id, req, fmt, sse = await build_request(cfg, fields_, upload)
+        except HTTPFailure:
+            raise
+        except Exception as e:
+            raise HTTPFailure(status_for(e), one_line(e)) from None
+        worker = cfg.workers[model_id]
+        try:
+            job = worker.submit(req, asyncio.get_running_loop())
+        except QueueFull as e:
+            raise HTTPFailure(503, str(e), {"Retry-After": str(e.retry_after)}) from None
+        try:
+            first = await next_item(job, request)
+        except BaseException:
+            worker.cancel(job)
+            raise
+        if first is None:                    # the client left while waiting
+            worker.cancel(job)
+            return fail(499, "client closed the request")
+        if isinstance(first, BaseException):
+            log.info("%s: %s", model_id, one_line(first))
+            return fail(status_for(first), one_line(first))
+        if first is DONE:
+            return fail(400, "the text has nothing the voice can speak (only punctuation or symbols?)")
+        rate = worker.pipeline.sample_rate
+        enc = Encoder(fmt, rate)
+        headers = {"X-Sample-Rate": str(rate), "Cache-Control": "no-store"}
+        body = sse_events(job, request, worker, enc, first) if sse else audio_bytes(job, request, worker, enc, first)
+        media = "text/event-stream" if sse else content_type(fmt)
+        return StreamingResponse(body, media_type=media, headers=headers)
+
+    return app
+
+
+async def next_item(job, request):
+    """The job's next chunk, DONE or exception; None if the client disconnected meanwhile."""
+    while True:
+        try:
+            return await asyncio.wait_for(job.out.get(), POLL_S)
+        except asyncio.TimeoutError:
+            if await request.is_disconnected():
+                return None
+
+
+async def audio_bytes(job, request, worker, enc, first):
+    try:
+        yield enc.add(first)
+        while True:
+            item = await next_item(job, request)
+            if item is None:
+                return
+            if item is DONE:
+                tail = enc.finish()
+                if tail:
+                    yield tail
+                return
+            if isinstance(item, BaseException):
+                # the status line is gone: end the stream without its terminating chunk, so the
+                # client sees an incomplete response instead of a short file
+                log.warning("%s: %s", worker.model_id, one_line(item))
+                raise RuntimeError(one_line(item))
+            data = enc.add(item)
+            if data:
+                yield data
+    finally:
+        worker.cancel(job)
+
+
+def _event(obj: dict) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+async def sse_events(job, request, worker, enc, first):
+    try:
+        yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(enc.add(first)).decode()})
+        while True:
+            item = await next_item(job, request)
+            if item is None:
+                return
+            if item is DONE:
+                yield _event({"type": "speech.audio.done", "sample_rate": enc.sample_rate,
+                              "duration_s": round(enc.samples / enc.sample_rate, 3)})
+                return
+            if isinstance(item, BaseException):
+                yield _event({"type": "error", "error": error_body(status_for(item), one_line(item))["error"]})
+                return
+            yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(enc.add(item)).decode()})
+    finally:
+        worker.cancel(job)
+
+
+# ---- request bodies ---------------------------------------------------------------------------
+
+async def read_body(request, limit: int) -> tuple[dict, tuple[str, bytes] | None]:
+    """The fields of a JSON or multipart body, read with a bound; and an uploaded reference."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise HTTPFailure(413, f"request body is {int(declared):,} bytes; the limit is {limit:,} bytes")
+    chunks, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise HTTPFailure(413, f"request body is over the limit of {limit:,} bytes")
+        chunks.append(part)
+    body = b"".join(chunks)
+    if ctype in ("multipart/form-data", "application/x-www-form-urlencoded"):
+        return await _form(request, body)
+    if ctype not in ("application/json", "") and not ctype.endswith("+json"):
+        raise HTTPFailure(415, f"send the request as application/json or multipart/form-data, not {ctype}")
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise HTTPFailure(400, f"request body is not valid JSON: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise HTTPFailure(400, "request body must be a JSON object with at least `input`")
+    upload = None
+    if data.get("ref_audio") is not None:
+        raw = data.pop("ref_audio")
+        if not isinstance(raw, str):
+            raise UsageError("ref_audio must be the reference audio file, base64-encoded")
+        try:
+            upload = ("ref_audio", base64.b64decode(raw, validate=True))
+        except ValueError:
+            raise UsageError("ref_audio is not valid base64; send the audio file's bytes base64-encoded") from None
+    return data, upload
+
+
+async def _form(request, body: bytes):
+    sent = False
+
+    async def replay():
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    try:
+        form = await Request(request.scope, replay).form(max_files=1, max_fields=64)
+    except Exception as e:
+        raise HTTPFailure(400, f"malformed multipart body: {getattr(e, 'detail', e)}") from None
+    data, upload = {}, None
+    for key, value in form.multi_items():
+        if hasattr(value, "read"):
+            if key != "ref_audio":
+                raise HTTPFailure(400, f"unexpected file field {key!r}; the reference goes in `ref_audio`")
+            upload = (value.filename or "ref_audio", await value.read())
+        else:
+            data[key] = value
+    return data, upload
+
+
+def resolve_model(cfg: ServeConfig, name: Any) -> str:
+    if name is None or name in OPENAI_MODELS:
+        return cfg.default_model
+    if not isinstance(name, str):
+        raise UsageError("model must be a string")
+    if name in cfg.workers:
+        return name
+    try:
+        spec = cfg.registry.resolve(name)
+    except TTSError:
+        spec = None
+    if spec is not None and spec.id in cfg.workers:
+        return spec.id
+    raise ModelNotFoundError(f"model {name!r} is not served here (serving: {', '.join(cfg.workers)}; "
+                             f"start `ttscli serve -m {name}` to serve it)")
+
+
+def preset_voices(cfg: ServeConfig, model_id: str) -> list[str]:
+    spec, fam = cfg.specs[model_id], cfg.families[model_id]
+    return list(fam.voices(spec, None) if fam.voices else spec.voices)
+
+
+def saved_voices(cfg: ServeConfig) -> list[str]:
+    d = cfg.voices_dir
+    if d is None or not d.is_dir():
+        return []
+    return sorted(p.stem for p in d.glob("*.safetensors") if SAVED_VOICE.match(p.stem))
+
+
+def map_voice(cfg: ServeConfig, model_id: str, voice: Any) -> str | None:
+    """OpenAI's voice field: a preset of the model, a saved voice by name, or OpenAI's own names
+    (the model's default voice). Never a path: a client must not make the server read files."""
+    if voice is None or voice == "":
+        return None
+    if not isinstance(voice, str):
+        raise UsageError("voice must be a string (a preset or saved voice name)")
+    presets = preset_voices(cfg, model_id)
+    if voice.lower() in (v.lower() for v in presets):
+        return voice
+    if cfg.specs[model_id].can("clone") and SAVED_VOICE.match(voice) and cfg.voices_dir is not None:
+        path = cfg.voices_dir / f"{voice}.safetensors"
+        if path.is_file():
+            return str(path)
+    if voice.lower() in OPENAI_VOICES:
+        return None
+    if "/" in voice or "\\" in voice or voice.endswith(".safetensors"):
+        raise UsageError(f"voice {voice!r}: give a preset or saved voice name, not a path "
+                         "(see GET /v1/audio/voices)")
+    return voice  # check_request names the voices the model has
+
+
+def _number(data: dict, name: str, kind: type, lo: float, hi: float):
+    v = data.get(name)
+    if v is None:
+        return None
+    try:
+        if isinstance(v, bool) or (kind is int and isinstance(v, float) and not v.is_integer()):
+            raise ValueError
+        x = kind(v)
+    except (TypeError, ValueError):
+        raise UsageError(f"{name} takes {'an' if kind is int else 'a'} {kind.__name__}, not {v!r}") from None
+    if isinstance(x, float) and not math.isfinite(x) or not lo <= x <= hi:
+        raise UsageError(f"{name} must be in [{lo:g}..{hi:g}], got {v}")
+    return x
+
+
+async def build_request(cfg: ServeConfig, data: dict, upload):
+    """(model id, checked Request, response format, SSE or not) from the body's fields."""
+    from starlette.concurrency import run_in_threadpool
+
+    from ttscli.generate import Request, check_request, honoured
+    from ttscli.text import check_text
+
+    model_id = resolve_model(cfg, data.get("model"))
+    spec, family = cfg.specs[model_id], cfg.families[model_id]
+    text = data.get("input")
+    if not isinstance(text, str):
+        raise UsageError("no text: give it as `input` (a string)")
+    text = check_text(text)
+    instruct = data.get("instructions")
+    if instruct is not None and instruct != "":
+        if not isinstance(instruct, str):
+            raise UsageError("instructions must be a string")
+        instruct = check_text(instruct, "--instruct")
+    else:
+        instruct = None
+    fmt = check_format(data.get("response_format") or "mp3")
+    stream_format = str(data.get("stream_format") or "audio").lower()
+    if stream_format not in ("audio", "sse"):
+        raise UsageError(f"stream_format must be audio or sse, not {stream_format!r}")
+    if stream_format == "sse" and fmt not in STREAMED:
+        raise UsageError(f"stream_format sse sends pcm or wav deltas; use response_format pcm or wav, not {fmt}")
+    speed = _number(data, "speed", float, 0.25, 4.0)
+    seed = _number(data, "seed", int, 0, 2**32 - 1)
+    max_frames = _number(data, "max_frames", int, 1, 1 << 20)
+    language = data.get("language")
+    if language is not None and not isinstance(language, str):
+        raise UsageError("language must be a string")
+    knobs = {k: v for k, v in data.items() if k not in FIELDS}
+    ref_text = data.get("ref_text")
+    if ref_text is not None:
+        if not isinstance(ref_text, str):
+            raise UsageError("ref_text must be a string")
+        ref_text = check_text(ref_text, "--ref-text")
+    req = Request(text=text, voice=map_voice(cfg, model_id, data.get("voice")), instruct=instruct,
+                  language=language or None, seed=seed, speed=speed if speed is not None else 1.0,
+                  max_frames=max_frames, knobs=knobs)
+    if upload is not None:
+        if not spec.can("clone"):
+            raise UsageError(f"{spec.id} cannot clone voices; pick a model with clone support (see `ttscli models`)")
+        if ref_text is None and not family.check_knobs(knobs, spec.id).get("x_vector_only"):
+            raise UsageError("give --ref-text (the reference transcript) for in-context cloning, or --x-vector-only")
+        mono, sr = await run_in_threadpool(_reference, upload, float(spec.defaults.get("max_ref_seconds", 30.0)))
+        req.ref_audio, req.ref_sample_rate, req.ref_text = mono, sr, ref_text
+    elif ref_text is not None:
+        raise UsageError("ref_text goes with ref_audio (the reference recording)")
+    req.stream = "stream" in honoured(spec, family)
+    req = check_request(spec, family, req)
+    if req.ref_audio is not None:
+        rate = cfg.workers[model_id].pipeline.ref_sample_rate or req.ref_sample_rate
+        from ttscli.audio import resample
+
+        req.ref_audio = await run_in_threadpool(resample, req.ref_audio, req.ref_sample_rate, rate)
+        req.ref_sample_rate = rate
+    return model_id, req, fmt, stream_format == "sse"
+
+
+def _reference(upload: tuple[str, bytes], max_seconds: float):
+    """Decode an uploaded reference with the CLI's checks; messages name the upload, not a temp path."""
+    from ttscli.audio import read_reference
+
+    name = Path(upload[0]).name or "ref_audio"
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:100] or "ref_audio"
+    with tempfile.TemporaryDirectory(prefix="ttscli-ref-") as tmp:
+        path = Path(tmp) / name
+        path.write_bytes(upload[1])
+        try:
+            return read_reference(path, max_seconds=max_seconds)
+        except TTSError as e:
+            raise type(e)(str(e).replace(str(path), f"upload {name}")) from None

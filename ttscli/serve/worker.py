@@ -1,0 +1,161 @@
+"""One model, one thread: the server's scheduler.
+
+MLX must not evaluate one decoder from two threads, so each served model gets a single thread
+that loads it and then runs its requests one after another, taken from a bounded queue. The
+HTTP side only submits jobs and reads their audio: a job's chunks travel to the event loop
+through ``call_soon_threadsafe``, and a client that goes away cancels its job, which frees its
+place in the queue at once (or stops its generation at the next chunk if it was running).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ttscli.errors import TTSError
+
+DONE = object()          # end of a job's audio
+
+
+class QueueFull(TTSError):
+    """The model's queue is full: the client should retry after ``retry_after`` seconds."""
+
+    def __init__(self, msg: str, retry_after: int):
+        super().__init__(msg)
+        self.retry_after = retry_after
+
+
+@dataclass(eq=False)
+class Job:
+    """One request in flight: its audio arrives on ``out`` (chunks, then DONE or an exception)."""
+
+    request: Any
+    loop: asyncio.AbstractEventLoop
+    out: asyncio.Queue = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    submitted: float = field(default_factory=time.monotonic)
+
+    def put(self, item) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+        except RuntimeError:  # the event loop is gone (shutdown): nobody is listening
+            self.cancelled.set()
+
+
+class ModelWorker:
+    """Loads one model on its own thread and serves its jobs in order, one at a time."""
+
+    def __init__(self, model_id: str, load: Callable[[], Any], run: Callable[[Any, Any], Any], max_queue: int):
+        self.model_id = model_id
+        self._load = load
+        self._run = run          # (pipeline, request) -> iterator of float32 chunks
+        self.max_queue = max_queue
+        self.pipeline = None
+        self._pending: collections.deque[Job] = collections.deque()
+        self._cond = threading.Condition()
+        self._stop = False
+        self._ready = threading.Event()
+        self._load_error: BaseException | None = None
+        self.active: Job | None = None
+        self.counts = {"served": 0, "failed": 0, "cancelled": 0, "refused": 0}
+        self._job_s = 1.0        # moving average of a job's time, for Retry-After
+        self._thread = threading.Thread(target=self._main, name=f"ttscli-serve-{model_id}", daemon=True)
+
+    # ---- lifecycle
+    def start(self) -> None:
+        """Start the thread and wait until the model is loaded (its load error is raised here)."""
+        self._thread.start()
+        self._ready.wait()
+        if self._load_error is not None:
+            raise self._load_error
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self._cond:
+            self._stop = True
+            for job in self._pending:
+                job.cancelled.set()
+            self._pending.clear()
+            if self.active is not None:
+                self.active.cancelled.set()
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    # ---- the HTTP side
+    def submit(self, request, loop: asyncio.AbstractEventLoop) -> Job:
+        with self._cond:
+            if len(self._pending) >= self.max_queue:
+                self.counts["refused"] += 1
+                wait = max(1, round(self._job_s * (len(self._pending) + 1)))
+                raise QueueFull(f"{self.model_id} has {len(self._pending)} requests waiting (the limit); "
+                                f"retry in {wait} s", wait)
+            job = Job(request, loop)
+            self._pending.append(job)
+            self._cond.notify()
+            return job
+
+    def cancel(self, job: Job) -> None:
+        """The client went away: drop the job from the queue, or stop it at its next chunk."""
+        with self._cond:
+            if job.cancelled.is_set():
+                return
+            job.cancelled.set()
+            try:
+                self._pending.remove(job)
+                self.counts["cancelled"] += 1
+            except ValueError:
+                pass  # running (counted when it stops) or finished
+
+    def status(self) -> dict:
+        with self._cond:
+            return {"queued": len(self._pending), "active": 0 if self.active is None else 1,
+                    "max_queue": self.max_queue, **self.counts}
+
+    # ---- the model's thread
+    def _main(self) -> None:
+        try:
+            self.pipeline = self._load()
+        except BaseException as e:  # handed to start(); the thread ends
+            self._load_error = e
+            self._ready.set()
+            return
+        self._ready.set()
+        while True:
+            with self._cond:
+                while not self._pending and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                job = self._pending.popleft()
+                self.active = job
+            t0 = time.monotonic()
+            outcome = self._serve(job)
+            with self._cond:
+                self.active = None
+                self.counts[outcome] += 1
+                self._job_s = 0.8 * self._job_s + 0.2 * (time.monotonic() - t0)
+
+    def _serve(self, job: Job) -> str:
+        gen = None
+        try:
+            gen = self._run(self.pipeline, job.request)
+            for chunk in gen:
+                if job.cancelled.is_set():
+                    return "cancelled"
+                job.put(chunk)
+            if job.cancelled.is_set():
+                return "cancelled"
+            job.put(DONE)
+            return "served"
+        except BaseException as e:  # the client gets it as an error response / event
+            job.put(e)
+            return "failed"
+        finally:
+            if gen is not None and hasattr(gen, "close"):
+                try:
+                    gen.close()  # run the pipeline's own clean-up for an abandoned generation
+                except Exception:
+                    pass
