@@ -33,8 +33,9 @@ import mlx.nn as nn  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ttscli.generate import Stats  # noqa: E402
+from ttscli.lm import MLXCodeDecoder  # noqa: E402
 from ttscli.models.qwen3_tts.config import GenerationConfig, preset_config  # noqa: E402
-from ttscli.models.qwen3_tts.loop import LoopConfig, MLXCodeDecoder, generate_frames  # noqa: E402
+from ttscli.models.qwen3_tts.loop import LoopConfig, generate_frames  # noqa: E402
 from ttscli.models.qwen3_tts.model import build_random  # noqa: E402
 from ttscli.models.qwen3_tts.prompt import Prompt  # noqa: E402
 

@@ -17,11 +17,11 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten
 
-from ttscli.models.qwen3_tts.loop import LoopConfig, MLXCodeDecoder, generate_frames
+from ttscli.lm import MLXCodeDecoder, SamplingParams
+from ttscli.models.qwen3_tts.loop import LoopConfig, generate_frames
 from ttscli.models.qwen3_tts.config import GenerationConfig
 from ttscli.models.qwen3_tts.model import build_random
 from ttscli.models.qwen3_tts.prompt import Prompt
-from ttscli.sample import SamplingParams
 
 
 def timed(fn, n):

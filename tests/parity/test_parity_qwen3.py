@@ -133,10 +133,10 @@ def test_decoder_check_fails_on_decoder_conv(tmp_path):
 def test_batched_prefill_check_fails_without_causal_mask(tmp_path, monkeypatch):
     """Both paths share the weights, so no weight can split them: drop the causal mask of the
     batched path (sequential prefill never needs one) and the check must see it."""
-    from ttscli.models.qwen3_tts import talker
+    from ttscli.lm import model
 
     ckpt = perturbed(tmp_path)
-    monkeypatch.setattr(talker, "create_causal_mask", lambda *a, **k: None)
+    monkeypatch.setattr(model, "create_causal_mask", lambda *a, **k: None)
     checks = run_checks(ckpt)
     assert not checks[BATCHED].passed and checks[BATCHED].value > 1e-4
 
@@ -186,7 +186,7 @@ def test_backend_comparison_passes_on_equal_talkers_and_fails_on_a_different_one
     """The comparison `--against coreml` runs on a Mac, exercised here with two MLX talkers:
     batched vs sequential prefill (equal), then a talker with a perturbed layer."""
     from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer
-    from ttscli.models.qwen3_tts.loop import MLXCodeDecoder
+    from ttscli.lm import MLXCodeDecoder
     from ttscli.models.qwen3_tts.parity import compare_code_decoders
 
     model, gen = load_model(FIX / "qwen3-tiny-base")

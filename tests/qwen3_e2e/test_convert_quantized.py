@@ -29,7 +29,7 @@ def cosine(a, b):
 
 def prefill_logits(folder):
     from ttscli.models.qwen3_tts.loader import load_model
-    from ttscli.models.qwen3_tts.loop import MLXCodeDecoder
+    from ttscli.lm import MLXCodeDecoder
 
     model, _ = load_model(folder, "float32")
     g = np.load(FIX / "tiny-customvoice.goldens.npz")

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from ttscli.errors import GenerationError
+from ttscli.lm import MLXCodeDecoder, SamplingParams
 from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer
-from ttscli.models.qwen3_tts.loop import LoopConfig, MLXCodeDecoder, generate_frames
+from ttscli.models.qwen3_tts.loop import LoopConfig, generate_frames
 from ttscli.models.qwen3_tts.prompt import VoicePrompt, prepare
-from ttscli.sample import SamplingParams
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_tts"
 GREEDY = [("tiny-base", "icl"), ("tiny-base", "xvec"), ("tiny-customvoice", "instruct"),

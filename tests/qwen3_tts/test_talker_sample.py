@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ttscli.errors import UsageError
-from ttscli.sample import KeyStream, SamplingParams, apply_repetition_penalty, filter_logits, logit_bias, sample
+from ttscli.lm.sample import KeyStream, SamplingParams, apply_repetition_penalty, filter_logits, logit_bias, sample
 
 
 def kept(x):

@@ -1,10 +1,8 @@
-"""Shared MLX layers: norms, RoPE, attention (GQA, optional q/k-norm), gated MLPs, decoder blocks."""
+"""Shared MLX layers: norms, RoPE, attention (GQA, optional q/k-norm), gated MLPs."""
 from ttscli.nn.layers import (  # noqa: F401
     MLP,
     Attention,
-    DecoderLayer,
     RMSNorm,
-    apply_rope,
+    RoPE,
     conv_weights_to_mlx,
-    create_causal_mask,
 )

@@ -1,10 +1,11 @@
-"""Decoder-only transformer pieces shared by the codec language models (Qwen3, Llama-style).
+"""Shared MLX layers: RMSNorm, RoPE, attention (GQA, optional q/k-norm), the SwiGLU MLP.
 
-Module and parameter names follow the Hugging Face checkpoints (``q_proj``, ``q_norm``,
-``gate_proj``, ``input_layernorm`` ...) so weights load without renaming.
+Used by the decoder-only LMs (:mod:`ttscli.lm`, which builds its blocks from these) and by
+codec transformers.  Module and parameter names follow the Hugging Face checkpoints
+(``q_proj``, ``q_norm``, ``gate_proj`` ...) so weights load without renaming.
 
-Attention reads and writes an explicit cache object (see :mod:`ttscli.cache`) passed by the
-caller: state belongs to one request, never to the module.
+Attention reads and writes an explicit cache object (see :mod:`ttscli.lm.cache`) passed by
+the caller: state belongs to one request, never to the module.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 
 from .fastmath import on_cpu, softmax, swiglu
 
@@ -28,23 +30,25 @@ class RMSNorm(nn.Module):
         return mx.fast.rms_norm(x, self.weight, self.eps)
 
 
-def apply_rope(x: mx.array, head_dim: int, base: float, offset: int | mx.array = 0,
-               traditional: bool = False) -> mx.array:
-    """Rotary embedding on ``x [B, heads, L, head_dim]`` at positions ``offset .. offset+L-1``.
+class RoPE(nn.Module):
+    """Rotate-half (GPT-NeoX layout, as Qwen/Llama checkpoints use) rotary embedding on
+    ``x [B, heads, L, head_dim]`` at positions ``offset .. offset+L-1``.
 
-    ``traditional=False`` is the rotate-half (GPT-NeoX) layout that Qwen/Llama checkpoints use.
-    A multimodal (M-RoPE) config whose three position rows are always equal reduces to this.
+    ``base``: default frequencies base^(-2i/d), derived by MLX's fused kernel.  ``inv_freq``:
+    any other inverse frequencies (``ttscli.lm.rope`` computes the variants).
     """
-    return mx.fast.rope(x, head_dim, traditional=traditional, base=base, scale=1.0, offset=offset)
 
+    def __init__(self, dims: int, base: float | None = 10000.0, inv_freq: np.ndarray | None = None):
+        super().__init__()
+        self.dims = dims
+        self.base = None if inv_freq is not None else base
+        # mx.fast.rope's ``freqs`` are periods (1 / inverse frequency). The leading underscore
+        # keeps the table out of the parameter tree (it is not a checkpoint tensor).
+        self._freqs = None if inv_freq is None else mx.array(1.0 / np.asarray(inv_freq, np.float64), mx.float32)
 
-def create_causal_mask(length: int, offset: int = 0) -> Any:
-    """Mask argument for ``scaled_dot_product_attention``: None for one query, else causal.
-
-    MLX aligns the string mask ``"causal"`` to the end of the keys, which is what a prefill on
-    top of an existing cache needs.
-    """
-    return None if length == 1 else "causal"
+    def __call__(self, x: mx.array, offset: int | mx.array = 0) -> mx.array:
+        return mx.fast.rope(x, self.dims, traditional=False, base=self.base, scale=1.0, offset=offset,
+                            freqs=self._freqs)
 
 
 def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Any = None) -> mx.array:
@@ -78,13 +82,13 @@ class Attention(nn.Module):
 
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
                  rope_theta: float = 10000.0, eps: float = 1e-6, bias: bool = False,
-                 qk_norm: bool = True, rope_traditional: bool = False):
+                 qk_norm: bool = True, rope: RoPE | None = None):
+        """``rope``: the rotation to use (a RoPE variant); default plain RoPE at ``rope_theta``."""
         super().__init__()
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
-        self.rope_theta = rope_theta
-        self.rope_traditional = rope_traditional
+        self.rope = rope if rope is not None else RoPE(head_dim, base=rope_theta)
         self.scale = head_dim ** -0.5
         self.q_proj = nn.Linear(hidden_size, num_heads * head_dim, bias=bias)
         self.k_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=bias)
@@ -107,8 +111,8 @@ class Attention(nn.Module):
         k = k.transpose(0, 2, 1, 3)
         v = v.transpose(0, 2, 1, 3)
         offset = cache.offset if cache is not None else 0
-        q = apply_rope(q, self.head_dim, self.rope_theta, offset, self.rope_traditional)
-        k = apply_rope(k, self.head_dim, self.rope_theta, offset, self.rope_traditional)
+        q = self.rope(q, offset)
+        k = self.rope(k, offset)
         if cache is not None:
             k, v = cache.update_and_fetch(k, v)
         out = attention(q, k, v, self.scale, mask)
@@ -128,24 +132,6 @@ class MLP(nn.Module):
     def __call__(self, x: mx.array) -> mx.array:
         g, u = self.gate_proj(x), self.up_proj(x)
         return self.down_proj(swiglu(g, u) if on_cpu() else nn.silu(g) * u)
-
-
-class DecoderLayer(nn.Module):
-    """Pre-norm decoder block (Qwen3 / Llama): x + attn(norm(x)), then x + mlp(norm(x))."""
-
-    def __init__(self, hidden_size: int, intermediate_size: int, num_heads: int, num_kv_heads: int,
-                 head_dim: int, rope_theta: float, eps: float = 1e-6, attention_bias: bool = False,
-                 qk_norm: bool = True):
-        super().__init__()
-        self.self_attn = Attention(hidden_size, num_heads, num_kv_heads, head_dim, rope_theta, eps,
-                                   attention_bias, qk_norm)
-        self.mlp = MLP(hidden_size, intermediate_size)
-        self.input_layernorm = RMSNorm(hidden_size, eps)
-        self.post_attention_layernorm = RMSNorm(hidden_size, eps)
-
-    def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
-        h = x + self.self_attn(self.input_layernorm(x), mask, cache)
-        return h + self.mlp(self.post_attention_layernorm(h))
 
 
 def conv_weights_to_mlx(module: nn.Module, weights: dict) -> dict:

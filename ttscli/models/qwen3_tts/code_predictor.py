@@ -15,45 +15,27 @@ from typing import Callable
 import mlx.core as mx
 import mlx.nn as nn
 
+from ttscli.lm import ConcatCache, DecoderLM, LMArgs, RopeArgs, SamplingParams, sample
 from ttscli.models.qwen3_tts.config import CodePredictorArgs
-from ttscli.nn import DecoderLayer, RMSNorm
-from ttscli.sample import SamplingParams, sample
 
 
-class _ListCache:
-    """Functional per-layer KV store for the predictor: concatenation keeps it traceable."""
-
-    def __init__(self):
-        self.keys = None
-        self.values = None
-        self.offset = 0
-
-    def update_and_fetch(self, k: mx.array, v: mx.array) -> tuple[mx.array, mx.array]:
-        if self.keys is None:
-            self.keys, self.values = k, v
-        else:
-            self.keys = mx.concatenate([self.keys, k], axis=2)
-            self.values = mx.concatenate([self.values, v], axis=2)
-        self.offset += k.shape[2]
-        return self.keys, self.values
+def lm_args(a: CodePredictorArgs) -> LMArgs:
+    """The predictor's Qwen3 stack (q/k norm, plain RoPE) as the shared LM arguments."""
+    return LMArgs(hidden_size=a.hidden_size, num_hidden_layers=a.num_hidden_layers,
+                  num_attention_heads=a.num_attention_heads, intermediate_size=a.intermediate_size,
+                  num_key_value_heads=a.num_key_value_heads, head_dim=a.head_dim, rms_norm_eps=a.rms_norm_eps,
+                  vocab_size=a.vocab_size, attention_bias=a.attention_bias, qk_norm=True,
+                  rope=RopeArgs(theta=a.rope_theta))
 
 
-class CodePredictorModel(nn.Module):
+class CodePredictorModel(DecoderLM):
+    """``talker.code_predictor.model``: the stack plus one input embedding per codebook 1..15
+    (at the talker's width; ``small_to_mtp_projection`` maps them down when narrower)."""
+
     def __init__(self, a: CodePredictorArgs, embedding_dim: int):
-        super().__init__()
+        super().__init__(lm_args(a), embed_tokens=False)
         self.codec_embedding = [nn.Embedding(a.vocab_size, embedding_dim)
                                 for _ in range(a.num_code_groups - 1)]
-        self.layers = [DecoderLayer(a.hidden_size, a.intermediate_size, a.num_attention_heads,
-                                    a.num_key_value_heads, a.head_dim, a.rope_theta, a.rms_norm_eps,
-                                    a.attention_bias, qk_norm=True)
-                       for _ in range(a.num_hidden_layers)]
-        self.norm = RMSNorm(a.hidden_size, a.rms_norm_eps)
-
-    def __call__(self, x: mx.array, cache: list) -> mx.array:
-        mask = None if x.shape[1] == 1 else "causal"
-        for layer, c in zip(self.layers, cache):
-            x = layer(x, mask, c)
-        return self.norm(x)
 
 
 class CodePredictor(nn.Module):
@@ -81,13 +63,13 @@ class CodePredictor(nn.Module):
         embedding; ``keys [15, 2]`` one PRNG key per draw (ignored when greedy).
         Returns ``codes [B, 15] int32`` and ``frame_embed [B, H]`` (lazy).
         """
-        cache = [_ListCache() for _ in self.model.layers]
+        cache = [ConcatCache() for _ in self.model.layers]
         x = mx.stack([hidden, c0_embed], axis=1)
         total = c0_embed
         codes = []
         n = len(self.lm_head)
         for j in range(n):
-            h = self.model(self.project(x), cache)[:, -1, :]
+            h = self.model(cache=cache, input_embeddings=self.project(x))[:, -1, :]
             code = sample(self.lm_head[j](h), params, None if keys is None else keys[j])
             codes.append(code)
             e = self.model.codec_embedding[j](code)

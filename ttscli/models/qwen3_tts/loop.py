@@ -1,8 +1,8 @@
 """Frame loop: talker step -> codebook 0 -> code predictor (codebooks 1..15) -> next input.
 
-The talker sits behind :class:`CodeDecoder` so a Core ML talker can replace the MLX one; the
-embeddings, the code predictor and sampling stay in MLX.  Sampling runs on device and the loop
-syncs with the host once per frame (to test codebook 0 for EOS).
+The talker sits behind :class:`ttscli.lm.CodeDecoder` so a Core ML talker can replace the MLX
+one; the embeddings, the code predictor and sampling stay in MLX.  Sampling runs on device and
+the loop syncs with the host once per frame (to test codebook 0 for EOS).
 
 Sampling follows the reference ``generate``: repetition penalty on previously generated
 codebook-0 ids, control ids 2048.. (except EOS) suppressed, EOS blocked for the first
@@ -14,55 +14,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Protocol, runtime_checkable
+from typing import Iterator
 
 import mlx.core as mx
 import numpy as np
 
 from ttscli.errors import GenerationError, UsageError
 from ttscli.generate import Stats
+from ttscli.lm import CodeDecoder, KeyStream, SamplingParams, logit_bias, sample
 from ttscli.models.qwen3_tts.config import GenerationConfig
 from ttscli.models.qwen3_tts.prompt import Prompt
 from ttscli.models.qwen3_tts.talker import Talker
-from ttscli.sample import KeyStream, SamplingParams, logit_bias, sample
-
-
-@runtime_checkable
-class CodeDecoder(Protocol):
-    """The talker as the loop sees it. Caches are opaque objects owned by one request."""
-
-    def new_cache(self) -> Any: ...
-
-    def prefill(self, embeds: mx.array, cache: Any) -> tuple[mx.array, mx.array]:
-        """``embeds [1, T, H]`` -> (logits ``[1, V]``, post-norm hidden ``[1, H]``) of the last position."""
-        ...
-
-    def step(self, embed: mx.array, cache: Any) -> tuple[mx.array, mx.array]:
-        """One position ``[1, 1, H]`` -> (logits ``[1, V]``, hidden ``[1, H]``)."""
-        ...
-
-
-class MLXCodeDecoder:
-    """The MLX talker. ``sequential=True`` prefills one position per call (bench baseline)."""
-
-    def __init__(self, talker: Talker, sequential: bool = False):
-        self.talker = talker
-        self.sequential = sequential
-
-    def new_cache(self) -> list:
-        return self.talker.new_cache()
-
-    def prefill(self, embeds: mx.array, cache: list) -> tuple[mx.array, mx.array]:
-        if not self.sequential:
-            return self.talker(embeds, cache)
-        out = None
-        for i in range(embeds.shape[1]):
-            out = self.talker(embeds[:, i:i + 1], cache)
-            mx.eval(out, [c.state for c in cache])
-        return out
-
-    def step(self, embed: mx.array, cache: list) -> tuple[mx.array, mx.array]:
-        return self.talker(embed, cache)
 
 
 @dataclass

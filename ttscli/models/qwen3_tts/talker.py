@@ -4,7 +4,8 @@ Checkpoint prefix ``talker.``: ``model.{text_embedding,codec_embedding,layers,no
 ``text_projection.{linear_fc1,linear_fc2}``, ``codec_head`` and ``code_predictor``.
 
 The talker's RoPE is configured as interleaved M-RoPE (sections [24, 20, 20]) but TTS always
-feeds three identical position rows, which makes it the plain rotate-half 1-D RoPE.
+feeds three identical position rows, which makes it the plain rotate-half 1-D RoPE (see
+:mod:`ttscli.lm.rope`; tests/lm checks this against the upstream talker's rotary code).
 """
 from __future__ import annotations
 
@@ -13,10 +14,9 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
-from ttscli.cache import make_cache
+from ttscli.lm import DecoderLM, LMArgs, RopeArgs
 from ttscli.models.qwen3_tts.code_predictor import CodePredictor
 from ttscli.models.qwen3_tts.config import TalkerArgs
-from ttscli.nn import DecoderLayer, RMSNorm, create_causal_mask
 
 
 class ResizeMLP(nn.Module):
@@ -31,30 +31,22 @@ class ResizeMLP(nn.Module):
         return self.linear_fc2(nn.silu(self.linear_fc1(x)))
 
 
-def decoder_layers(n: int, hidden: int, inter: int, heads: int, kv_heads: int, head_dim: int,
-                   theta: float, eps: float, bias: bool) -> list[DecoderLayer]:
-    return [DecoderLayer(hidden, inter, heads, kv_heads, head_dim, theta, eps, bias, qk_norm=True)
-            for _ in range(n)]
+def lm_args(a: TalkerArgs) -> LMArgs:
+    """The talker's Qwen3 stack (q/k norm) as the shared LM arguments."""
+    return LMArgs(hidden_size=a.hidden_size, num_hidden_layers=a.num_hidden_layers,
+                  num_attention_heads=a.num_attention_heads, intermediate_size=a.intermediate_size,
+                  num_key_value_heads=a.num_key_value_heads, head_dim=a.head_dim, rms_norm_eps=a.rms_norm_eps,
+                  vocab_size=a.vocab_size, attention_bias=a.attention_bias, qk_norm=True,
+                  rope=RopeArgs.from_hf({"rope_theta": a.rope_theta, "rope_scaling": a.rope_scaling}))
 
 
-class TalkerModel(nn.Module):
+class TalkerModel(DecoderLM):
+    """``talker.model``: the Qwen3 stack fed with summed text + codec embeddings."""
+
     def __init__(self, a: TalkerArgs):
-        super().__init__()
+        super().__init__(lm_args(a), embed_tokens=False)
         self.text_embedding = nn.Embedding(a.text_vocab_size, a.text_hidden_size)
         self.codec_embedding = nn.Embedding(a.vocab_size, a.hidden_size)
-        self.layers = decoder_layers(a.num_hidden_layers, a.hidden_size, a.intermediate_size,
-                                     a.num_attention_heads, a.num_key_value_heads, a.head_dim,
-                                     a.rope_theta, a.rms_norm_eps, a.attention_bias)
-        self.norm = RMSNorm(a.hidden_size, a.rms_norm_eps)
-
-    def __call__(self, embeds: mx.array, cache: list[Any] | None = None) -> mx.array:
-        """Post-norm hidden states for ``embeds [B, L, H]``; ``cache`` grows by L."""
-        offset = cache[0].offset if cache else 0
-        mask = create_causal_mask(embeds.shape[1], offset)
-        h = embeds
-        for i, layer in enumerate(self.layers):
-            h = layer(h, mask, cache[i] if cache else None)
-        return self.norm(h)
 
 
 class Talker(nn.Module):
@@ -81,9 +73,9 @@ class Talker(nn.Module):
         return out
 
     def new_cache(self) -> list[Any]:
-        return make_cache(len(self.model.layers))
+        return self.model.make_cache()
 
     def __call__(self, embeds: mx.array, cache: list[Any] | None = None) -> tuple[mx.array, mx.array]:
         """Logits and post-norm hidden state of the LAST position: ``([B, V], [B, H])``."""
-        h = self.model(embeds, cache)[:, -1, :]
+        h = self.model(cache=cache, input_embeddings=embeds)[:, -1, :]
         return self.codec_head(h), h

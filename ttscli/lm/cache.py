@@ -49,3 +49,22 @@ class KVCache:
 
 def make_cache(num_layers: int, step: int = 256) -> list[KVCache]:
     return [KVCache(step) for _ in range(num_layers)]
+
+
+class ConcatCache:
+    """Keys/values grown by concatenation: no in-place writes, so a whole short generation (the
+    code predictor's 15 steps) can be traced by ``mx.compile`` and replayed."""
+
+    def __init__(self):
+        self.keys: mx.array | None = None
+        self.values: mx.array | None = None
+        self.offset = 0
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        if self.keys is None:
+            self.keys, self.values = keys, values
+        else:
+            self.keys = mx.concatenate([self.keys, keys], axis=2)
+            self.values = mx.concatenate([self.values, values], axis=2)
+        self.offset += keys.shape[2]
+        return self.keys, self.values
