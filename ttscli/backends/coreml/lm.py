@@ -18,6 +18,7 @@ from coremltools.converters.mil.mil import types
 
 from ttscli.errors import CheckpointError
 from ttscli.lm.config import LMArgs, RopeArgs
+from ttscli.lm.rope import inv_freq
 
 # Additive mask value: large enough to zero a softmax term, small enough to stay finite in fp16.
 MASK_NEG = -30000.0
@@ -54,26 +55,13 @@ def cache_shape(args: LMArgs, capacity: int) -> tuple[int, int, int, int]:
     return (args.num_hidden_layers, args.num_key_value_heads, capacity, args.head_dim)
 
 
-def inv_freq(rope: RopeArgs, head_dim: int) -> np.ndarray:
-    """Rotary frequencies (float64, ``[head_dim / 2]``).
-
-    ``mrope`` uses the default frequencies: a one-position step of a codec LM feeds the same
-    position to the temporal, height and width rows, so the sections rotate alike.
-    """
-    freq = 1.0 / rope.theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    if rope.type != "llama3":
-        return freq
-    # Long wavelengths slowed by `factor`, short ones kept, a linear blend in between.
-    wavelen = 2 * np.pi / freq
-    orig = rope.original_max_position_embeddings
-    low, high = rope.low_freq_factor, rope.high_freq_factor
-    smooth = np.clip((orig / wavelen - low) / (high - low), 0.0, 1.0)
-    return (1 - smooth) * freq / rope.factor + smooth * freq
-
-
 def rope_tables(capacity: int, head_dim: int, rope: RopeArgs) -> tuple[np.ndarray, np.ndarray]:
     """cos and signed sin ``[capacity, head_dim]`` for rotate-half RoPE:
-    rope(x) = x * cos + swap_halves(x) * sin_signed, with sin_signed = [-sin, sin]."""
+    rope(x) = x * cos + swap_halves(x) * sin_signed, with sin_signed = [-sin, sin].
+
+    The frequencies are the MLX stack's (ttscli.lm.rope). M-RoPE rotates like plain RoPE here:
+    a one-position step of a codec LM feeds the same position to its three rows.
+    """
     ang = np.arange(capacity, dtype=np.float64)[:, None] * inv_freq(rope, head_dim)[None, :]
     cos = np.cos(np.concatenate([ang, ang], axis=1))
     sin = np.sin(ang)
