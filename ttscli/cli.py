@@ -555,6 +555,104 @@ def serve(
         raise Interrupted("stopped") from None
 
 
+@app.command(epilog="Example: [bold]ttscli serve -m piper-joe --port 8000[/bold], then POST /v1/audio/speech")
+def serve(
+    model: Optional[List[str]] = typer.Option(None, "-m", "--model", help="Model to serve (repeatable; default: the registry default)."),
+    model_dir: Optional[Path] = ModelDir,
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (default: loopback only)."),
+    port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port (0: any free one)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="TTSCLI_API_KEY",
+                                          help="Require Authorization: Bearer KEY (or $TTSCLI_API_KEY)."),
+    max_queue: int = typer.Option(16, "--max-queue", min=1, help="Requests waiting per model; more get 503."),
+    voices_dir: Optional[Path] = typer.Option(None, "--voices-dir", file_okay=False,
+                                              help="Saved voices (NAME.safetensors) that `voice` can name."),
+    code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
+    dtype: Optional[str] = Dtype,
+    registry: Optional[List[Path]] = Registry,
+    quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
+):
+    """Serve models over HTTP: OpenAI's /v1/audio/speech, /v1/models, /v1/audio/voices, /health."""
+
+    def _plain_note(msg: str) -> None:  # unwrapped: scripts read the port from this line
+        if not State.quiet:
+            sys.stderr.write(msg + "\n")
+            sys.stderr.flush()
+
+    set_flags(quiet, verbose, debug)
+    from ttscli.paths import config_dir
+    from ttscli.serve import is_loopback, require_extra, serve as run_server
+
+    require_extra()
+    names = list(dict.fromkeys(model or [None]))
+    if model_dir is not None and len(names) > 1:
+        raise UsageError("--model-dir goes with one -m; serve several local checkouts from separate servers")
+    loaders, specs, reg = {}, {}, None
+    for name in names:
+        reg, spec, _ = resolve_model(name, registry)
+        specs[spec.id] = spec
+        loaders[spec.id] = functools.partial(load_pipeline, reg, spec, model_dir, code_decoder_backend, dtype)
+    if not is_loopback(host) and not api_key:
+        note(f"note: listening on {host} without --api-key: anyone who can reach it can use it")
+    try:
+        run_server(loaders, specs, reg, host=host, port=port, api_key=api_key, max_queue=max_queue,
+                   voices_dir=voices_dir or config_dir() / "voices", note=_plain_note)
+    except KeyboardInterrupt:
+        raise Interrupted("stopped") from None
+
+
+@app.command(epilog="Example: [bold]ttscli batch lines.jsonl -o corpus/ --seed 1[/bold] (re-run the same command to resume)")
+def batch(
+    manifest: Path = typer.Argument(..., help="Rows to speak: .jsonl or .csv with id, text and optional "
+                                    "voice, ref_audio, ref_text, instruct, language, seed, knobs."),
+    output: Path = typer.Option(..., "-o", "--output", help="Output folder: DIR/<shard>/<id>.<fmt>, DIR/manifest.jsonl, DIR/errors.jsonl."),
+    model: Optional[str] = Model,
+    model_dir: Optional[Path] = ModelDir,
+    fmt: str = typer.Option("wav", "--format", help="wav, flac, ogg or mp3."),
+    seed: int = typer.Option(0, "--seed", min=0, max=2**32 - 1, help="Base of the per-row seeds (rows without their own)."),
+    engine: str = typer.Option("local", "--engine", help="local (this process) or ray (a Ray cluster)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster to join (default: start a local one)."),
+    ray_workers: int = typer.Option(2, "--ray-workers", min=1, help="Ray actors, one model each."),
+    code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
+    dtype: Optional[str] = Dtype,
+    registry: Optional[List[Path]] = Registry,
+    quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
+):
+    """Synthesize every row of a manifest into a folder; resumable, failures go to an errors file."""
+    set_flags(quiet, verbose, debug)
+    from ttscli.batch import BatchJob, ModelRef, progress, run_batch, run_local
+
+    if engine not in ("local", "ray"):
+        raise UsageError(f"--engine {engine}: choose local or ray")
+    if ray_address is not None and engine != "ray":
+        raise UsageError("--ray-address goes with --engine ray")
+    _, spec, _ = resolve_model(model, registry)
+    if spec.license_notice:
+        note(f"note: {spec.license_notice}")
+    ref = ModelRef(model=spec.id, model_dir=model_dir, registry_files=list(registry or []),
+                   code_decoder_backend=code_decoder_backend.value if code_decoder_backend else None, dtype=dtype)
+    job = BatchJob(manifest=manifest, out=output, ref=ref, fmt=fmt.lower(), seed=seed)
+    if engine == "ray":
+        from ttscli.batch.ray_engine import run_ray
+
+        def run_engine(rows, job):
+            return run_ray(rows, job, address=ray_address, workers=ray_workers)
+    else:
+        run_engine = run_local
+    prog, on_start, on_row = (None, None, None) if quiet or not err.is_terminal else progress(err)
+    try:
+        if prog:
+            with prog:
+                s = run_batch(job, run_engine, on_row, on_start)
+        else:
+            s = run_batch(job, run_engine)
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted; re-run the same command to resume") from None
+    note(f"wrote {s.written} of {s.total} rows to {output} ({s.skipped} already done, {s.failed} failed): "
+         f"{s.audio_s:.1f} s of audio in {s.wall_s:.1f} s")
+    if s.failed:
+        raise TTSError(f"{s.failed} of {s.total} rows failed; see {output / 'errors.jsonl'} (a re-run retries them)")
+
+
 def version_callback(value: bool):
     if value:
         typer.echo(f"ttscli {__version__}")

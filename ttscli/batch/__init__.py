@@ -1,0 +1,256 @@
+"""`ttscli batch MANIFEST -o DIR`: resumable corpus synthesis (manifest.py has the file formats).
+
+The driver reads the rows, keeps the entries of DIR/manifest.jsonl whose files are intact, and
+hands the rest to an engine: ``local`` (this process, one model) or ``ray`` (ray_engine.py, one
+model per actor). Both write each row with :func:`write_row`, so their output is laid out the
+same way and made by the same code. A row that fails goes to DIR/errors.jsonl and the run goes
+on; files are written atomically and recorded only once in place.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ttscli.batch.manifest import (
+    ERRORS,
+    MANIFEST,
+    Appender,
+    Row,
+    file_sha256,
+    load_done,
+    read_rows,
+    rel_path,
+    request_key,
+    row_seed,
+)
+from ttscli.errors import TTSError, UsageError
+
+FORMATS = ("wav", "flac", "ogg", "mp3")
+
+
+@dataclass
+class ModelRef:
+    """How to load the model, in this process or in a Ray actor (picklable: no pipeline in it)."""
+
+    model: str                               # registry id
+    model_dir: Path | None = None
+    registry_files: list[Path] = field(default_factory=list)
+    code_decoder_backend: str | None = None
+    dtype: str | None = None
+
+    def load(self):
+        from ttscli import api
+        from ttscli.models.base import LoadOptions
+        from ttscli.registry import load_registry
+
+        reg = load_registry(self.registry_files)
+        spec = reg.resolve(self.model)
+        backends = {}
+        if "code_decoder" in spec.backends:
+            from ttscli.backends.select import choose_code_decoder_backend
+
+            backends["code_decoder"] = choose_code_decoder_backend(spec, self.code_decoder_backend, self.model_dir)
+        return api.load(spec.id, model_dir=self.model_dir, registry=reg,
+                        options=LoadOptions(dtype=self.dtype, backends=backends))
+
+
+@dataclass
+class BatchJob:
+    manifest: Path
+    out: Path
+    ref: ModelRef
+    fmt: str = "wav"
+    seed: int = 0                            # the base of rows' derived seeds
+
+    @property
+    def base_dir(self) -> Path:
+        """Relative voice/reference paths in the manifest are relative to its folder."""
+        return self.manifest.resolve().parent
+
+
+def seed_of(row: Row, job: BatchJob) -> int:
+    return row.seed if row.seed is not None else row_seed(row.id, job.seed)
+
+
+def _path_field(value: str, job: BatchJob) -> Path:
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else job.base_dir / p
+
+
+def build_request(pipe, row: Row, job: BatchJob):
+    """The row as a checked library Request (the CLI's checks and messages)."""
+    from ttscli.audio import read_reference, resample
+    from ttscli.generate import Request, check_request
+    from ttscli.models import family_of
+    from ttscli.text import check_text
+
+    spec = pipe.spec
+    family = family_of(spec)
+    text = check_text(row.text)
+    instruct = check_text(row.instruct, "--instruct") if row.instruct else None
+    voice = row.voice
+    if voice and voice.endswith(".safetensors"):
+        voice = str(_path_field(voice, job))
+    req = Request(text=text, voice=voice, instruct=instruct, language=row.language, seed=seed_of(row, job),
+                  knobs=dict(row.knobs))
+    if row.ref_audio:
+        if not spec.can("clone"):
+            raise UsageError(f"{spec.id} cannot clone voices; pick a model with clone support (see `ttscli models`)")
+        knobs = family.check_knobs(row.knobs, spec.id)
+        if row.ref_text is None and not knobs.get("x_vector_only"):
+            raise UsageError("give ref_text (the reference transcript) for in-context cloning, or x_vector_only")
+        mono, sr = read_reference(_path_field(row.ref_audio, job),
+                                  max_seconds=float(spec.defaults.get("max_ref_seconds", 30.0)))
+        rate = pipe.ref_sample_rate or sr
+        req.ref_audio, req.ref_sample_rate = resample(mono, sr, rate), rate
+        req.ref_text = check_text(row.ref_text, "ref_text") if row.ref_text else None
+    elif row.ref_text:
+        raise UsageError("ref_text goes with ref_audio (the reference recording)")
+    return check_request(spec, family, req)
+
+
+def write_row(pipe, row: Row, job: BatchJob) -> dict:
+    """Synthesize one row into DIR/<shard>/<id>.<fmt> (atomically); its manifest entry."""
+    from ttscli.audio import FileSink
+    from ttscli.generate import render
+
+    req = build_request(pipe, row, job)
+    rel = rel_path(row.id, job.fmt)
+    path = job.out / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = render(pipe, req, FileSink(path, pipe.sample_rate, job.fmt))
+    return {"id": row.id, "path": rel, "duration": round(n / pipe.sample_rate, 4), "samples": n,
+            "sample_rate": pipe.sample_rate, "model": pipe.spec.id, "seed": req.seed, "text": row.text,
+            "bytes": path.stat().st_size, "sha256": file_sha256(path),
+            "key": request_key(row, pipe.spec.id, job.fmt, req.seed)}
+
+
+def error_entry(row: Row, e: BaseException) -> dict:
+    msg = str(e) if isinstance(e, TTSError) else f"internal error: {type(e).__name__}: {e}"
+    return {"id": row.id, "line": row.line, "error": msg}
+
+
+def attempt(pipe, row: Row, job: BatchJob) -> tuple[bool, dict]:
+    """(True, entry) or (False, error entry): one row's failure never stops the run."""
+    try:
+        return True, write_row(pipe, row, job)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as e:
+        return False, error_entry(row, e)
+
+
+def run_local(pending: list[Row], job: BatchJob, pipe=None) -> Iterator[tuple[bool, dict]]:
+    """This process, one model; rows in manifest order."""
+    pipe = pipe or job.ref.load()
+    for row in pending:
+        yield attempt(pipe, row, job)
+        pipe.clear_cache()
+
+
+@dataclass
+class Summary:
+    total: int
+    skipped: int
+    written: int = 0
+    failed: int = 0
+    audio_s: float = 0.0
+    wall_s: float = 0.0
+
+
+def plan(job: BatchJob) -> tuple[list[Row], dict[str, dict], list[Row]]:
+    """(all rows, intact entries kept, rows still to do)."""
+    if job.fmt not in FORMATS:
+        raise UsageError(f"unknown --format {job.fmt}; use one of {', '.join(FORMATS)}")
+    from ttscli.audio import check_format_supported
+
+    check_format_supported(job.fmt)
+    rows = read_rows(job.manifest)
+    if job.out.exists() and not job.out.is_dir():
+        raise UsageError(f"output {job.out} is a file; give a folder")
+    job.out.mkdir(parents=True, exist_ok=True)
+    done = load_done(job.out)
+    todo = []
+    for r in rows:
+        e = done.get(r.id)
+        if e is None or e.get("key") != request_key(r, job.ref.model, job.fmt, seed_of(r, job)):
+            todo.append(r)
+    return rows, done, todo
+
+
+def run_batch(job: BatchJob, engine: Callable[[list[Row], BatchJob], Iterator[tuple[bool, dict]]] = run_local,
+              on_row: Callable[[bool, dict], None] | None = None,
+              on_start: Callable[[int, int], None] | None = None) -> Summary:
+    """Run every row not already done; the manifest and errors file are appended as rows finish."""
+    rows, done, todo = plan(job)
+    summary = Summary(total=len(rows), skipped=len(rows) - len(todo))
+    if on_start:
+        on_start(summary.total, summary.skipped)
+    ids = {r.id for r in rows}
+    redo = {r.id for r in todo}
+    if any(i in done for i in redo) or any(i not in ids for i in done):
+        # entries for changed rows (and rows no longer in the manifest) go: the manifest lists
+        # exactly the current rows' files
+        from ttscli.batch.manifest import write_manifest
+
+        write_manifest(job.out, [e for i, e in done.items() if i in ids and i not in redo])
+    manifest = Appender(job.out / MANIFEST)
+    errors = Appender(job.out / ERRORS, truncate=True)
+    t0 = time.perf_counter()
+    written: set[str] = set()
+    try:
+        for ok, entry in (engine(todo, job) if todo else ()):
+            if ok:
+                if entry["id"] in written:  # an engine that retried a row: record it once
+                    continue
+                written.add(entry["id"])
+                manifest.add(entry)
+                summary.written += 1
+                summary.audio_s += entry["duration"]
+            else:
+                errors.add(entry)
+                summary.failed += 1
+            if on_row:
+                on_row(ok, entry)
+    finally:
+        manifest.close()
+        errors.close()
+        summary.wall_s = time.perf_counter() - t0
+    return summary
+
+
+def progress(console):
+    """A rich progress bar with rows/s and audio-seconds/s; returns (context, on_start, on_row)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    prog = Progress(TextColumn("batch"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                    TextColumn("{task.fields[failed]}"), console=console, transient=True)
+    task = prog.add_task("batch", total=None, rate="", failed="")
+    t0 = time.perf_counter()
+    state = {"rows": 0, "audio": 0.0, "failed": 0}
+
+    def on_start(total: int, skipped: int) -> None:
+        prog.update(task, total=total, completed=skipped)
+
+    def on_row(ok: bool, entry: dict[str, Any]) -> None:
+        state["rows"] += 1
+        if ok:
+            state["audio"] += entry["duration"]
+        else:
+            state["failed"] += 1
+        dt = max(time.perf_counter() - t0, 1e-9)
+        prog.update(task, advance=1, rate=f"{state['rows'] / dt:.2f} rows/s, {state['audio'] / dt:.2f} audio s/s",
+                    failed=f"{state['failed']} failed" if state["failed"] else "")
+
+    return prog, on_start, on_row
