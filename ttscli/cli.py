@@ -555,51 +555,6 @@ def serve(
         raise Interrupted("stopped") from None
 
 
-@app.command(epilog="Example: [bold]ttscli serve -m piper-joe --port 8000[/bold], then POST /v1/audio/speech")
-def serve(
-    model: Optional[List[str]] = typer.Option(None, "-m", "--model", help="Model to serve (repeatable; default: the registry default)."),
-    model_dir: Optional[Path] = ModelDir,
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (default: loopback only)."),
-    port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port (0: any free one)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="TTSCLI_API_KEY",
-                                          help="Require Authorization: Bearer KEY (or $TTSCLI_API_KEY)."),
-    max_queue: int = typer.Option(16, "--max-queue", min=1, help="Requests waiting per model; more get 503."),
-    voices_dir: Optional[Path] = typer.Option(None, "--voices-dir", file_okay=False,
-                                              help="Saved voices (NAME.safetensors) that `voice` can name."),
-    code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
-    dtype: Optional[str] = Dtype,
-    registry: Optional[List[Path]] = Registry,
-    quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
-):
-    """Serve models over HTTP: OpenAI's /v1/audio/speech, /v1/models, /v1/audio/voices, /health."""
-
-    def _plain_note(msg: str) -> None:  # unwrapped: scripts read the port from this line
-        if not State.quiet:
-            sys.stderr.write(msg + "\n")
-            sys.stderr.flush()
-
-    set_flags(quiet, verbose, debug)
-    from ttscli.paths import config_dir
-    from ttscli.serve import is_loopback, require_extra, serve as run_server
-
-    require_extra()
-    names = list(dict.fromkeys(model or [None]))
-    if model_dir is not None and len(names) > 1:
-        raise UsageError("--model-dir goes with one -m; serve several local checkouts from separate servers")
-    loaders, specs, reg = {}, {}, None
-    for name in names:
-        reg, spec, _ = resolve_model(name, registry)
-        specs[spec.id] = spec
-        loaders[spec.id] = functools.partial(load_pipeline, reg, spec, model_dir, code_decoder_backend, dtype)
-    if not is_loopback(host) and not api_key:
-        note(f"note: listening on {host} without --api-key: anyone who can reach it can use it")
-    try:
-        run_server(loaders, specs, reg, host=host, port=port, api_key=api_key, max_queue=max_queue,
-                   voices_dir=voices_dir or config_dir() / "voices", note=_plain_note)
-    except KeyboardInterrupt:
-        raise Interrupted("stopped") from None
-
-
 @app.command(epilog="Example: [bold]ttscli batch lines.jsonl -o corpus/ --seed 1[/bold] (re-run the same command to resume)")
 def batch(
     manifest: Path = typer.Argument(..., help="Rows to speak: .jsonl or .csv with id, text and optional "
