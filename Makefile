@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q --no-deps 'resemblyzer==0.1.4'  # eval's speaker-encoder weights; its own deps would pull torch
 	@$(BIN)/python -m pip install -q -e '.[mkl]' || echo "note: no MKL wheel here; ttscli falls back to OpenBLAS"
 	@scripts/install-openblas.sh || true
 	@touch $(STAMP)

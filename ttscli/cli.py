@@ -464,6 +464,7 @@ def parity(
 
 
 @app.command("eval", epilog="Example: [bold]ttscli eval --texts smoke.txt --max-wer 0.1[/bold]")
+@with_knobs("speak")
 def eval_cmd(
     texts: Path = typer.Option(..., "--texts", help="UTF-8 file, one utterance per line.", dir_okay=False),
     model: Optional[str] = Model,
@@ -485,17 +486,18 @@ def eval_cmd(
     speaker_model: Optional[Path] = typer.Option(None, "--speaker-model", help="Resemblyzer weights file instead of the packaged one.", dir_okay=False),
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
+    knobs: Optional[dict] = None,
 ):
     """Score speech: ASR round-trip WER/CER, DNSMOS, speaker similarity; thresholds make it a CI gate."""
     set_flags(quiet, verbose, debug)
     from ttscli.eval.run import EvalRequest, read_texts, render_table, run_eval
 
-    if audio and (model or model_dir or voice or instruct or ref_text):
-        raise UsageError("--audio scores existing files: drop -m/--model-dir/--voice/--instruct/--ref-text")
+    if audio and (model or model_dir or voice or instruct or ref_text or knobs):
+        raise UsageError("--audio scores existing files: drop -m/--model-dir/--voice/--instruct/--ref-text/knobs")
     req = EvalRequest(texts=read_texts(texts), language=language, model=model, model_dir=model_dir, voice=voice,
                       instruct=instruct, seed=seed, ref=ref, ref_text=ref_text, audio=list(audio) if audio else None,
                       asr_model_dir=asr_model_dir, speaker_model=speaker_model, max_wer=max_wer, min_mos=min_mos,
-                      min_sim=min_sim, plot=plot)
+                      min_sim=min_sim, plot=plot, knobs=knobs or {})
     prog, cb = progress_callback("scoring")
     if prog:
         with prog:

@@ -13,9 +13,10 @@ def power_spectrogram(y: np.ndarray, n_fft: int, hop: int) -> np.ndarray:
     y = np.pad(y, (pad, pad))
     n_frames = 1 + (len(y) - n_fft) // hop
     frames = np.lib.stride_tricks.as_strided(y, (n_frames, n_fft), (y.strides[0] * hop, y.strides[0]))
-    window = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)).astype(np.float32)
-    spec = np.fft.rfft(frames * window, axis=1)
-    return (spec.real ** 2 + spec.imag ** 2).astype(np.float32)
+    # librosa windows and transforms in float64 and keeps complex64: quiet frames need the precision
+    window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)
+    spec = np.fft.rfft(frames * window, axis=1).astype(np.complex64)
+    return np.abs(spec) ** 2
 
 
 def _hz_to_mel(f):

@@ -28,6 +28,7 @@ class EvalRequest:
     seed: int | None = 0
     ref: Path | None = None                  # cloning reference; also the speaker to compare with
     ref_text: str | None = None
+    knobs: dict = field(default_factory=dict)   # the family's knobs (models/base.py Knob), as speak takes them
     # audio made elsewhere, one file per text line in name order
     audio: list[Path] | None = None
     asr_model_dir: Path | None = None
@@ -191,7 +192,8 @@ def synthesized(req: EvalRequest, registry) -> Iterator[tuple[str, np.ndarray, i
         ref_audio = resample(mono, sr, ref_rate)
     requests = [ttscli.Request(text=text, voice=req.voice, instruct=req.instruct, language=req.language,
                                seed=None if req.seed is None else req.seed + i, ref_audio=ref_audio,
-                               ref_sample_rate=ref_rate, ref_text=req.ref_text) for i, text in enumerate(req.texts)]
+                               ref_sample_rate=ref_rate, ref_text=req.ref_text, knobs=dict(req.knobs))
+                for i, text in enumerate(req.texts)]
     # one untimed run first, as bench warms up: the first call builds MLX's compiled graphs
     for _ in ttscli.synthesize(pipe, requests[0]):
         pass
