@@ -15,7 +15,8 @@ from typing import Callable
 import mlx.core as mx
 import mlx.nn as nn
 
-from ttscli.lm import ConcatCache, DecoderLM, LMArgs, RopeArgs, SamplingParams, sample
+from ttscli.lm import ConcatCache, DecoderLM, LMArgs, RopeArgs
+from ttscli.lm.sample import SamplingParams, sample
 from ttscli.models.qwen3_tts.config import CodePredictorArgs
 
 
