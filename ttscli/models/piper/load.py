@@ -51,8 +51,9 @@ def load_converted(out_dir: Path) -> tuple[Vits, dict]:
         raise CheckpointError(f"converted Piper weights in {out_dir} are unreadable: {err}") from err
     if config.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"converted Piper weights in {out_dir} have an old format")
-    model = Vits(ModelArgs.from_dict(config["args"]))
-    model.load_weights_strict({k: mx.array(v) for k, v in weights.items()})
+    model = Vits(ModelArgs.from_dict(config["args"], source=str(Path(out_dir) / "config.json"), where="args."))
+    model.load_weights_strict({k: mx.array(v) for k, v in weights.items()},
+                              source=str(Path(out_dir) / "model.safetensors"))
     return model, config
 
 
