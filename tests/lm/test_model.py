@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
-from ttscli.lm import (CodeDecoder, ConcatCache, DecoderLM, LMArgs, MLXCodeDecoder, make_cache)
+from ttscli.lm import (
+    CodeDecoder,
+    ConcatCache,
+    DecoderLM,
+    LMArgs,
+    MLXCodeDecoder,
+    make_cache,
+)
 from ttscli.lm.rope import inv_freq
 
 GOLD = np.load(Path(__file__).resolve().parents[1] / "fixtures" / "lm" / "rope.npz")

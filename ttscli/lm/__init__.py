@@ -18,7 +18,8 @@ _WHERE = {
 }
 # The draw function ``sample`` is imported from ttscli.lm.sample: as a package attribute its
 # name is the submodule's.
-__all__ = sorted(_WHERE)
+__all__ = ["CodeDecoder", "ConcatCache", "DecoderLM", "DecoderLayer", "KVCache", "KeyStream", "LMArgs",
+           "MLXCodeDecoder", "RopeArgs", "SamplingParams", "create_causal_mask", "logit_bias", "make_cache"]
 
 if TYPE_CHECKING:
     from ttscli.lm.cache import ConcatCache, KVCache, make_cache  # noqa: F401

@@ -1,8 +1,9 @@
 """RoPE variants: inverse frequencies (numpy, float64) and the MLX module that applies them.
 
 ``inv_freq`` and ``angles`` are numpy (this module imports MLX only in ``make_rope``) so the
-Core ML export can tabulate the same angles the MLX stack uses.  The MLX side rotates with ``mx.fast.rope``; its ``freqs=`` argument takes
-*periods* (1 / inverse frequency), which is easy to get backwards.
+Core ML export can tabulate the same angles the MLX stack uses.  The MLX side rotates with
+``mx.fast.rope``; its ``freqs=`` argument takes *periods* (1 / inverse frequency), which is
+easy to get backwards.
 
 Multimodal sections (M-RoPE, Qwen2-VL / Qwen3-TTS): each rotary pair takes its angle from one
 of three position rows (temporal, height, width), chosen by ``mrope_section``.  The
