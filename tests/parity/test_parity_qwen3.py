@@ -93,7 +93,7 @@ def perturbed(tmp_path: Path, talker: dict[str, float] | None = None, decoder: d
 
 
 def run_checks(ckpt: Path, kind: str = "base", frames: int = 20) -> dict:
-    from ttscli.models.qwen3_tts import parity_checks
+    from ttscli.models.qwen3_tts.parity import parity_checks
     from ttscli.registry import load_registry
 
     spec = load_registry().resolve(MODELS[kind])
