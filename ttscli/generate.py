@@ -104,7 +104,9 @@ def check_request(spec, family, request: Request) -> Request:
                              f"(it takes {', '.join(spec.languages)})")
     if request.voice is not None and "voice" in family.honours and not _is_voice_file(request.voice):
         voices = family.voices(spec, None) if family.voices else spec.voices
-        if voices and request.voice.lower() not in (v.lower() for v in voices):
+        # a blend "a:0.7,b:0.3" (families that mix style vectors) names only known voices too
+        wanted = [part.partition(":")[0].strip().lower() for part in request.voice.split(",")]
+        if voices and any(w not in (v.lower() for v in voices) for w in wanted):
             raise UsageError(f"{spec.id} has no voice {request.voice!r} (it has {', '.join(voices)})")
     if request.seed is not None and not 0 <= request.seed < 2**63:
         raise UsageError(f"--seed must be in [0, 2^63), got {request.seed}")

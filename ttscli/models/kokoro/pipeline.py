@@ -1,0 +1,116 @@
+"""Kokoro pipeline: text chunk -> phonemes -> pieces of <= 510 tokens -> audio, one piece at a time."""
+from __future__ import annotations
+
+import re
+import time
+from typing import Iterator
+
+import mlx.core as mx
+import numpy as np
+
+from ttscli.errors import UsageError
+from ttscli.generate import Request
+from ttscli.models.base import Pipeline
+
+from .g2p import language_of, phonemize
+from .load import parse_voice, style_row
+from .model import KModel
+
+MAX_PHONEMES = 510
+_JA_SCRIPT = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uff66-\uff9f]")
+
+
+def split_phonemes(ps: str, limit: int = MAX_PHONEMES) -> list[str]:
+    """Pieces of at most ``limit`` symbols, cut after the last sentence mark that fits, else a
+    clause mark, else a comma or dash, else a space (upstream truncates instead)."""
+    out = []
+    ps = ps.strip()
+    while len(ps) > limit:
+        head = ps[:limit + 1]
+        cut = -1
+        for marks in ("!.?…", ":;", ",—", " "):
+            cut = max(head.rfind(m, 0, limit) for m in marks)
+            if cut > 0:
+                break
+        cut = cut + 1 if cut > 0 else limit
+        out.append(ps[:cut].strip())
+        ps = ps[cut:].strip()
+    if ps:
+        out.append(ps)
+    return out
+
+
+def tokens_of(ps: str, vocab: dict[str, int]) -> list[int]:
+    """Phoneme ids between the 0 pads; symbols the vocabulary lacks are dropped, as upstream."""
+    return [0] + [vocab[c] for c in ps if c in vocab] + [0]
+
+
+class KokoroPipeline(Pipeline):
+    max_chunk_chars = 400
+
+    def __init__(self, model: KModel, voices: dict[str, np.ndarray], vocab: dict[str, int],
+                 default_voice: str = "jf_alpha"):
+        super().__init__()
+        self.backends = {"acoustic": "mlx"}
+        self.model = model
+        self.voices = voices
+        self.vocab = vocab
+        self.default_voice = default_voice if default_voice in voices else sorted(voices)[0]
+        self.sample_rate = model.sample_rate
+
+    def language(self, request: Request) -> str:
+        if request.language is not None and request.language.lower() != "auto":
+            return language_of(request.language)
+        return "ja" if _JA_SCRIPT.search(request.text) else "en"
+
+    def synthesize(self, tokens: list[int], style: np.ndarray, speed: float = 1.0,
+                   key: mx.array | None = None) -> tuple[np.ndarray, dict]:
+        """Audio for one token list (with pads), and its stage timings."""
+        t0 = time.perf_counter()
+        toks, s = mx.array(tokens, dtype=mx.int32), mx.array(style)
+        d, dur = self.model.durations(toks, s, speed)
+        mx.eval(dur)
+        p = self.model.prosody(toks, s, d, dur)
+        mx.eval(p.f0, p.n, p.asr)
+        t1 = time.perf_counter()
+        har, feats = self.model.source(p.f0, key)
+        audio = self.model.decode(p, s, feats)
+        mx.eval(audio)
+        t2 = time.perf_counter()
+        frames = int(np.asarray(dur).sum())
+        return np.array(audio, dtype=np.float32), {"prosody_s": t1 - t0, "decoder_s": t2 - t1, "frames": frames}
+
+    def generate(self, request: Request) -> Iterator[np.ndarray]:
+        speed = float(request.speed if request.speed is not None else 1.0)
+        if not 0.25 <= speed <= 4.0:
+            raise UsageError(f"--speed must be in [0.25..4] for Kokoro, got {speed:g}")
+        lang = self.language(request)
+        pack, _ = parse_voice(request.voice or self.default_voice, self.voices)
+        noise = bool(request.knobs.get("source_noise", False))
+        key = None
+        if noise:
+            seed = request.seed if request.seed is not None else int(np.random.SeedSequence().entropy % (2 ** 32))
+            key = mx.random.key(seed)
+        stats = self.reset_stats()
+        t0 = time.perf_counter()
+        ps = phonemize(request.text, lang)
+        stats.extra["phonemize_s"] = time.perf_counter() - t0
+        pieces = [p for p in split_phonemes(ps) if len(tokens_of(p, self.vocab)) > 2]
+        stats.extra.update(pieces=len(pieces), audio_s=0.0, prosody_s=0.0)
+        for piece in pieces:
+            tokens = tokens_of(piece, self.vocab)
+            if key is not None:
+                key, sub = mx.random.split(key)
+            else:
+                sub = None
+            audio, t = self.synthesize(tokens, style_row(pack, len(piece)), speed, sub)
+            stats.prefill_tokens += len(tokens)
+            stats.prefill_s += t["prosody_s"]
+            stats.extra["prosody_s"] += t["prosody_s"]
+            stats.decoder_s += t["decoder_s"]
+            stats.frames += t["frames"]
+            stats.decoder_frames += t["frames"]
+            stats.extra["audio_s"] += audio.size / self.sample_rate
+            if stats.first_audio_s is None:
+                stats.first_audio_s = time.perf_counter() - t0
+            yield audio
