@@ -6,13 +6,14 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ttscli.nn.fastmath import fast_tanh  # MLX's CPU tanh is a scalar loop
+from ttscli.nn.compiled import compile_bounded, compile_shapeless  # traces bounded: a server sees every length
 
 from . import interior as interior_
 from .blocked import _BlasThreads, blocked, blocked_chain
 from .conv import Conv1d, ConvTranspose1d, gemm_weight_cf, shared_input_convs_cf
 
 
-@mx.compile
+@compile_shapeless
 def _mean3(a, b, c):
     return (a + b + c) / 3
 
@@ -23,10 +24,10 @@ def _mean(xs: list[mx.array]) -> mx.array:
     return sum(xs[1:], xs[0]) / len(xs)
 
 
-_tanh = mx.compile(fast_tanh)
+_tanh = compile_bounded(fast_tanh)  # not shapeless: fast_tanh reinterprets bits (a View)
 
 
-@mx.compile
+@compile_shapeless
 def _gate_product(ta: mx.array, hb: mx.array) -> mx.array:
     return ta * (0.5 + hb)
 
@@ -42,7 +43,7 @@ def _gate(a: mx.array, b: mx.array) -> mx.array:
 _BLOCK_CHANNELS = 64
 
 
-@mx.compile
+@compile_bounded
 def _res_skip(x: mx.array, out: mx.array, r: mx.array) -> tuple[mx.array, mx.array]:
     n = x.shape[-1]
     return x + r[:, :n], out + r[:, n:]

@@ -13,6 +13,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ttscli.nn.fastmath import horner
+from ttscli.nn.compiled import compile_bounded
 
 from .conv import Conv1d, DepthwiseConv1d, depthwise_conv1d
 from .text_encoder import LayerNorm
@@ -54,7 +55,7 @@ class DDSConv(nn.Module):
         return x
 
 
-@mx.compile
+@compile_bounded
 def _dds_layer(x, sep_w, sep_b, g1, b1, pw_w, pw_b, g2, b2, dilation, eps1, eps2):
     """One DDSConv layer as one compiled graph: the depthwise taps, biases, GELUs and the
     residual add fuse into a few kernels (~15 separate ops on [T, C] before)."""

@@ -16,6 +16,7 @@ from functools import lru_cache
 
 import mlx.core as mx
 
+from ttscli.nn.compiled import compile_bounded
 from ttscli.nn.fastmath import fast_tanh
 
 from .conv import gemm_weight_cf
@@ -44,7 +45,7 @@ def _taps(k: int, dilation: int, cout: int, row0: int, t0: int, act: float | Non
         if act is None:
             return h
         return h, _leaky(h, act)
-    return mx.compile(fn)
+    return compile_bounded(fn)
 
 
 @lru_cache(maxsize=None)
@@ -58,7 +59,7 @@ def _overlap_add(n: int, act: float):
         for j in range(n):
             y = y + p[j, :, :, n - 1 - j: n - 1 - j + tn].transpose(1, 2, 0)
         return y, _leaky(y, act)
-    return mx.compile(fn)
+    return compile_bounded(fn)
 
 
 @lru_cache(maxsize=None)
@@ -70,7 +71,7 @@ def _post(k: int):
         for i in range(1, k):
             y = y + p[i: i + 1, i: i + t_out]
         return fast_tanh(y)
-    return mx.compile(fn)
+    return compile_bounded(fn)
 
 
 def upsample(up, v: mx.array, act: float) -> tuple[mx.array, mx.array, int]:

@@ -9,6 +9,7 @@ import numpy as np
 
 from ttscli.checkpoint import load_strict
 from ttscli.config import BaseArgs
+from ttscli.nn.compiled import compile_bounded
 from ttscli.nn.fastmath import fast_exp
 
 from .decoder import Generator, ResidualCouplingBlock
@@ -16,7 +17,7 @@ from .duration import StochasticDurationPredictor
 from .text_encoder import TextEncoder
 
 
-@mx.compile
+@compile_bounded
 def _std(logs: mx.array, scale: float) -> mx.array:
     return fast_exp(logs) * scale
 

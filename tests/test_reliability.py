@@ -1,0 +1,359 @@
+"""Issue 15: signals, special files, unbounded input and the messages users see when things fail.
+
+Every case runs the installed `ttscli` in a subprocess as a user would and checks the exit code,
+the one line on stderr and that nothing is left behind (no .part file, no replaced node).
+"""
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from clitools import no_files, only_line, ttscli_exe
+
+ROOT = Path(__file__).resolve().parents[1]
+LONG = " ".join(f"This is sentence number {i}, spoken to test what an interruption leaves." for i in range(40))
+
+
+def _env(tmp_path, shared_cache, **more):
+    e = dict(os.environ, HF_HUB_OFFLINE="1", TTSCLI_CACHE=str(shared_cache),
+             TTSCLI_CONFIG_DIR=str(tmp_path / "config"), COLUMNS="200")
+    e.update(more)
+    return e
+
+
+def _popen(args, tmp_path, shared_cache, **kw):
+    return subprocess.Popen(ttscli_exe() + [str(a) for a in args], cwd=tmp_path,
+                            env=_env(tmp_path, shared_cache), stdout=kw.pop("stdout", subprocess.PIPE),
+                            stderr=subprocess.PIPE, **kw)
+
+
+def _wait_for_part(folder: Path, proc, timeout=180):
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if any(p.name.endswith(".part") for p in folder.iterdir()):
+            return
+        time.sleep(0.05)
+    raise AssertionError("no .part file appeared while synthesizing")
+
+
+# ---- 1. SIGTERM / SIGHUP, and stale .part files ---------------------------------------------
+
+@pytest.mark.parametrize("sig, code, name", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGHUP, 129, "SIGHUP")])
+def test_term_and_hup_abort_like_ctrl_c(tmp_path, shared_cache, sig, code, name):
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = _popen(["speak", LONG, "-o", out / "a.wav"], tmp_path, shared_cache)
+    _wait_for_part(out, proc)
+    time.sleep(0.3)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    assert only_line(err.decode()) == f"error: stopped by {name}; no output written"
+    assert list(out.iterdir()) == []
+
+
+def test_second_signal_forces_exit_and_still_leaves_nothing(tmp_path, shared_cache):
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = _popen(["speak", LONG, "-o", out / "a.wav"], tmp_path, shared_cache)
+    _wait_for_part(out, proc)
+    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode in (130, 143), err
+    assert "no output written" in err.decode() and "Traceback" not in err.decode()
+    assert list(out.iterdir()) == []
+
+
+def test_stale_part_files_of_dead_writers_are_removed(run_cli, tmp_path):
+    dead = tmp_path / ".a.wav.999999999.abcd1234.part"      # no such pid can run
+    old = tmp_path / ".a.wav.k3j4h5g6.part"                  # an older name without a pid, 2 h old
+    live = tmp_path / f".a.wav.{os.getpid()}.zzzz9999.part"  # this test's pid: a writer still running
+    other = tmp_path / ".b.wav.999999999.abcd1234.part"      # another target's: not ours to touch
+    for p in (dead, old, live, other):
+        p.write_bytes(b"RIFF partial")
+    two_hours_ago = time.time() - 7200
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    p = run_cli("speak", "Hello.", "-o", "a.wav")
+    assert p.returncode == 0, p.err
+    assert not dead.exists() and not old.exists()
+    assert live.exists() and other.exists()
+    assert (tmp_path / "a.wav").stat().st_size > 44
+
+
+# ---- 2. FIFOs and device nodes are written into, never replaced -----------------------------
+
+def test_fifo_output_is_streamed_not_replaced(tmp_path, shared_cache):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = {}
+
+    def reader():
+        with open(fifo, "rb") as f:
+            got["data"] = f.read()
+
+    t = threading.Thread(target=reader)
+    t.start()
+    proc = _popen(["speak", "Hello there.", "-o", fifo], tmp_path, shared_cache)
+    _, err = proc.communicate(timeout=300)
+    t.join(60)
+    assert proc.returncode == 0, err
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert got["data"][:4] == b"RIFF" and len(got["data"]) > 44 + 10_000
+    assert [p.name for p in tmp_path.iterdir() if p.name not in ("cache", "config")] == ["pipe"]
+
+
+def _mknod_null(path: Path):
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # the same device as /dev/null
+    except PermissionError:
+        pytest.skip("creating a device node needs CAP_MKNOD")
+
+
+@pytest.mark.parametrize("args", [["--format", "wav"], ["--format", "pcm"], []])
+def test_device_node_output_is_written_not_replaced(run_cli, tmp_path, args):
+    node = tmp_path / "n"
+    _mknod_null(node)
+    p = run_cli("speak", "Hi.", "-o", node, *args)
+    assert p.returncode == 0, p.err
+    st = os.stat(node)
+    assert stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3)
+    assert not [q for q in tmp_path.iterdir() if q.name.endswith(".part")]
+
+
+def test_device_node_refuses_a_format_that_cannot_stream(run_cli, tmp_path):
+    node = tmp_path / "n"
+    _mknod_null(node)
+    p = run_cli("speak", "Hi.", "-o", node, "--format", "flac")
+    assert p.returncode == 2
+    assert "cannot stream" in only_line(p.err)
+    assert stat.S_ISCHR(os.stat(node).st_mode)
+
+
+# ---- 3. stdin and --file are read with a bound ----------------------------------------------
+
+def test_endless_stdin_stops_at_the_limit(tmp_path, shared_cache):
+    yes = subprocess.Popen(["yes"], stdout=subprocess.PIPE)
+    try:
+        proc = _popen(["speak", "-", "-o", "x.wav"], tmp_path, shared_cache, stdin=yes.stdout)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        yes.kill()
+        yes.wait()
+    assert proc.returncode == 2
+    assert only_line(err.decode()) == "error: text is at least 32,769 UTF-8 bytes; the limit is 32,768 bytes"
+    no_files(tmp_path)
+
+
+def test_file_dev_zero_stops_at_the_limit(run_cli, tmp_path):
+    p = run_cli("speak", "--file", "/dev/zero", "-o", "x.wav", timeout=120)
+    assert p.returncode == 2
+    assert "the limit is 32,768 bytes" in only_line(p.err)
+    no_files(tmp_path)
+
+
+def test_large_file_names_its_size(run_cli, tmp_path):
+    (tmp_path / "in").mkdir()
+    big = tmp_path / "in" / "big.txt"
+    big.write_bytes(b"word " * 100_000)
+    p = run_cli("speak", "--file", big, "-o", "x.wav")
+    assert p.returncode == 2
+    assert "500,000 UTF-8 bytes" in only_line(p.err)
+    assert not (tmp_path / "x.wav").exists()
+
+
+# ---- 4. NUL and other control characters are refused, never dropped -------------------------
+
+def test_text_after_nul_is_not_dropped_in_silence(run_cli, tmp_path):
+    (tmp_path / "in").mkdir()
+    f = tmp_path / "in" / "n.txt"
+    f.write_bytes(b"Hello world.\0 This second sentence is long.")
+    p = run_cli("speak", "-f", f, "-o", "n.wav")
+    assert p.returncode == 2
+    line = only_line(p.err)
+    assert "U+0000" in line and "character 13" in line
+    assert not (tmp_path / "n.wav").exists()
+
+
+def test_escape_character_in_argument_is_refused(run_cli, tmp_path):
+    p = run_cli("speak", "Hello \x1b[31mred", "-o", "x.wav")
+    assert p.returncode == 2 and "U+001B" in only_line(p.err)
+    no_files(tmp_path)
+
+
+# ---- 5. seeds out of range are bad usage ----------------------------------------------------
+
+@pytest.mark.parametrize("seed, bound", [("-1", "greater than or equal to 0"),
+                                         (str(2**64), "less than or equal to 4294967295")])
+def test_seed_out_of_range(run_cli, tmp_path, seed, bound):
+    p = run_cli("speak", "Hi.", "--seed", seed, "-o", "x.wav")
+    assert p.returncode == 2
+    line = only_line(p.err)
+    assert "--seed" in line and bound in line
+    no_files(tmp_path)
+
+
+def test_largest_seed_works(run_cli, tmp_path):
+    p = run_cli("speak", "Hi there. And again.", "--seed", str(2**32 - 1), "-o", "x.wav")
+    assert p.returncode == 0, p.err
+
+
+# ---- 7. full disk, read-only file system: named, not "internal error" -----------------------
+
+def test_dev_full_says_the_disk_is_full(run_cli, tmp_path):
+    p = run_cli("speak", "Hi.", "-o", "/dev/full")
+    assert p.returncode == 1
+    assert only_line(p.err) == "error: cannot write /dev/full: the disk is full (No space left on device)"
+
+
+def _in_own_mount(tmp_path, shared_cache, mount_opts: str, args: list) -> subprocess.CompletedProcess:
+    """Run ttscli in a private user+mount namespace with a tmpfs mounted at tmp_path/mnt."""
+    if sys.platform != "linux" or not shutil.which("unshare"):
+        pytest.skip("needs Linux unshare")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    probe = subprocess.run(["unshare", "-rm", "mount", "-t", "tmpfs", "-o", mount_opts, "none", str(mnt)],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs in a user namespace here: {probe.stderr.decode().strip()}")
+    script = (f'mount -t tmpfs -o {mount_opts} none "$1" && shift && exec "$@"')
+    p = subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", str(mnt), *ttscli_exe(), *map(str, args)],
+                       capture_output=True, cwd=tmp_path, env=_env(tmp_path, shared_cache), timeout=300)
+    p.err = p.stderr.decode("utf-8", "replace")
+    return p
+
+
+def test_full_disk_is_named_and_leaves_no_partial_file(tmp_path, shared_cache):
+    # 64 KiB holds the header and a little audio; the long text needs far more
+    p = _in_own_mount(tmp_path, shared_cache, "size=64k", ["speak", LONG, "-o", "mnt/a.wav"])
+    assert p.returncode == 1, p.err
+    assert only_line(p.err) == "error: cannot write mnt/a.wav: the disk is full (No space left on device)"
+    assert list((tmp_path / "mnt").iterdir()) == []  # the namespace's tmpfs is gone; the folder is empty
+
+
+def test_read_only_file_system_is_named(tmp_path, shared_cache):
+    p = _in_own_mount(tmp_path, shared_cache, "ro", ["speak", "Hi.", "-o", "mnt/a.wav"])
+    assert p.returncode == 1, p.err
+    line = only_line(p.err)
+    assert line == "error: cannot write mnt/a.wav: the file system is read-only (Read-only file system)"
+
+
+def test_permission_denied_is_named(run_cli, tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        p = run_cli("speak", "Hi.", "-o", ro / "a.wav")
+    finally:
+        ro.chmod(0o755)
+    assert p.returncode == 1
+    assert "permission denied" in only_line(p.err) and "internal error" not in p.err
+    assert list(ro.iterdir()) == []
+
+
+# ---- 8. a binary registry file --------------------------------------------------------------
+
+def test_binary_registry_file_is_bad_input(run_cli, tmp_path):
+    reg = tmp_path / "reg"
+    reg.mkdir()
+    f = reg / "voices.toml"
+    f.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe")
+    p = run_cli("models", "--registry", f)
+    assert p.returncode == 2
+    line = only_line(p.err)
+    assert str(f) in line and "not UTF-8" in line
+
+
+@pytest.mark.parametrize("body, needle", [
+    ('[models]\nx = 3\n', "model 'x' must be a table"),
+    ('[models.x]\nfamily = "piper"\nsample_rate = 16000\naliases = "joe"\n', "model 'x' field aliases"),
+])
+def test_registry_entry_of_the_wrong_type_is_bad_input(run_cli, tmp_path, body, needle):
+    f = tmp_path / "r.toml"
+    f.write_text(body)
+    p = run_cli("models", "--registry", f)
+    assert p.returncode == 2
+    line = only_line(p.err)
+    assert str(f) in line and needle in line
+
+
+# ---- 9. Ctrl-C at any time, imports included ------------------------------------------------
+
+def test_ctrl_c_during_startup_is_one_line(tmp_path, shared_cache):
+    conclusive = 0
+    for delay in (0.15, 0.25, 0.4, 0.6, 0.9, 1.3):
+        proc = _popen(["speak", "Hello there.", "-o", "x.wav"], tmp_path, shared_cache)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        err = err.decode()
+        if "init_import_site" in err:
+            continue  # still inside Python's own startup, before any ttscli code runs
+        conclusive += 1
+        assert proc.returncode == 130, (delay, err)
+        assert only_line(err) == "error: interrupted; no output written", delay
+        no_files(tmp_path)
+    assert conclusive >= 4
+
+
+# ---- 11. a reader that goes away; components that do not match ------------------------------
+
+def test_broken_stdout_pipe_is_a_quiet_141(tmp_path, shared_cache):
+    proc = _popen(["speak", LONG, "-o", "-"], tmp_path, shared_cache)
+    head = proc.stdout.read(100)
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=300)
+    assert head[:4] == b"RIFF"
+    assert proc.returncode == 141
+    assert err.decode().strip() == ""
+
+
+def test_mismatched_qwen3_components_are_named_at_load(run_cli, tmp_path):
+    import numpy as np
+    import soundfile as sf
+
+    (tmp_path / "ref").mkdir()
+    ref = tmp_path / "ref" / "r.wav"
+    sf.write(str(ref), (np.random.default_rng(0).standard_normal(48000) * 0.1).astype(np.float32), 24000)
+    # the parity fixture pairs a talker of 2048 codes with a 32-code tokenizer (enough for goldens)
+    ckpt = ROOT / "tests" / "fixtures" / "parity" / "qwen3-tiny-base"
+    p = run_cli("clone", "Hello there.", "--ref", ref, "--ref-text", "Some words.", "-m", "qwen3-tts-0.6b-base",
+                "--model-dir", ckpt, "-o", "c.wav", "--max-frames", "20")
+    assert p.returncode == 1, p.err
+    line = only_line(p.err)
+    assert "talker (config.json)" in line and "speech tokenizer (speech_tokenizer/config.json)" in line
+    assert "codebook_size is 32" in line and "internal error" not in line
+    assert not (tmp_path / "c.wav").exists()
+
+
+# ---- 10. compiled graphs are bounded per call site ------------------------------------------
+
+def test_bounded_compile_keeps_at_most_max_shapes_and_matches_eager():
+    import mlx.core as mx
+
+    from ttscli.nn.compiled import compile_bounded
+
+    def tap_sum(p, bias, k):
+        t = p.shape[-1] - (k - 1)
+        y = bias
+        for i in range(k):
+            y = y + p[:, i: i + t]
+        return y
+
+    f = compile_bounded(tap_sum, max_shapes=4)
+    bias = mx.ones((3, 1))
+    for n in range(10, 30):
+        p = mx.random.normal((3, n), key=mx.random.key(n))
+        assert mx.allclose(f(p, bias, 3), tap_sum(p, bias, 3)).item()
+        assert len(f) <= 4
+    again = mx.random.normal((3, 29), key=mx.random.key(0))
+    assert mx.allclose(f(again, bias, 3), tap_sum(again, bias, 3)).item() and len(f) == 4
