@@ -103,3 +103,56 @@ def test_crossfade_join_is_independent_of_piece_boundaries():
     # crossfade region blends the two chunks
     w = np.sin(np.linspace(0, np.pi / 2, 50, dtype=np.float32)) ** 2
     assert np.allclose(whole[450:500], chunks[0][450:] * (1 - w) + chunks[1][:50] * w)
+
+
+def test_stale_parts_removed_only_when_their_writer_is_gone(tmp_path):
+    import time
+
+    from ttscli.audio import STALE_PART_S, remove_stale_parts
+
+    dead = tmp_path / ".o.wav.999999999.x1.part"
+    live = tmp_path / f".o.wav.{os.getppid()}.x2.part"
+    live_old = tmp_path / f".o.wav.{os.getppid()}.x3.part"
+    unrelated = tmp_path / ".other.wav.999999999.x4.part"
+    for p in (dead, live, live_old, unrelated):
+        p.write_bytes(b"x")
+    t = time.time() - STALE_PART_S - 10
+    os.utime(live_old, (t, t))
+    removed = remove_stale_parts(tmp_path, "o.wav")
+    assert sorted(removed) == sorted([dead, live_old])
+    assert live.exists() and unrelated.exists()
+
+
+def test_file_sink_registers_and_releases_its_temp_file(tmp_path):
+    from ttscli.audio import _LIVE_PARTS, remove_partial_files
+
+    s = FileSink(tmp_path / "a.wav", 16000, "wav")
+    assert s.tmp in _LIVE_PARTS and str(os.getpid()) in s.tmp.name
+    s.write(np.zeros(100, np.float32))
+    remove_partial_files()  # what the CLI runs on any way out
+    assert not s.tmp.exists() and s.tmp not in _LIVE_PARTS
+
+
+def test_stream_sink_reports_a_closed_reader_as_output_closed():
+    from ttscli.errors import OutputClosed
+
+    class Closed(io.RawIOBase):
+        def writable(self):
+            return True
+
+        def write(self, b):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    with pytest.raises(OutputClosed):
+        StreamSink(16000, "wav", Closed()).write(np.zeros(10, np.float32))
+
+
+def test_special_file_kinds(tmp_path):
+    from ttscli.audio import format_for, special_file
+
+    os.mkfifo(tmp_path / "f")
+    (tmp_path / "r.wav").write_bytes(b"")
+    assert special_file(str(tmp_path / "f")) == "a FIFO"
+    assert special_file("/dev/null") == "a device"
+    assert special_file(str(tmp_path / "r.wav")) is None and special_file("-") is None
+    assert format_for("/dev/null", None) == "wav" and format_for(str(tmp_path / "f"), "pcm") == "pcm"

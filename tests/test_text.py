@@ -46,3 +46,36 @@ def test_limits():
         decode_text(b"\xc3\x28")
     with pytest.raises(UsageError, match="UTF-8"):
         check_text("bad \udce9 surrogate")
+
+
+def test_read_bounded_stops_one_byte_past_the_limit():
+    import io
+
+    from ttscli.text import read_bounded
+
+    class Endless(io.RawIOBase):
+        def readable(self):
+            return True
+
+        def readinto(self, b):
+            b[:] = b"y" * len(b)
+            self.read_so_far = getattr(self, "read_so_far", 0) + len(b)
+            return len(b)
+
+    src = io.BufferedReader(Endless())
+    with pytest.raises(InputTooLongError, match="at least 32,769 UTF-8 bytes; the limit is 32,768"):
+        read_bounded(src)
+    assert src.raw.read_so_far < 2 * MAX_TEXT_BYTES  # a buffer's worth past the limit, not all of it
+    assert read_bounded(io.BytesIO(b"a" * MAX_TEXT_BYTES)) == b"a" * MAX_TEXT_BYTES
+    with pytest.raises(InputTooLongError, match="is 40,000 UTF-8 bytes"):
+        read_bounded(io.BytesIO(b"a" * 40_000), size=40_000)
+
+
+@pytest.mark.parametrize("ch", ["\x00", "\x07", "\x1b", "\x7f", "\x9b"])
+def test_control_characters_are_refused_with_their_position(ch):
+    with pytest.raises(UsageError, match=f"U\\+{ord(ch):04X} at character 4"):
+        check_text("abc" + ch + "def")
+
+
+def test_whitespace_controls_are_kept():
+    assert check_text("a\tb\fc\vd\x85e\r\nf") == "a\tb\fc\vd\x85e\nf"
