@@ -19,7 +19,6 @@ from ttscli.errors import BackendUnavailableError, UsageError
 # what a worker needs from the driver's environment to find the same weights and caches
 ENV = ("TTSCLI_CACHE", "TTSCLI_CONFIG_DIR", "TTSCLI_REGISTRY", "TTSCLI_BLAS", "HF_HOME", "HF_HUB_OFFLINE",
        "HF_HUB_CACHE", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")
-WORKER_PIDS = ".ray-workers"          # actors note their pid here (tests kill one mid-run)
 
 
 class RowWriter:
@@ -38,9 +37,6 @@ class RowWriter:
         self.job = BatchJob(manifest=Path(job["manifest"]), out=Path(job["out"]), ref=ref, fmt=job["fmt"],
                             seed=job["seed"])
         self.pipe = ref.load()
-        pids = self.job.out / WORKER_PIDS
-        pids.mkdir(exist_ok=True)
-        (pids / str(os.getpid())).touch()
 
     def __call__(self, batch: dict) -> dict:
         from ttscli.batch import attempt
