@@ -28,7 +28,7 @@ def _timed(fn, runs: int) -> float:
 
 def bench_convs(frames: int = 200, runs: int = 5) -> list[dict]:
     """HiFi-GAN conv layers of joe-medium at ``frames`` latent frames: mx.conv1d vs GEMM form."""
-    from ttscli.models.piper.conv import conv1d_gemm, conv_transpose1d_gemm
+    from ttscli.nn.conv import Conv1d, ConvTranspose1d
 
     rows = []
     rng = np.random.default_rng(0)
@@ -43,17 +43,21 @@ def bench_convs(frames: int = 200, runs: int = 5) -> list[dict]:
         x = mx.array(rng.standard_normal((1, t, ch)).astype(np.float32))
         w = mx.array(rng.standard_normal((ch // 2, k, ch)).astype(np.float32) * 0.05)
         p = (k - u) // 2
+        up = ConvTranspose1d(ch, ch // 2, k, u, p, bias=False)
+        up.weight = w.transpose(2, 0, 1)                         # MLX [out, K, in] -> [in, out, K]
         rows.append({"layer": f"conv_transpose k{k} s{u} {ch}->{ch // 2} T{t}",
                      "mlx_s": run(lambda: mx.conv_transpose1d(x, w, stride=u, padding=p)),
-                     "gemm_s": run(lambda: conv_transpose1d_gemm(x, w, None, u, p))})
+                     "gemm_s": run(lambda: up(x))})
         t, ch = t * u, ch // 2
         for ks, d in [(3, 2), (5, 6), (7, 12)]:
             x = mx.array(rng.standard_normal((1, t, ch)).astype(np.float32))
             w = mx.array(rng.standard_normal((ch, ks, ch)).astype(np.float32) * 0.05)
             pad = d * (ks - 1) // 2
+            conv = Conv1d(ch, ch, ks, dilation=d, padding=pad, bias=False)
+            conv.weight = w.transpose(0, 2, 1)                   # MLX [out, K, in] -> [out, in, K]
             rows.append({"layer": f"conv k{ks} d{d} {ch}ch T{t}",
                          "mlx_s": run(lambda: mx.conv1d(x, w, padding=pad, dilation=d)),
-                         "gemm_s": run(lambda: conv1d_gemm(x, w, None, d, pad))})
+                         "gemm_s": run(lambda: conv.output_side(x))})
     return rows
 
 

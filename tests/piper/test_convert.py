@@ -17,9 +17,9 @@ def test_every_joe_tensor_maps(voice_dir):
     weights, convs = read_onnx_weights(voice_dir / "en_US-joe-medium.onnx")
     # names recovered through consuming nodes
     assert weights["enc_p.emb.weight"].shape == (256, 192)                  # exported as "sid"
-    assert weights["flow.flows.0.enc.in_layers.0.weight"].shape == (384, 5, 192)   # onnx::Conv_*
+    assert weights["flow.flows.0.enc.in_layers.0.weight"].shape == (384, 192, 5)   # onnx::Conv_*
     assert "dp.flows.0.logs" in weights                                      # folded exp(-logs)
-    assert weights["dec.ups.0.weight"].shape == (128, 16, 256)               # ConvTranspose -> [out,K,in]
+    assert weights["dec.ups.0.weight"].shape == (256, 128, 16)               # ConvTranspose [in,out,K]
     assert convs["dec.resblocks.2.convs.1"]["dilations"] == [12]
     assert not any(k.startswith(("onnx::", "/")) for k in weights)
 
@@ -51,8 +51,8 @@ def _tiny_onnx(path, extra_init=None):
 def test_unreadable_names_go_through_the_consuming_node(tmp_path):
     weights, _ = read_onnx_weights(_tiny_onnx(tmp_path / "t.onnx"))
     w = weights["flow.flows.0.enc.in_layers.0.weight"]
-    assert w.shape == (4, 3, 2)
-    assert w[1, 2, 0] == 1 * 6 + 0 * 3 + 2                                  # [out, in, K] -> [out, K, in]
+    assert w.shape == (4, 2, 3)                                              # ONNX's [out, in, K] kept
+    assert w[1, 0, 2] == 1 * 6 + 0 * 3 + 2
 
 
 def test_unmapped_initializer_is_named(tmp_path):

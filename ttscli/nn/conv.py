@@ -356,7 +356,7 @@ def depthwise_conv1d(x: mx.array, taps: mx.array, bias: mx.array | None = None, 
 
 # ----------------------------------------------------------------------------- modules
 
-class _Derived(nn.Module):
+class DerivedLayouts(nn.Module):
     """A module that keeps layouts derived from its parameters."""
 
     def _derived(self, name: str, make, src: str = "weight") -> mx.array:
@@ -378,7 +378,7 @@ class _Derived(nn.Module):
         return self["bias"] if "bias" in self else None
 
 
-class Conv1d(_Derived):
+class Conv1d(DerivedLayouts):
     """``nn.Conv1d`` (PyTorch semantics), weight ``[out, in, k]``; forms in the module docstring."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
@@ -445,7 +445,7 @@ class Conv1d(_Derived):
         return self._derived("cf", gemm_weight_cf)
 
 
-class ConvTranspose1d(_Derived):
+class ConvTranspose1d(DerivedLayouts):
     """``nn.ConvTranspose1d`` (PyTorch semantics), weight ``[in, out, k]``. ``padding``: int
     (cropped from both ends), ``(left, right)`` or ``"causal"`` (``k - stride`` cropped on the
     right, left context from a :class:`ConvState` when given)."""
@@ -491,7 +491,7 @@ class ConvTranspose1d(_Derived):
         return self._derived("cf", lambda w: transposed_weight_cf(w, self.stride)), self.bias_cf()
 
 
-class DepthwiseConv1d(_Derived):
+class DepthwiseConv1d(DerivedLayouts):
     """Per-channel conv (groups = channels), weight ``[C, 1, k]``, channels-last."""
 
     def __init__(self, channels: int, kernel_size: int, dilation: int = 1, padding=0, bias: bool = True):

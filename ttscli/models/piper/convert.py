@@ -22,7 +22,7 @@ import numpy as np
 
 from ttscli.errors import CheckpointError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2      # 2: conv weights in the ONNX (= PyTorch) layout
 _TORCH_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[\w]+)+$")
 _STRUCTURAL_MAX_ELEMENTS = 64
 
@@ -33,7 +33,8 @@ def _module_path(node_name: str) -> str:
 
 
 def read_onnx_weights(onnx_path: Path) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
-    """All weights under our names, in MLX layouts, plus each conv's attributes by module path."""
+    """All weights under our names, convs in ONNX's own layout (ttscli.nn.conv's), plus each
+    conv's attributes by module path."""
     import onnx
     from onnx import helper, numpy_helper
 
@@ -62,9 +63,6 @@ def read_onnx_weights(onnx_path: Path) -> tuple[dict[str, np.ndarray], dict[str,
         op, pos, node = (uses[0][0].op_type, uses[0][1], uses[0][0]) if uses else (None, None, None)
         if op in ("Conv", "ConvTranspose") and pos in (1, 2):
             name = f"{_module_path(node.name)}.{'weight' if pos == 1 else 'bias'}"
-            if pos == 1:
-                # ONNX Conv [out, in/g, K], ConvTranspose [in, out, K] -> MLX [out, K, in]
-                arr = arr.transpose(0, 2, 1) if op == "Conv" else arr.transpose(1, 2, 0)
         elif op == "Gather" and pos == 0 and arr.ndim == 2 and arr.dtype.kind == "f":
             name = f"{_module_path(node.name)}.weight"
         elif init.name.endswith("/Exp_output_0") and op == "Mul" and arr.dtype.kind == "f":
@@ -111,24 +109,24 @@ def infer_args(weights: dict[str, np.ndarray], convs: dict[str, dict], voice: di
             "hidden_channels": hidden,
             "inter_channels": weights["enc_p.proj.weight"].shape[0] // 2,
             "filter_channels": weights["enc_p.encoder.ffn_layers.0.conv_1.weight"].shape[0],
-            "kernel_size": weights["enc_p.encoder.ffn_layers.0.conv_1.weight"].shape[1],
+            "kernel_size": weights["enc_p.encoder.ffn_layers.0.conv_1.weight"].shape[2],
             "n_layers": count("enc_p.encoder.attn_layers."),
             "window_size": (rel.shape[1] - 1) // 2,
             "n_heads": hidden // rel.shape[2],
             "dp_filter_channels": weights["dp.pre.weight"].shape[0],
-            "dp_kernel_size": weights["dp.convs.convs_sep.0.weight"].shape[1],
+            "dp_kernel_size": weights["dp.convs.convs_sep.0.weight"].shape[2],
             "dp_n_flows": count("dp.flows.") // 2,
             "dp_num_bins": (dp_proj.shape[0] + 1) // 3,
             "flow_n_flows": (count("flow.flows.") + 1) // 2,
-            "flow_kernel_size": weights["flow.flows.0.enc.in_layers.0.weight"].shape[1],
+            "flow_kernel_size": weights["flow.flows.0.enc.in_layers.0.weight"].shape[2],
             "flow_dilation_rate": convs["flow.flows.0.enc.in_layers.1"]["dilations"][0] if flow_layers > 1 else 1,
             "flow_n_layers": flow_layers,
             "resblock": "1" if res1 else "2",
-            "resblock_kernel_sizes": [weights[f"dec.resblocks.{r}.{dil_key}.0.weight"].shape[1] for r in range(nk)],
+            "resblock_kernel_sizes": [weights[f"dec.resblocks.{r}.{dil_key}.0.weight"].shape[2] for r in range(nk)],
             "resblock_dilation_sizes": dilations,
             "upsample_rates": [convs[f"dec.ups.{i}"]["strides"][0] for i in range(n_up)],
             "upsample_initial_channel": weights["dec.conv_pre.weight"].shape[0],
-            "upsample_kernel_sizes": [weights[f"dec.ups.{i}.weight"].shape[1] for i in range(n_up)],
+            "upsample_kernel_sizes": [weights[f"dec.ups.{i}.weight"].shape[2] for i in range(n_up)],
         }
     except (KeyError, IndexError, StopIteration, ZeroDivisionError) as err:
         raise CheckpointError(f"Piper model is not a VITS graph we know: cannot find {err}") from err

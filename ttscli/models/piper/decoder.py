@@ -10,7 +10,9 @@ from ttscli.nn.compiled import compile_bounded, compile_shapeless  # traces boun
 
 from . import interior as interior_
 from .blocked import _BlasThreads, blocked, blocked_chain
-from .conv import Conv1d, ConvTranspose1d, gemm_weight_cf, shared_input_convs_cf
+from ttscli.nn.conv import ConvTranspose1d, gemm_weight_cf, shared_input_convs_cf
+
+from .conv import Conv1d
 
 
 @compile_shapeless
@@ -69,7 +71,7 @@ class WN(nn.Module):
         for i, (inl, rs) in enumerate(zip(self.in_layers, self.res_skip_layers)):
             h = inl.accumulate(x)
             acts = _gate(h[:, :n], h[:, n:])
-            r = mx.addmm(rs.bias, acts, rs._wmat())
+            r = mx.addmm(rs.bias, acts, rs.weight_output_side())
             if i == len(self.in_layers) - 1:
                 out = r if out is None else out + r
             elif out is None:
@@ -202,8 +204,8 @@ class Generator(nn.Module):
     def _halo(self, i: int) -> int:
         """Frames each side that influence one output frame of stage ``i`` (plus conv_post)."""
         nk = self.num_kernels
-        halo = max(sum(c.padding for c in rb.children_convs()) for rb in self.resblocks[i * nk:(i + 1) * nk])
-        return halo + (self.conv_post.padding if i == len(self.ups) - 1 else 0)
+        halo = max(sum(c.pad_left for c in rb.children_convs()) for rb in self.resblocks[i * nk:(i + 1) * nk])
+        return halo + (self.conv_post.pad_left if i == len(self.ups) - 1 else 0)
 
     def _up_stage(self, i: int, v: mx.array, interior: bool = False) -> tuple[mx.array, int]:
         """Upsampling ``i`` and its resblock stage on the previous stage's activated output
@@ -232,9 +234,9 @@ class Generator(nn.Module):
             blocks = self.resblocks[i * nk:(i + 1) * nk]
             self._shared_weight(i, [b.first() for b in blocks])
             for c in (c for b in blocks for c in b.children_convs()):
-                c._derived("cf", gemm_weight_cf)
+                c.weight_cf()
                 c.bias_cf()
-        self.conv_post._derived("cf", gemm_weight_cf)
+        self.conv_post.weight_cf()
         self.conv_post.bias_cf()
 
     def _interior_ok(self) -> bool:
@@ -245,7 +247,7 @@ class Generator(nn.Module):
         """Input frames each side that influence one output frame of ``_up_stage(i)``: the
         stage's halo in input frames plus the transposed conv's reach (ceil(K/s) frames)."""
         up = self.ups[i]
-        k = up.weight.shape[1]
+        k = up.kernel_size
         return -(-self._halo(i) // up.stride) + -(-k // up.stride)
 
     def __call__(self, x: mx.array, block: int = 2048) -> mx.array:

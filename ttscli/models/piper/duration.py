@@ -15,7 +15,9 @@ import mlx.nn as nn
 from ttscli.nn.fastmath import horner
 from ttscli.nn.compiled import compile_bounded
 
-from .conv import Conv1d, DepthwiseConv1d, depthwise_conv1d
+from ttscli.nn.conv import DepthwiseConv1d, depthwise_conv1d, pad_time
+
+from .conv import Conv1d
 from .text_encoder import LayerNorm
 
 
@@ -41,7 +43,8 @@ class DDSConv(nn.Module):
 
     def __init__(self, channels: int, kernel_size: int, n_layers: int):
         super().__init__()
-        self.convs_sep = [DepthwiseConv1d(channels, kernel_size, kernel_size ** i) for i in range(n_layers)]
+        self.convs_sep = [DepthwiseConv1d(channels, kernel_size, kernel_size ** i, kernel_size ** i * (kernel_size - 1) // 2)
+                          for i in range(n_layers)]
         self.convs_1x1 = [Conv1d(channels, channels, 1) for _ in range(n_layers)]
         self.norms_1 = [LayerNorm(channels) for _ in range(n_layers)]
         self.norms_2 = [LayerNorm(channels) for _ in range(n_layers)]
@@ -50,16 +53,18 @@ class DDSConv(nn.Module):
         if g is not None:
             x = x + g
         for sep, pw, n1, n2 in zip(self.convs_sep, self.convs_1x1, self.norms_1, self.norms_2):
-            x = _dds_layer(x, sep.weight, sep.bias, n1.gamma, n1.beta, pw._wmat(), pw.bias,
+            x = _dds_layer(x, sep.taps(), sep.bias, n1.gamma, n1.beta, pw.weight_output_side(), pw.bias,
                            n2.gamma, n2.beta, sep.dilation, n1.eps, n2.eps)
         return x
 
 
 @compile_bounded
-def _dds_layer(x, sep_w, sep_b, g1, b1, pw_w, pw_b, g2, b2, dilation, eps1, eps2):
+def _dds_layer(x, sep_taps, sep_b, g1, b1, pw_w, pw_b, g2, b2, dilation, eps1, eps2):
     """One DDSConv layer as one compiled graph: the depthwise taps, biases, GELUs and the
     residual add fuse into a few kernels (~15 separate ops on [T, C] before)."""
-    y = fast_gelu(mx.fast.layer_norm(depthwise_conv1d(x, sep_w, sep_b, dilation), g1, b1, eps1))
+    pad = dilation * (sep_taps.shape[0] - 1) // 2
+    h = depthwise_conv1d(pad_time(x, pad, pad), sep_taps, sep_b, dilation)
+    y = fast_gelu(mx.fast.layer_norm(h, g1, b1, eps1))
     y = mx.fast.layer_norm(y @ pw_w + pw_b, g2, b2, eps2)
     return x + fast_gelu(y)
 

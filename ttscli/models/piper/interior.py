@@ -8,7 +8,7 @@ CPU elementwise kernels run on one thread at memory speed, so each pass saved is
 Blocks that touch either end of the utterance keep the zero-padded path (decoder.py).
 
 Channels-first throughout: ``[C, T]`` with each conv as ``W [K*Cout, Cin] @ x`` followed by a
-sum of K row bands shifted in time (see conv.py).
+sum of K row bands shifted in time (see ttscli/nn/conv.py).
 """
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ import mlx.core as mx
 from ttscli.nn.compiled import compile_bounded
 from ttscli.nn.fastmath import fast_tanh
 
-from .conv import gemm_weight_cf
 
 
 def _leaky(x: mx.array, slope: float) -> mx.array:
@@ -101,19 +100,19 @@ def stage(gen, i: int, x: mx.array, xl: mx.array, act: float | None) -> tuple[mx
     c_out = x.shape[0]
     p = gen._shared_weight(i, firsts) @ xl
     t = x.shape[1]
-    halo = max(sum(c.padding for c in b.convs) for b in blocks)
+    halo = max(sum(c.pad_left for c in b.convs) for b in blocks)
     finals, row = [], 0
     for j, b in enumerate(blocks):
         c = b.convs[0]
-        k = c.weight.shape[1]
-        pad = c.padding
+        k = c.kernel_size
+        pad = c.pad_left
         h, hl = _taps(k, c.dilation, c_out, row, 0, 0.1)(p, c.bias_cf(), x[:, pad: t - pad])
         row += k * c_out
         off = pad                                   # h's first frame, in x's frames
         last_block = j == nk - 1
         for ci, c in enumerate(b.convs[1:], start=1):
-            k, pad = c.weight.shape[1], c.padding
-            q = c._derived("cf", gemm_weight_cf) @ hl
+            k, pad = c.kernel_size, c.pad_left
+            q = c.weight_cf() @ hl
             res = h[:, pad: h.shape[1] - pad]
             off += pad
             if ci < len(b.convs) - 1:
@@ -134,5 +133,5 @@ def stage(gen, i: int, x: mx.array, xl: mx.array, act: float | None) -> tuple[mx
     if act is not None:
         return out, halo
     post = gen.conv_post
-    q = post._derived("cf", gemm_weight_cf) @ out
-    return _post(post.weight.shape[1])(q), halo + post.padding
+    q = post.weight_cf() @ out
+    return _post(post.kernel_size)(q), halo + post.pad_left

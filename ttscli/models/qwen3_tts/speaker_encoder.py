@@ -20,6 +20,7 @@ from mlx.utils import tree_flatten
 from ttscli.checkpoint import load_strict, read_component
 from ttscli.config import BaseArgs, read_json
 from ttscli.errors import AudioInputError, CheckpointError
+from ttscli.nn.conv import DerivedLayouts, conv1d_im2col, pad_time, resolve_padding, tap_weights
 
 # Fixed in upstream extract_speaker_embedding (not read from the config).
 SAMPLE_RATE = 24000
@@ -96,17 +97,6 @@ def _feature_consts():
     return _FEATURE_CONSTS["window"], _FEATURE_CONSTS["mel_t"]
 
 
-def _reflect_pad_time(x: mx.array, left: int, right: int, axis: int) -> mx.array:
-    """Reflect padding (edge sample not repeated) along ``axis``."""
-    if left == 0 and right == 0:
-        return x
-    n = x.shape[axis]
-    if max(left, right) >= n:
-        raise ValueError(f"input of length {n} is too short for reflect padding of {max(left, right)}")
-    idx = np.concatenate([np.arange(left, 0, -1), np.arange(n), np.arange(n - 2, n - 2 - right, -1)])
-    return mx.take(x, mx.array(idx.astype(np.int32)), axis=axis)
-
-
 def mel_spectrogram(wav_24k) -> mx.array:
     """Log-mel features ``[frames, 128]`` of a mono 24 kHz waveform, as upstream computes them.
 
@@ -116,7 +106,7 @@ def mel_spectrogram(wav_24k) -> mx.array:
     y = mx.array(np.asarray(wav_24k, dtype=np.float32)) if not isinstance(wav_24k, mx.array) else wav_24k
     y = y.astype(mx.float32).reshape(-1)
     pad = (N_FFT - HOP) // 2
-    y = _reflect_pad_time(y, pad, pad, axis=0)
+    y = pad_time(y, pad, pad, "reflect", axis=0)
     n_frames = (y.shape[0] - N_FFT) // HOP + 1
     if n_frames < 1:
         raise ValueError("reference audio is too short for the speaker encoder")
@@ -129,7 +119,7 @@ def mel_spectrogram(wav_24k) -> mx.array:
 
 # ----------------------------------------------------------------------------- layers
 
-class Conv1d(nn.Module):
+class Conv1d(DerivedLayouts):
     """Conv1d with torch's ``padding="same", padding_mode="reflect"``; weight in MLX layout [out, k, in]."""
 
     def __init__(self, in_ch: int, out_ch: int, kernel_size: int = 1, dilation: int = 1):
@@ -141,14 +131,10 @@ class Conv1d(nn.Module):
         self.dilation = dilation
 
     def __call__(self, x: mx.array) -> mx.array:
-        k, d = self.kernel_size, self.dilation
-        w = self.weight.reshape(self.weight.shape[0], -1)
-        if k > 1:
-            total = d * (k - 1)
-            x = _reflect_pad_time(x, total // 2, total - total // 2, axis=1)
-            t = x.shape[1] - total
-            x = mx.concatenate([x[:, j * d: j * d + t] for j in range(k)], axis=-1)
-        return mx.addmm(self.bias, x, w.T)
+        # one GEMM over stacked taps: a few hundred frames of 512 channels, weight-bound
+        left, right = resolve_padding("same", self.kernel_size, self.dilation)
+        taps = self._derived("taps", lambda w: tap_weights(w.transpose(0, 2, 1)))
+        return conv1d_im2col(pad_time(x, left, right, "reflect"), taps, self.bias, self.dilation)
 
 
 class TimeDelayNetBlock(nn.Module):

@@ -6,8 +6,8 @@ SnakeBeta -> causal conv -> clamp(-1, 1). Every stage is causal, so a stream dec
 chunk with the caches from :meth:`SpeechDecoder.make_cache` equals a one-shot decode.
 
 Parameter names are the checkpoint's after the ``decoder.`` prefix, except ``_codebook`` ->
-``codebook`` (MLX treats ``_`` attributes as private). Conv weights are re-laid out by
-:func:`sanitize` for the matmul forms in :mod:`.conv`.
+``codebook`` (MLX treats ``_`` attributes as private). Conv weights keep the checkpoint's
+layout; :mod:`ttscli.nn.conv` derives the GEMM layouts it needs.
 """
 from __future__ import annotations
 

@@ -11,34 +11,9 @@ from ttscli.checkpoint import load_strict, read_safetensors
 from ttscli.errors import CheckpointError
 
 from .config import DecoderArgs
-from .conv import CausalConv1d, CausalConvTranspose1d, CausalDepthwiseConv1d
 from .decoder import SpeechDecoder
 
 PREFIX = "decoder."
-
-# MLX layout <- PyTorch layout, per conv kind (see conv.py for why these layouts)
-_TO_MLX = {
-    "conv": lambda w: w.transpose(2, 1, 0),            # [out, in, k] -> [k, in, out]
-    "depthwise": lambda w: w[:, 0, :].T,               # [C, 1, k]    -> [k, C]
-    "transposed": lambda w: w.transpose(0, 2, 1),      # [in, out, k] -> [in, k, out]
-}
-_TO_TORCH_SHAPE = {
-    "conv": lambda s: (s[2], s[1], s[0]),
-    "depthwise": lambda s: (s[1], 1, s[0]),
-    "transposed": lambda s: (s[0], s[2], s[1]),
-}
-
-
-def _layouts(model: SpeechDecoder) -> dict[str, str]:
-    kinds = {}
-    for name, m in model.named_modules():
-        if isinstance(m, CausalConv1d):
-            kinds[f"{name}.conv.weight"] = "conv"
-        elif isinstance(m, CausalDepthwiseConv1d):
-            kinds[f"{name}.conv.weight"] = "depthwise"
-        elif isinstance(m, CausalConvTranspose1d):
-            kinds[f"{name}.conv.weight"] = "transposed"
-    return kinds
 
 
 def _checkpoint_name(key: str) -> str:
@@ -46,28 +21,15 @@ def _checkpoint_name(key: str) -> str:
 
 
 def checkpoint_shapes(model: SpeechDecoder) -> dict[str, tuple]:
-    """Every ``decoder.*`` tensor of speech_tokenizer/model.safetensors and its PyTorch shape."""
-    kinds = _layouts(model)
-    shapes = {}
-    for key, value in tree_flatten(model.parameters()):
-        shape = tuple(value.shape)
-        if key in kinds:
-            shape = _TO_TORCH_SHAPE[kinds[key]](shape)
-        shapes[PREFIX + _checkpoint_name(key)] = shape
-    return shapes
+    """Every ``decoder.*`` tensor of speech_tokenizer/model.safetensors and its shape (the convs
+    hold the PyTorch layout; ttscli.nn.conv derives its GEMM layouts)."""
+    return {PREFIX + _checkpoint_name(k): tuple(v.shape) for k, v in tree_flatten(model.parameters())}
 
 
 def sanitize(model: SpeechDecoder, weights: dict[str, mx.array]) -> dict[str, mx.array]:
-    """Checkpoint ``decoder.*`` tensors (PyTorch layout) -> this module's names and layouts."""
-    kinds = _layouts(model)
-    out = {}
-    for key, w in weights.items():
-        if not key.startswith(PREFIX):
-            continue
-        name = key[len(PREFIX):].replace("._codebook.", ".codebook.")
-        # row-contiguous copies: a transposed view would be re-copied by every matmul that reads it
-        out[name] = mx.contiguous(_TO_MLX[kinds[name]](w)) if name in kinds else w
-    return out
+    """Checkpoint ``decoder.*`` tensors -> this module's names."""
+    return {k[len(PREFIX):].replace("._codebook.", ".codebook."): w
+            for k, w in weights.items() if k.startswith(PREFIX)}
 
 
 def _install(model: SpeechDecoder, weights: dict[str, mx.array], dtype, source: str) -> SpeechDecoder:
