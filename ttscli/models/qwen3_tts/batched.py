@@ -1,0 +1,191 @@
+"""Qwen3-TTS frames for many utterances at once (continuous batching on ttscli.lm.batch).
+
+The frame of :func:`ttscli.models.qwen3_tts.loop.generate_frames`, done for every row of a
+batch: one talker forward and one code-predictor pass (16 positions) per frame for all rows,
+while each row keeps its own prompt, positions, PRNG key stream, repetition-penalty set,
+EOS block, frame limit and stop. Rows arrive from ``source`` whenever a slot is free and
+leave at their EOS. A row's codes equal those of the same request run alone (same seed), up to
+the rounding of batched matmuls (tests/batch/test_batched_generation.py). MLX talker only.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from ttscli.errors import GenerationError
+from ttscli.lm import ConcatCache, KeyStream, logit_bias
+from ttscli.lm.batch import RowBatch, sample_rows
+from ttscli.models.qwen3_tts.loop import LoopConfig
+from ttscli.models.qwen3_tts.prompt import Prompt
+from ttscli.models.qwen3_tts.talker import Talker
+
+
+@dataclass
+class Item:
+    """One utterance to generate: ``key`` names it in the output."""
+
+    key: Any
+    prompt: Prompt
+    cfg: LoopConfig
+    seed: int | None = None
+
+
+@dataclass
+class _Row:
+    item: Item
+    keys: KeyStream
+    seen: mx.array | None
+    frames: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+def predictor_frame(cp, hidden: mx.array, c0_embed: mx.array, params: list, keys: mx.array):
+    """:meth:`CodePredictor.frame` for ``B`` rows, each drawing with its own keys ``[B, 15, 2]``."""
+    cache = [ConcatCache() for _ in cp.model.layers]
+    x = mx.stack([hidden, c0_embed], axis=1)
+    total = c0_embed
+    codes = []
+    n = len(cp.lm_head)
+    for j in range(n):
+        h = cp.model(cache=cache, input_embeddings=cp.project(x))[:, -1, :]
+        code = sample_rows(cp.lm_head[j](h), params, [keys[i, j] for i in range(len(params))])
+        codes.append(code)
+        e = cp.model.codec_embedding[j](code)
+        total = total + e
+        if j + 1 < n:
+            x = e[:, None, :]
+    return mx.stack(codes, axis=1), total
+
+
+class _Compiled:
+    """Compiled predictor frames by the rows' sampling params (shapes retrace by themselves)."""
+
+    def __init__(self, cp, limit: int = 16):
+        self.cp, self.limit, self.fns = cp, limit, {}
+
+    def __call__(self, hidden, c0_embed, params: list, keys):
+        k = tuple(params)
+        fn = self.fns.get(k)
+        if fn is None:
+            if len(self.fns) >= self.limit:  # bounded: a long-running server sees many mixes
+                self.fns.clear()
+            fn = mx.compile(lambda h, e, ks: predictor_frame(self.cp, h, e, list(k), ks))
+            self.fns[k] = fn
+        return fn(hidden, c0_embed, keys)
+
+
+def generate_batched(talker: Talker, source: Callable[[int], list[Item]] | Iterable[Item], max_batch: int = 16,
+                     stats: dict | None = None) -> Iterator[tuple[Any, np.ndarray | None | Exception]]:
+    """Yield ``(key, codes int32 [16])`` per frame of each row, ``(key, None)`` when a row ends
+    at its EOS, ``(key, GenerationError)`` when it reaches its frame limit first.
+
+    ``source(n)`` returns up to ``n`` new items (an empty list: none now; the generator ends
+    once no row is left and ``source`` returned nothing); a plain iterable is read as needed.
+    ``stats`` (optional) gets ``steps``, ``rows_per_step`` and ``step_s`` (one per frame step).
+    """
+    if not callable(source):
+        it = iter(source)
+
+        def source(n, it=it):
+            out = []
+            for _ in range(n):
+                x = next(it, None)
+                if x is None:
+                    break
+                out.append(x)
+            return out
+
+    a = talker.args
+    V = a.vocab_size
+    eos = a.codec_eos_token_id
+    suppressed = [i for i in range(V - 1024, V) if i != eos]
+    bias_closed = logit_bias(V, suppressed + [eos])[None]
+    bias_open = {False: logit_bias(V, suppressed)[None], True: bias_closed}
+    vocab = mx.arange(V)[None]
+    cp_frame = _Compiled(talker.code_predictor)
+    batch = RowBatch(talker.model)
+    rows: list[_Row] = []
+    logits = hidden = None
+    if stats is not None:
+        stats.setdefault("steps", 0)
+        stats.setdefault("rows_per_step", [])
+        stats.setdefault("step_s", [])
+
+    while True:
+        new = source(max_batch - len(rows)) if len(rows) < max_batch else []
+        if new:
+            caches, lg, hd = [], [], []
+            for item in new:
+                cache = talker.new_cache()
+                l1, h1 = talker(item.prompt.embeds, cache)  # prefilled alone, exactly as a lone request
+                caches.append(cache)
+                lg.append(l1)
+                hd.append(h1)
+                use_penalty = item.cfg.talker.repetition_penalty != 1.0
+                rows.append(_Row(item, KeyStream(item.seed), mx.zeros((1, V), mx.bool_) if use_penalty else None))
+            batch.join(caches)
+            logits = mx.concatenate(([logits] if logits is not None else []) + lg, 0)
+            hidden = mx.concatenate(([hidden] if hidden is not None else []) + hd, 0)
+        if not rows:
+            return
+        t0 = time.perf_counter()
+        ks = [r.keys.take(16) for r in rows]
+        bias = [bias_closed if r.frames < r.item.cfg.min_new_tokens else bias_open[r.item.cfg.ignore_eos]
+                for r in rows]
+        c0 = sample_rows(logits, [r.item.cfg.talker for r in rows], [k[0] for k in ks],
+                         seen=[r.seen for r in rows], bias=bias)
+        c0_embed = talker.embed_codec(c0)
+        rest, frame_embed = cp_frame(hidden, c0_embed, [r.item.cfg.sub for r in rows],
+                                     mx.stack([k[1:] for k in ks]))
+        codes = mx.concatenate([c0[:, None], rest], axis=1)
+        text = mx.concatenate([r.item.prompt.text_at(r.frames) for r in rows], 0)
+        # Queue the next talker step before waiting, as the single-row loop does.
+        hidden = batch.step(frame_embed[:, None, :] + text)
+        logits = talker.codec_head(hidden)
+        mx.async_eval(codes, logits, hidden)
+        for i, r in enumerate(rows):
+            if r.seen is not None:
+                r.seen = mx.logical_or(r.seen, vocab == c0[i:i + 1, None])
+        out = np.array(codes)
+        if stats is not None:
+            stats["steps"] += 1
+            stats["rows_per_step"].append(len(rows))
+            stats["step_s"].append(time.perf_counter() - t0)
+        keep = []
+        for i, r in enumerate(rows):
+            if int(out[i, 0]) == eos:
+                yield r.item.key, None
+                continue
+            r.frames += 1
+            yield r.item.key, out[i]
+            if r.frames >= r.item.cfg.max_frames:
+                yield r.item.key, _overrun(r, logits[i:i + 1], bias_open[False], eos)
+                continue
+            keep.append(i)
+        if len(keep) != len(rows):
+            batch.keep(keep)
+            rows = [rows[i] for i in keep]
+            if keep:
+                sel = mx.array(keep, dtype=mx.int32)
+                logits, hidden = logits[sel], hidden[sel]
+            else:
+                logits = hidden = None
+
+
+def _overrun(r: _Row, logits: mx.array, bias: mx.array, eos: int):
+    """A row at its frame limit: complete if EOS is next (as the single-row loop decides)."""
+    from ttscli.lm.sample import sample
+
+    cfg = r.item.cfg
+    if cfg.ignore_eos:
+        return None
+    last = sample(logits, cfg.talker, r.keys.next(), seen=r.seen, bias=bias)
+    if int(last.item()) == eos:
+        return None
+    return GenerationError(f"reached max frames ({cfg.max_frames}, {cfg.max_frames / 12.5:.1f} s of audio) "
+                           "before end of speech; raise --max-frames or shorten the text chunk")
