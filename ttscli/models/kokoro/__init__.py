@@ -10,7 +10,7 @@ _EXPORTS = {
     "from_onnx": "convert", "from_state_dict": "convert", "read_voices": "load", "parse_voice": "load",
     "load_model": "load", "phonemize": "g2p", "OnnxKokoro": "reference",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str):

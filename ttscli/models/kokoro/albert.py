@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 import mlx.core as mx
-import mlx.nn as nn
+from mlx import nn
 
 from .config import PLBertArgs
 from .modules import Linear

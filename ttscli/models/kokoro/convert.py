@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -155,7 +155,7 @@ _MLX_AUDIO_LSTM = re.compile(r"\.(Wx|Wh|bias_ih|bias_hh)_(forward|backward)$")
 
 def from_state_dict(sd: dict[str, np.ndarray], source: str = "checkpoint") -> dict[str, np.ndarray]:
     """hexgrad / mlx-community / mlx-audio names and layouts -> ours (weight norm folded)."""
-    sd = {k[len("module."):] if k.startswith("module.") else k: np.asarray(v) for k, v in sd.items()}
+    sd = {k.removeprefix("module."): np.asarray(v) for k, v in sd.items()}
     sd = {re.sub(r"^(bert|bert_encoder|predictor|text_encoder|decoder)\.module\.", r"\1.", k): v for k, v in sd.items()}
     out: dict[str, np.ndarray] = {}
     for k, v in sd.items():

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 
 from ttscli.errors import BackendUnavailableError, UsageError
@@ -35,7 +35,7 @@ def language_of(name: str | None) -> str:
     return lang
 
 
-@lru_cache(maxsize=None)
+@cache
 def _lexicons() -> tuple[dict, dict]:
     try:
         data = resources.files("misaki").joinpath("data")

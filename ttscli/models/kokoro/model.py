@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlx.core as mx
-import mlx.nn as nn
+from mlx import nn
 
 from .albert import CustomAlbert
 from .config import ModelArgs

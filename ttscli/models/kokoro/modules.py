@@ -7,10 +7,10 @@ names, so every checkpoint layout converts to one set of names (convert.py).
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cache
 
 import mlx.core as mx
-import mlx.nn as nn
+from mlx import nn
 
 from ttscli.nn.conv import Conv1d, pad_time
 
@@ -21,7 +21,7 @@ def leaky_relu(x: mx.array, slope: float) -> mx.array:
     return mx.maximum(x, slope * x)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _lstm_step(hidden: int):
     @mx.compile
     def step(xg, h, c, whh):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import mlx.core as mx
 import numpy as np
@@ -55,7 +55,7 @@ class KokoroPipeline(Pipeline):
         self.model = model
         self.voices = voices
         self.vocab = vocab
-        self.default_voice = default_voice if default_voice in voices else sorted(voices)[0]
+        self.default_voice = default_voice if default_voice in voices else min(voices)
         self.sample_rate = model.sample_rate
 
     def language(self, request: Request) -> str:
@@ -73,7 +73,7 @@ class KokoroPipeline(Pipeline):
         p = self.model.prosody(toks, s, d, dur)
         mx.eval(p.f0, p.n, p.asr)
         t1 = time.perf_counter()
-        har, feats = self.model.source(p.f0, key)
+        _, feats = self.model.source(p.f0, key)
         audio = self.model.decode(p, s, feats)
         mx.eval(audio)
         t2 = time.perf_counter()
