@@ -43,6 +43,10 @@ def note(msg: str) -> None:
 class Backend(str, Enum):
     mlx = "mlx"
     coreml = "coreml"
+    onnx = "onnx"            # onnxruntime, int8 (the CPU default); or a precision:
+    onnx_f32 = "onnx-f32"
+    onnx_int8 = "onnx-int8"
+    onnx_int4 = "onnx-int4"
 
 
 # ---- shared options --------------------------------------------------------------------------
@@ -55,7 +59,8 @@ Quiet = typer.Option(False, "-q", "--quiet", help="Print nothing but errors.")
 Verbose = typer.Option(False, "-v", "--verbose", help="Print timings and settings.")
 Debug = typer.Option(False, "--debug", help="Show tracebacks on errors.")
 CodeDecoderBackend = typer.Option(
-    None, "--code-decoder-backend", help="Backend of the talker (code decoder): mlx or coreml.", case_sensitive=False
+    None, "--code-decoder-backend", case_sensitive=False,
+    help="Backend of the talker (code decoder): mlx, coreml, or onnx (int8; onnx-f32, onnx-int4)."
 )
 # generation options shared by speak and clone
 Format = typer.Option(None, "--format", help="wav, flac, ogg, mp3, or pcm (raw s16le, with -o -).")
@@ -374,13 +379,14 @@ def models(
 @app.command(epilog="Example: [bold]ttscli convert qwen3-tts-0.6b-base --to mlx -q --q-bits 8 -o qwen-8bit[/bold]")
 def convert(
     model: str = typer.Argument(..., help="Model id or alias."),
-    to: str = typer.Option(..., "--to", help="mlx or coreml."),
+    to: str = typer.Option(..., "--to", help="mlx, coreml or onnx."),
     output: Optional[Path] = typer.Option(
         None, "-o", "--output",
         help="Output folder (default: ttscli's cache, where speak finds Core ML packages on its own)."),
     quantize: bool = typer.Option(False, "-q", "--quantize", help="Quantize weights (mlx)."),
     q_bits: int = typer.Option(4, "--q-bits", help="Bits per quantized weight: 4 or 8."),
-    q_group_size: int = typer.Option(64, "--q-group-size", help="Quantization group size."),
+    q_group_size: Optional[int] = typer.Option(None, "--q-group-size",
+                                               help="Quantization group size (default: 64 mlx, 32 onnx)."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="float16, bfloat16 or float32 for unquantized tensors."),
     capacity: int = typer.Option(256, "--capacity", help="Core ML KV-cache positions of the code decoder."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output folder."),
@@ -645,21 +651,20 @@ def main(argv: Optional[list] = None) -> int:
     from ttscli.audio import remove_partial_files
 
     previous = {s: signal.getsignal(s) for s in signals.STOP_SIGNALS}
-    signals.at_stop(remove_partial_files)
     signals.install()
+    signals.at_stop(remove_partial_files)
     stopped = False
     try:
         rc = _dispatch(list(sys.argv[1:] if argv is None else argv))
     except (Interrupted, KeyboardInterrupt, typer.Abort):
         stopped = True
     finally:
-        # handlers first: a stop arriving during the cleanup must not raise out of main
+        remove_partial_files()  # whatever raised, and wherever: no .part outlives the run
         if signals.is_console_script():
             signals.install_for_exit()
         else:
             for s, h in previous.items():
                 signal.signal(s, h)
-        remove_partial_files()  # whatever raised, and wherever: no .part outlives the run
     if stopped or signals.received() is not None:
         fail(signals.message())
         return signals.exit_code()

@@ -1,8 +1,10 @@
-"""`ttscli convert`: checkpoints to MLX safetensors (optionally quantized) or Core ML packages.
+"""`ttscli convert`: checkpoints to MLX safetensors (optionally quantized), Core ML packages or
+ONNX graphs (float32, or int8/int4 block-quantized).
 
 A family declares its targets in ``Family.convert`` (models/base.py):
     convert["mlx"](spec, checkpoint, out_dir, *, quantize, q_bits, q_group_size, dtype, progress) -> None
     convert["coreml"](spec, checkpoint, out_dir, *, capacity, weights_8bit, progress) -> None
+    convert["onnx"](spec, checkpoint, out_dir, *, quantize, q_bits, q_group_size, dtype, progress) -> None
 writing into an empty `out_dir`. This module owns the rest: argument checks, refusing to
 overwrite without --force, and writing into a temp folder renamed into place at the end.
 """
@@ -29,7 +31,7 @@ class ConvertRequest:
     output: Path | None = None
     quantize: bool = False
     q_bits: int = 4
-    q_group_size: int = 64
+    q_group_size: int | None = None          # None: 64 for mlx, 32 for onnx
     dtype: str | None = None
     capacity: int = 256
     force: bool = False
@@ -37,16 +39,20 @@ class ConvertRequest:
 
 
 def check(req: ConvertRequest) -> None:
-    if req.to not in ("mlx", "coreml"):
-        raise UsageError(f"--to {req.to}: choose mlx or coreml")
+    if req.to not in ("mlx", "coreml", "onnx"):
+        raise UsageError(f"--to {req.to}: choose mlx, coreml or onnx")
     if req.q_bits not in (4, 8):
         raise UsageError(f"--q-bits {req.q_bits}: choose 4 or 8")
+    if req.q_group_size is None:
+        req.q_group_size = 32 if req.to == "onnx" else 64
     if req.q_group_size not in (32, 64, 128):
         raise UsageError(f"--q-group-size {req.q_group_size}: choose 32, 64 or 128")
     if req.dtype is not None:
         check_dtype(req.dtype)
     if req.to == "coreml" and req.dtype not in (None, "float16"):
         raise UsageError("Core ML packages compute in float16; drop --dtype or use --dtype float16")
+    if req.to == "onnx" and req.dtype not in (None, "float32"):
+        raise UsageError("ONNX graphs compute in float32 (weights float32, or int8/int4 with -q); drop --dtype")
     if req.to == "coreml" and not 16 <= req.capacity <= 8192:
         raise UsageError(f"--capacity {req.capacity}: choose 16..8192 positions")
     if req.output is None:
@@ -59,10 +65,15 @@ def check(req: ConvertRequest) -> None:
 
 
 def default_output(spec, req: ConvertRequest) -> Path:
-    """ttscli's converted-weights cache: `speak` finds Core ML packages (and Piper weights) there."""
+    """ttscli's converted-weights cache: `speak` finds Core ML packages, ONNX graphs (and Piper
+    weights) there."""
     from ttscli.paths import converted_dir
 
     variant = req.to + (f"-q{req.q_bits}" if req.quantize and req.to == "mlx" else "")
+    if req.to == "onnx":
+        from ttscli.backends.onnx.manifest import variant as onnx_variant
+
+        variant = onnx_variant({8: "int8", 4: "int4"}[req.q_bits] if req.quantize else "float32")
     return converted_dir(spec.id, variant)
 
 
@@ -81,8 +92,8 @@ def convert(req: ConvertRequest, registry: Registry, note: Callable[[str], None]
                          f"(it converts to: {have})")
     if spec.license_notice:
         note(f"note: {spec.license_notice}")
-    if req.to == "coreml" and req.model_dir is not None:
-        # A Core ML conversion reads part of a checkpoint and names any file it lacks, so a
+    if req.to in ("coreml", "onnx") and req.model_dir is not None:
+        # A Core ML or ONNX conversion reads part of a checkpoint and names any file it lacks, so a
         # --model-dir folder need not hold every file the registry lists (no speech tokenizer).
         checkpoint = Path(req.model_dir).expanduser()
         if not checkpoint.is_dir():
@@ -94,7 +105,7 @@ def convert(req: ConvertRequest, registry: Registry, note: Callable[[str], None]
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     progress = _progress(note)
     try:
-        if req.to == "mlx":
+        if req.to in ("mlx", "onnx"):
             fn(spec, checkpoint, tmp, quantize=req.quantize, q_bits=req.q_bits, q_group_size=req.q_group_size,
                dtype=req.dtype, progress=progress)
         else:

@@ -1,8 +1,29 @@
-"""Which backend each component runs on, on this machine."""
+"""Which backend each component runs on, on this machine.
+
+A backend name may carry a variant after a dash: ``onnx-int8`` is the ``onnx`` backend at int8
+(``onnx`` alone: int8, the default on CPU; ``onnx-f32`` / ``onnx-float32``, ``onnx-int4``).
+The registry lists base names only.
+"""
 from __future__ import annotations
 
 from ttscli.errors import BackendUnavailableError, UsageError
 from ttscli.registry import ModelSpec
+
+ONNX_VARIANTS = {"": "int8", "int8": "int8", "int4": "int4", "f32": "float32", "float32": "float32",
+                 "fp32": "float32"}
+
+
+def split_backend(name: str) -> tuple[str, str]:
+    """``"onnx-int4"`` -> ``("onnx", "int4")``; ``"mlx"`` -> ``("mlx", "")``; an unknown ONNX
+    variant is a UsageError."""
+    base, _, var = name.lower().partition("-")
+    if base == "onnx":
+        if var not in ONNX_VARIANTS:
+            raise UsageError(f"backend {name!r}: ONNX precision must be f32, int8 or int4 (e.g. onnx-int4)")
+        return base, ONNX_VARIANTS[var]
+    if var:
+        raise UsageError(f"backend {name!r}: only onnx takes a precision suffix (onnx-f32, onnx-int8, onnx-int4)")
+    return base, ""
 
 
 def mlx_available() -> tuple[bool, str]:
@@ -14,30 +35,54 @@ def mlx_available() -> tuple[bool, str]:
 
 
 def available(backend: str) -> tuple[bool, str]:
-    """(True, "") when ``backend`` can run on this machine, else (False, why)."""
-    if backend == "mlx":
+    """(True, "") when ``backend`` (a base name or ``onnx-<precision>``) can run here, else (False, why)."""
+    base, _ = split_backend(backend)
+    if base == "mlx":
         return mlx_available()
-    if backend == "coreml":
+    if base == "coreml":
         from ttscli.backends.coreml import coreml_available
 
         return coreml_available()
+    if base == "onnx":
+        from ttscli.backends.onnx import onnx_available
+
+        return onnx_available()
     return False, f"unknown backend {backend!r}"
 
 
 def choose_code_decoder_backend(spec: ModelSpec, requested: str | None, model_dir=None) -> str:
     """--code-decoder-backend checked against the registry and this machine; mlx when not given
-    (Core ML is asked for: its packages come from `ttscli convert --to coreml`)."""
+    (Core ML and ONNX are asked for: their graphs come from `ttscli convert`)."""
     supported = spec.backends.get("code_decoder")
     if requested is None:
         return "mlx"
     requested = requested.lower()
+    base, _ = split_backend(requested)
     if supported is None:
-        if requested != "mlx":
+        if base != "mlx":
             raise UsageError(f"{spec.id} has no code decoder to put on {requested}; only mlx applies")
         return requested
-    if requested not in supported:
+    if base not in supported:
         raise UsageError(f"{spec.id}: code decoder backend '{requested}' is not supported (choose {', '.join(supported)})")
     ok, why = available(requested)
     if not ok:
         raise BackendUnavailableError(f"--code-decoder-backend {requested}: {why}")
+    return requested
+
+
+def choose_vits_backend(spec: ModelSpec, requested: str | None) -> str:
+    """Piper's VITS: the one asked for, else the faster one measured on this CPU (see
+    ttscli.models.piper.load.default_vits_backend)."""
+    supported = spec.backends.get("vits", ["mlx"])
+    if requested is None:
+        from ttscli.models.piper.load import default_vits_backend
+
+        pick = default_vits_backend()
+        return pick if pick in supported and available(pick)[0] else "mlx"
+    requested = requested.lower()
+    if requested not in supported:
+        raise UsageError(f"{spec.id}: VITS backend '{requested}' is not supported (choose {', '.join(supported)})")
+    ok, why = available(requested)
+    if not ok:
+        raise BackendUnavailableError(f"VITS backend {requested}: {why}")
     return requested

@@ -58,7 +58,30 @@ def load_code_decoder(backend: str, model, checkpoint: Path | None, options: Loa
 
             return CoreMLCodeDecoder.open(build_from_model(model))
         return open_code_decoder(checkpoint)
-    raise BackendUnavailableError(f"unknown code decoder backend {backend!r}; use mlx or coreml")
+    if backend.startswith("onnx"):
+        return load_onnx_decoder(backend, model, checkpoint, options)
+    raise BackendUnavailableError(f"unknown code decoder backend {backend!r}; use mlx, coreml or onnx")
+
+
+def load_onnx_decoder(backend: str, model, checkpoint: Path | None, options: LoadOptions, model_id: str | None = None):
+    """Talker + code predictor on onnxruntime (``onnx`` = int8, or ``onnx-f32|int8|int4``),
+    from the conversion of ``checkpoint`` in ttscli's cache (built on first use) or, for random
+    weights, from the in-memory model."""
+    import os
+
+    from ttscli.backends.onnx import require_onnxruntime
+    from ttscli.backends.onnx.graph import Quant
+    from ttscli.backends.select import split_backend
+    from ttscli.models.qwen3_tts.onnx_decoder import open_decoder
+    from ttscli.models.qwen3_tts.onnx_export import DEFAULT_PREFILL, PREFILL_ENV, build_from_model, find_or_build
+
+    require_onnxruntime()
+    quant = Quant(split_backend(backend)[1])
+    folder = build_from_model(model, quant) if checkpoint is None else find_or_build(checkpoint, quant, model_id)
+    prefill = os.environ.get(PREFILL_ENV, "").strip().lower() or DEFAULT_PREFILL
+    if options.prefill_mode == "sequential" and prefill == "mlx":
+        prefill = "onnx"    # bench's sequential variant: the backend's own prefill
+    return open_decoder(folder, model, prefill)
 
 
 def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
@@ -84,8 +107,11 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
         decoder = load_speech_decoder(checkpoint / "speech_tokenizer", dtype)
         check_components(model.args, decoder.args, checkpoint)
     code_decoder = load_code_decoder(options.backend("code_decoder"), model, checkpoint, options)
-    return Qwen3TTSPipeline(spec, model, gen, tokenizer, decoder, code_decoder, checkpoint,
+    pipe = Qwen3TTSPipeline(spec, model, gen, tokenizer, decoder, code_decoder, checkpoint,
                             random_weights=options.random_weights)
+    if hasattr(code_decoder, "compiled_frame"):    # onnxruntime runs the talker and the code predictor
+        pipe.backends.update(code_decoder=f"onnx-{code_decoder.precision}", code_predictor="onnx")
+    return pipe
 
 
 def bench_components(pipeline, req) -> dict[str, float]:

@@ -26,6 +26,12 @@ def _convert_coreml(*args, **kwargs):
     return convert_coreml(*args, **kwargs)
 
 
+def _convert_onnx(*args, **kwargs):
+    from .onnx_export import convert_onnx
+
+    return convert_onnx(*args, **kwargs)
+
+
 def _bench_components(pipe, req):
     from . import bench_components
 
@@ -51,11 +57,11 @@ FAMILY = Family(
              "(upstream's non_streaming_mode; default: off for Base clone, on otherwise)."),
     ),
     voices=_voices,
-    convert={"mlx": _convert_mlx, "coreml": _convert_coreml},
+    convert={"mlx": _convert_mlx, "coreml": _convert_coreml, "onnx": _convert_onnx},
     bench_components=_bench_components,
     bench_rows=(("talker_step_ms", "talker step, median (ms)", "{:.2f}"),
                 ("code_predictor_frame_ms", "code predictor, 15 steps (ms)", "{:.2f}")),
     parity_checks=_parity,
-    parity_against=("mlx", "coreml"),
+    parity_against=("mlx", "coreml", "onnx", "onnx-f32", "onnx-int8", "onnx-int4"),
     honours=frozenset({"voice", "instruct", "language", "ref_audio", "save_voice", "max_frames", "stream"}),
 )

@@ -77,7 +77,8 @@ def generate_frames(talker: Talker, decoder: CodeDecoder, prompt: Prompt, cfg: L
     keys = KeyStream(seed)
     cp = talker.code_predictor
     greedy_sub = cfg.sub.greedy
-    cp_frame = cp.compiled_frame(cfg.sub)
+    # an ONNX code decoder runs the predictor's frame too (its compiled_frame has the same shape)
+    cp_frame = (decoder if hasattr(decoder, "compiled_frame") else cp).compiled_frame(cfg.sub)
     use_penalty = cfg.talker.repetition_penalty != 1.0
     seen = mx.zeros((1, V), dtype=mx.bool_) if use_penalty else None
     vocab = mx.arange(V)[None]

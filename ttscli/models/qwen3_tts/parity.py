@@ -184,6 +184,10 @@ def golden_checks(checkpoint: Path, golden: Path, frames: int, backend: str | No
     V = model.args.talker_config.vocab_size
     if bool(g.get("greedy/zero_eos_row", False)):
         zero_eos_row(model)
+        if (backend or "").startswith("onnx"):   # its graphs hold the head: build them from the edited model
+            from ttscli.models.qwen3_tts import load_code_decoder
+
+            code_decoder = load_code_decoder(backend, model, None, LoadOptions(backends={"code_decoder": backend}))
     checks: list[Check] = []
     prompt = None
     if "case" in g:
@@ -245,6 +249,10 @@ def against_checks(checkpoint: Path, against: str, frames: int, backend: str | N
     from ttscli.models.qwen3_tts import load_code_decoder
 
     ours = backend or "mlx"
+    if against.startswith("onnx") and ours == "mlx":
+        return onnx_checks(checkpoint, against, frames)
+    if ours.startswith("onnx") and against == "mlx":
+        return onnx_checks(checkpoint, ours, frames)
     if against not in ("mlx", "coreml"):
         raise UsageError(f"--against {against}: Qwen3-TTS compares the mlx and coreml talkers; "
                          "for upstream numbers use --golden FILE.npz")
@@ -275,10 +283,47 @@ def compare_code_decoders(model, gen, tok, a, b, name_a: str, name_b: str, frame
     return checks
 
 
+ONNX_COSINE = {"float32": SIMILAR, "int8": 0.999, "int4": 0.9}
+
+
+def onnx_checks(checkpoint: Path, against: str, frames: int) -> list[Check]:
+    """MLX float32 vs the onnxruntime graphs (``onnx``: every precision) on the fixed request:
+    prefill logits cosine (onnxruntime's own prefill, not the MLX hand-over) and greedy frames,
+    which must all agree at float32 and are reported at int8/int4 (one flipped code changes
+    every later frame, so agreement there measures drift, not correctness)."""
+    from ttscli.backends.onnx import require_onnxruntime
+    from ttscli.backends.onnx.graph import Quant
+    from ttscli.backends.select import split_backend
+    from ttscli.models.qwen3_tts.onnx_decoder import open_decoder
+    from ttscli.models.qwen3_tts.onnx_export import find_or_build
+
+    require_onnxruntime()
+    precisions = ("float32", "int8", "int4") if against == "onnx" else (split_backend(against)[1],)
+    model, gen, tok, ref, _ = _load(checkpoint, "mlx", need_decoder=False)
+    prompt = default_prompt(model, tok)
+    lr, _ = ref.prefill(prompt.embeds, ref.new_cache())
+    fr = greedy_frames(model, ref, prompt, gen, frames, ignore_eos=True)
+    checks = []
+    for prec in precisions:
+        dec = open_decoder(find_or_build(checkpoint, Quant(prec)), model, prefill="onnx")
+        name = f"onnx-{prec}"
+        lo, _ = dec.prefill(prompt.embeds, dec.new_cache())
+        checks.append(Check(f"prefill logits mlx vs {name} (cosine)", cosine(np.array(lr), np.array(lo)),
+                            ONNX_COSINE[prec], ">=", f"{prompt.embeds.shape[1]} positions"))
+        fo = greedy_frames(model, dec, prompt, gen, frames, ignore_eos=True)
+        c = frames_check(f"greedy frames mlx vs {name} (all 16 codes)", fo, fr)
+        if prec != "float32":
+            codes = float(np.mean(fo == fr)) if fo.shape == fr.shape else 0.0
+            c = Check(c.name, c.value, 0.0, ">=", f"{c.detail}; reported, not required: "
+                      f"{100 * codes:.0f}% of codes equal")
+        checks.append(c)
+    return checks
+
+
 def parity_checks(spec, checkpoint: Path, *, golden: Path | None = None, against: str | None = None,
                   frames: int = 20, backend: str | None = None) -> list[Check]:
     if (golden is None) == (against is None):
-        raise UsageError("give exactly one of --golden FILE.npz or --against coreml|mlx")
+        raise UsageError("give exactly one of --golden FILE.npz or --against coreml|mlx|onnx")
     if frames < 1:
         raise UsageError("--frames must be at least 1")
     if golden is not None:

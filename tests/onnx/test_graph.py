@@ -1,0 +1,121 @@
+"""The shared ONNX LM graph against our MLX LM (ttscli.lm.model.DecoderLM) with the same
+weights: a Llama-style stack (no q/k norm, attention biases, llama3 RoPE in all three bands)
+and a Qwen3-style one (q/k norm, grouped KV), prefill + steps through the shared KV buffers,
+including a buffer that grows mid-request; int8/int4 weights against float32."""
+import numpy as np
+import pytest
+
+import ttscli  # noqa: F401  (BLAS preload before mlx)
+from ttscli.backends.onnx.graph import Quant, block_quantize, build_graph, stack_shapes
+from ttscli.backends.onnx.runtime import OnnxLM
+from ttscli.errors import CheckpointError, UsageError
+from ttscli.lm.config import LMArgs
+
+mx = pytest.importorskip("mlx.core")
+pytest.importorskip("onnxruntime")
+
+LLAMA = {"model_type": "llama", "hidden_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 64, "rms_norm_eps": 1e-5,
+         "attention_bias": True, "rope_theta": 500000.0,
+         "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                          "original_max_position_embeddings": 64}}
+QWEN3 = {"model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 96, "rms_norm_eps": 1e-6,
+         "rope_theta": 1000000.0}
+VOCAB, POSITIONS = 40, 24
+
+
+def mlx_stack(args: LMArgs, seed: int):
+    from mlx.utils import tree_flatten
+
+    from ttscli.lm.model import DecoderLM
+
+    lm = DecoderLM(args, embed_tokens=False)
+    rng = np.random.default_rng(seed)
+    w = {}
+    for k, v in tree_flatten(lm.parameters()):
+        scale = 0.3 if v.ndim == 1 and not k.endswith("bias") else 1 / np.sqrt(v.shape[-1])
+        centre = 1.0 if k.endswith("norm.weight") or k.endswith("layernorm.weight") else 0.0
+        w[k] = (centre + scale * rng.standard_normal(v.shape)).astype(np.float32)
+    lm.load_weights([(k, mx.array(v)) for k, v in w.items()])
+    head = (rng.standard_normal((VOCAB, args.hidden_size)) / np.sqrt(args.hidden_size)).astype(np.float32)
+    return lm, w, head
+
+
+def saved(tmp_path, args, w, head, quant=None, block=8, name="lm"):
+    import onnx
+
+    model = build_graph(args, w, {"logits": head}, max_positions=64, quant=quant or Quant())
+    onnx.save_model(model, str(tmp_path / f"{name}.onnx"))
+    return OnnxLM(tmp_path, {"path": f"{name}.onnx", "layers": args.num_hidden_layers,
+                             "kv_heads": args.num_key_value_heads, "head_dim": args.head_dim, "max_positions": 64,
+                             "input_size": args.hidden_size, "hidden_size": args.hidden_size, "cache_block": block})
+
+
+def reference(lm, head, x):
+    h = np.array(lm(input_embeddings=mx.array(x)))[0]
+    return h @ head.T, h
+
+
+@pytest.mark.parametrize("config", [LLAMA, QWEN3], ids=["llama", "qwen3"])
+def test_prefill_and_steps_match_mlx(tmp_path, config):
+    args = LMArgs.from_hf(config)
+    lm, w, head = mlx_stack(args, 0)
+    x = np.random.default_rng(1).standard_normal((1, POSITIONS, args.hidden_size)).astype(np.float32)
+    ref_logits, ref_hidden = reference(lm, head, x)
+    g = saved(tmp_path, args, w, head)
+    cache = g.new_cache()
+    assert cache.capacity == 8
+    logits, hidden = g.run(x[:, :5], cache, ("logits", "hidden"))
+    assert logits.shape == (1, VOCAB) and hidden.shape == (1, args.hidden_size)
+    np.testing.assert_allclose(logits[0], ref_logits[4], atol=1e-4)
+    np.testing.assert_allclose(hidden[0], ref_hidden[4], atol=1e-4)
+    for t in range(5, POSITIONS):      # the buffers grow past 8 positions on the way
+        logits, hidden = g.run(x[:, t:t + 1], cache, ("logits", "hidden"))
+        np.testing.assert_allclose(logits[0], ref_logits[t], atol=1e-4)
+        np.testing.assert_allclose(hidden[0], ref_hidden[t], atol=1e-4)
+    assert cache.offset == POSITIONS and cache.capacity >= POSITIONS
+    # a restart only resets the offset: stale slots past it are never read
+    cache.reset()
+    (again,) = g.run(x[:, :3], cache, ("logits",))
+    np.testing.assert_allclose(again[0], ref_logits[2], atol=1e-4)
+
+
+def cosine(a, b):
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def test_low_bit_weights_against_float32(tmp_path):
+    cfg = {**QWEN3, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4, "head_dim": 64,
+           "num_key_value_heads": 2}
+    args = LMArgs.from_hf(cfg)
+    lm, w, head = mlx_stack(args, 3)
+    x = np.random.default_rng(4).standard_normal((1, 12, args.hidden_size)).astype(np.float32)
+    ref, _ = reference(lm, head, x)
+    got = {}
+    for prec in ("int8", "int4"):
+        g = saved(tmp_path, args, w, head, Quant(prec), name=prec)
+        got[prec] = g.run(x, g.new_cache(), ("logits",))[0][0]
+    assert cosine(got["int8"], ref[-1]) >= 0.999
+    assert 0.9 <= cosine(got["int4"], ref[-1]) < cosine(got["int8"], ref[-1])
+
+
+def test_block_quantize_roundtrip():
+    """onnxruntime's packing read back by hand: symmetric blocks, default zero point."""
+    w = np.random.default_rng(0).standard_normal((6, 64)).astype(np.float32)
+    packed, scales = block_quantize(w, 8, 32)
+    assert packed.shape == (6, 2, 32) and scales.shape == (12,)
+    deq = (packed.astype(np.float32) - 128) * scales.reshape(6, 2, 1)
+    np.testing.assert_allclose(deq.reshape(6, 64), w, atol=float(scales.max()))
+    assert np.abs(deq.reshape(6, 64) - w).max() > 0        # it is quantized, not copied
+
+
+def test_missing_tensor_and_bad_precision():
+    args = LMArgs.from_hf(QWEN3)
+    w = {k: np.zeros(s, np.float32) for k, s in stack_shapes(args).items()}
+    del w["layers.1.mlp.up_proj.weight"]
+    with pytest.raises(CheckpointError, match="layers.1.mlp.up_proj.weight"):
+        build_graph(args, w, {}, max_positions=8)
+    with pytest.raises(UsageError, match="int8, int4"):
+        Quant("int2")

@@ -1,0 +1,255 @@
+"""ONNX graph of a decoder-only LM (Qwen3 blocks with q/k norm, Llama blocks without) that
+runs S positions per call on top of a KV cache, for onnxruntime's CPU kernels.
+
+Built with ``onnx.helper`` from :class:`ttscli.lm.config.LMArgs` and tensors named as in the
+checkpoint relative to the stack (``layers.0.self_attn.q_proj.weight``, ``norm.weight``), the
+same contract as the Core ML export, so any family hands over its LM by choosing a prefix.
+
+Per layer: RMSNorm (fused with the residual add), one fused q/k/v projection, per-head q/k
+RMSNorm, ``com.microsoft.GroupQueryAttention`` (rotary applied inside from cos/sin tables,
+causal, K/V written into a cache buffer that the runtime binds as both past and present, so
+the cache is never copied), the output projection, then SwiGLU with gate and up fused.
+Linear layers are MatMul on float32 weights or MatMulNBits on block-quantized ones (int8 or
+int4, ``accuracy_level`` 4: int8 activations, the fast path on CPUs without AVX-512 VNNI).
+
+Outputs: ``hidden`` (post-norm state of the last position, ``[B, H]``) and one logits output per
+head (``logits`` or ``logits_0..n-1``): onnxruntime computes only what a run asks for, so a
+stack with several heads (Qwen3-TTS's code predictor) runs one head per step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+from ttscli.errors import CheckpointError, UsageError
+from ttscli.lm.config import LMArgs
+from ttscli.lm.rope import inv_freq
+
+MS = "com.microsoft"
+OPSET = 17
+PRECISIONS = ("float32", "int8", "int4")
+BLOCK_SIZES = (16, 32, 64, 128)
+
+
+def stack_shapes(args: LMArgs) -> dict[str, tuple[int, ...]]:
+    """Every tensor the graph reads, by its name relative to the stack (the Core ML export's
+    list: the two backends take the same tensors)."""
+    h, hd, inter = args.hidden_size, args.head_dim, args.intermediate_size
+    q, kv = args.num_attention_heads * hd, args.num_key_value_heads * hd
+    out: dict[str, tuple[int, ...]] = {"norm.weight": (h,)}
+    for i in range(args.num_hidden_layers):
+        p = f"layers.{i}."
+        out.update({p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+                    p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (kv, h),
+                    p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, q),
+                    p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
+                    p + "mlp.down_proj.weight": (h, inter)})
+        if args.qk_norm:
+            out.update({p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)})
+        if args.attention_bias:
+            out.update({p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
+                        p + "self_attn.v_proj.bias": (kv,), p + "self_attn.o_proj.bias": (h,)})
+        if args.mlp_bias:
+            out.update({p + "mlp.gate_proj.bias": (inter,), p + "mlp.up_proj.bias": (inter,),
+                        p + "mlp.down_proj.bias": (h,)})
+    return out
+
+
+def rope_cache(args: LMArgs, positions: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin ``[positions, head_dim / 2]`` of the stack's RoPE, tabulated in float64.
+
+    M-RoPE rotates like plain RoPE here: a codec LM feeds the same position to its three rows.
+    """
+    ang = np.arange(positions, dtype=np.float64)[:, None] * inv_freq(args.rope, args.head_dim)[None, :]
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+@dataclass
+class Quant:
+    """How linear weights are stored: float32, or ``bits``-bit blocks of ``block_size`` along K."""
+
+    precision: str = "float32"
+    block_size: int = 32
+    accuracy_level: int = 4
+
+    def __post_init__(self):
+        if self.precision not in PRECISIONS:
+            raise UsageError(f"ONNX precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+        if self.block_size not in BLOCK_SIZES:
+            raise UsageError(f"block size must be one of {', '.join(map(str, BLOCK_SIZES))}, not {self.block_size}")
+
+    @property
+    def bits(self) -> int | None:
+        return {"int8": 8, "int4": 4}.get(self.precision)
+
+
+def block_quantize(w: np.ndarray, bits: int, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``w [N, K]`` (a checkpoint's ``[out, in]`` weight) -> MatMulNBits' packed ``B [N, blocks,
+    blob]`` and ``scales [N * blocks]``, symmetric (the kernel's default zero point).
+
+    Packed by onnxruntime's own C++ blockwise quantizer (what its MatMulNBits quantization
+    tool calls), so the layout is the one the kernel reads; the tool's Python module is not
+    used because it pulls extra packages (onnx_ir, neural-compressor helpers).
+    """
+    from onnxruntime.capi import _pybind_state as C
+
+    N, K = w.shape
+    blocks = -(-K // block_size)
+    wk = np.ascontiguousarray(w.T, np.float32)            # [K, N], as MatMul's B
+    if blocks * block_size != K:
+        wk = np.pad(wk, ((0, blocks * block_size - K), (0, 0)))
+    per = 8 // bits
+    packed = np.zeros((N, blocks, -(-block_size // per)), np.uint8)
+    zero = np.zeros((N, -(-blocks // per)), np.uint8)
+    scales = np.zeros((N, blocks), np.float32)
+    quantize = {8: C.quantize_matmul_8bits, 4: C.quantize_matmul_4bits}[bits]
+    quantize(packed, wk, scales, zero, block_size, N, K, True)
+    return packed, scales.reshape(-1)
+
+
+@dataclass
+class _Builder:
+    quant: Quant
+    nodes: list = field(default_factory=list)
+    inits: list = field(default_factory=list)
+    n: int = 0
+
+    def name(self, base: str) -> str:
+        self.n += 1
+        return f"{base}_{self.n}"
+
+    def const(self, name: str, a: np.ndarray) -> str:
+        from onnx import numpy_helper
+
+        a = np.asarray(a)
+        # np.ascontiguousarray turns a 0-d array into 1-d (a scalar Gather index must stay 0-d)
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(a) if a.ndim else a, name))
+        return name
+
+    def node(self, op: str, inputs: list[str], outputs: int | list[str] = 1, domain: str = "", base: str = "",
+             **attrs) -> list[str]:
+        from onnx import helper
+
+        outs = [self.name(base or op) for _ in range(outputs)] if isinstance(outputs, int) else outputs
+        self.nodes.append(helper.make_node(op, inputs, outs, name=self.name(op), domain=domain or None, **attrs))
+        return outs
+
+    def linear(self, x: str, w: np.ndarray, b: np.ndarray | None, name: str, out: str | None = None) -> str:
+        """``x @ w.T + b`` for a checkpoint weight ``w [N, K]``."""
+        N, K = w.shape
+        bits = self.quant.bits
+        if bits is None:
+            ins = [x, self.const(name + ".weight_t", np.asarray(w, np.float32).T)]
+            if b is None:
+                return self.node("MatMul", ins, [out] if out else 1)[0]
+            y = self.node("MatMul", ins)[0]
+            return self.node("Add", [y, self.const(name + ".bias", np.asarray(b, np.float32))], [out] if out else 1)[0]
+        packed, scales = block_quantize(np.asarray(w, np.float32), bits, self.quant.block_size)
+        ins = [x, self.const(name + f".weight_q{bits}", packed), self.const(name + ".scales", scales)]
+        if b is not None:
+            ins += ["", "", self.const(name + ".bias", np.asarray(b, np.float32))]
+        return self.node("MatMulNBits", ins, [out] if out else 1, domain=MS, K=K, N=N, bits=bits,
+                         block_size=self.quant.block_size, accuracy_level=self.quant.accuracy_level)[0]
+
+
+def _cat(w: Mapping[str, np.ndarray], keys: list[str]) -> np.ndarray | None:
+    if not all(k in w for k in keys):
+        return None
+    return np.concatenate([np.asarray(w[k], np.float32) for k in keys], axis=0)
+
+
+def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[str, np.ndarray], *,
+                max_positions: int, quant: Quant | None = None, in_proj: tuple[np.ndarray, np.ndarray] | None = None,
+                name: str = "lm"):
+    """The ONNX model of the stack. ``heads``: output name -> head weight ``[V, H]`` (may be
+    empty: hidden only). ``in_proj``: ``(weight [H, H_in], bias [H])`` applied to the input
+    embeddings first (a predictor narrower than the LM feeding it). ``max_positions``: length
+    of the RoPE tables, the most positions one cache can hold."""
+    from onnx import TensorProto, helper
+
+    quant = quant or Quant()
+    need = stack_shapes(args)
+    problems = [k for k in need if k not in weights] + [k for k in need if k in weights
+                                                           and tuple(np.shape(weights[k])) != need[k]]
+    if problems:
+        raise CheckpointError(f"LM tensors missing or mis-shaped: {', '.join(problems[:8])}")
+    b = _Builder(quant)
+    H, hd = args.hidden_size, args.head_dim
+    nh, kvh = args.num_attention_heads, args.num_key_value_heads
+    eps = float(args.rms_norm_eps)
+    h_in = H if in_proj is None else int(in_proj[0].shape[1])
+    inputs = [helper.make_tensor_value_info("inputs_embeds", TensorProto.FLOAT, ["batch", "seq", h_in]),
+              helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["batch"]),
+              helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, [])]
+    outputs = []
+    kv_shape = ["batch", kvh, "cache", hd]
+    cos, sin = rope_cache(args, max_positions)
+    b.const("cos_cache", cos)
+    b.const("sin_cache", sin)
+    b.const("heads_shape", np.array([0, 0, -1, hd], np.int64))
+    b.const("flat_shape", np.array([0, 0, -1], np.int64))
+    b.const("last", np.array(-1, np.int64))
+    x = "inputs_embeds"
+    if in_proj is not None:
+        x = b.linear(x, in_proj[0], in_proj[1], "in_proj")
+    resid, pending = x, None        # pending: the previous block's output, not yet added in
+    for i in range(args.num_hidden_layers):
+        p = f"layers.{i}."
+        ln = b.const(p + "input_layernorm.weight", np.asarray(weights[p + "input_layernorm.weight"], np.float32))
+        if pending is None:
+            h = b.node("SimplifiedLayerNormalization", [resid, ln], epsilon=eps, axis=-1)[0]
+        else:
+            h, _, _, resid = b.node("SkipSimplifiedLayerNormalization", [pending, resid, ln], 4, MS, epsilon=eps)
+        a = p + "self_attn."
+        wqkv = _cat(weights, [a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"])
+        bqkv = _cat(weights, [a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"])
+        qkv = b.linear(h, wqkv, bqkv, a + "qkv_proj")
+        b.const(a + "split", np.array([nh * hd, kvh * hd, kvh * hd], np.int64))
+        q, k, v = b.node("Split", [qkv, a + "split"], 3, axis=-1)
+        if args.qk_norm:
+            def norm(t: str, key: str) -> str:
+                g = b.const(a + key + ".weight", np.asarray(weights[a + key + ".weight"], np.float32))
+                t4 = b.node("Reshape", [t, "heads_shape"])[0]
+                t4 = b.node("SimplifiedLayerNormalization", [t4, g], epsilon=eps, axis=-1)[0]
+                return b.node("Reshape", [t4, "flat_shape"])[0]
+            q, k = norm(q, "q_norm"), norm(k, "k_norm")
+        past_k, past_v = f"past_key.{i}", f"past_value.{i}"
+        inputs += [helper.make_tensor_value_info(past_k, TensorProto.FLOAT, kv_shape),
+                   helper.make_tensor_value_info(past_v, TensorProto.FLOAT, kv_shape)]
+        outputs += [helper.make_tensor_value_info(f"present_key.{i}", TensorProto.FLOAT, kv_shape),
+                    helper.make_tensor_value_info(f"present_value.{i}", TensorProto.FLOAT, kv_shape)]
+        attn = b.node("GroupQueryAttention", [q, k, v, past_k, past_v, "seqlens_k", "total_sequence_length",
+                                              "cos_cache", "sin_cache"],
+                      [b.name(a + "attn"), f"present_key.{i}", f"present_value.{i}"], MS,
+                      num_heads=nh, kv_num_heads=kvh, do_rotary=1, rotary_interleaved=0,
+                      scale=float(hd ** -0.5))[0]
+        o = b.linear(attn, weights[a + "o_proj.weight"], weights.get(a + "o_proj.bias"), a + "o_proj")
+        pln = b.const(p + "post_attention_layernorm.weight",
+                      np.asarray(weights[p + "post_attention_layernorm.weight"], np.float32))
+        h, _, _, resid = b.node("SkipSimplifiedLayerNormalization", [o, resid, pln], 4, MS, epsilon=eps)
+        m = p + "mlp."
+        gu = b.linear(h, _cat(weights, [m + "gate_proj.weight", m + "up_proj.weight"]),
+                      _cat(weights, [m + "gate_proj.bias", m + "up_proj.bias"]), m + "gate_up_proj")
+        gate, up = b.node("Split", [gu, b.const(m + "split", np.array([args.intermediate_size] * 2, np.int64))],
+                          2, axis=-1)
+        act = b.node("Mul", [b.node("Mul", [gate, b.node("Sigmoid", [gate])[0]])[0], up])[0]
+        pending = b.linear(act, weights[m + "down_proj.weight"], weights.get(m + "down_proj.bias"), m + "down_proj")
+    fn = b.const("norm.weight", np.asarray(weights["norm.weight"], np.float32))
+    if pending is None:
+        normed = b.node("SimplifiedLayerNormalization", [resid, fn], epsilon=eps, axis=-1)[0]
+    else:
+        normed = b.node("SkipSimplifiedLayerNormalization", [pending, resid, fn], 4, MS, epsilon=eps)[0]
+    hidden = b.node("Gather", [normed, "last"], ["hidden"], axis=1)[0]
+    outputs.insert(0, helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", H]))
+    for out_name, w in heads.items():
+        V = int(np.shape(w)[0])
+        b.linear(hidden, w, None, out_name, out=out_name)
+        outputs.insert(len(outputs) - 2 * args.num_hidden_layers,
+                       helper.make_tensor_value_info(out_name, TensorProto.FLOAT, ["batch", V]))
+    graph = helper.make_graph(b.nodes, name, inputs, outputs, initializer=b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)],
+                              producer_name="ttscli")
+    model.ir_version = 8
+    return model

@@ -1,0 +1,195 @@
+"""Qwen3-TTS on onnxruntime: the whole per-frame LM work (talker step + the code predictor's
+15 steps) as two graphs of the shared decoder-LM export (ttscli.backends.onnx).
+
+    code_decoder     the talker's Qwen3 stack (``talker.model.*``) and ``talker.codec_head``
+    code_predictor   ``talker.code_predictor.model.*`` with its 15 heads (``logits_0..14``, one
+                     computed per step) and, when the talker is wider (1.7B), the
+                     ``small_to_mtp_projection`` in front
+
+Embeddings (prompt building, codec embeddings), sampling (the same MLX samplers and PRNG keys
+as the MLX frame) and the speech decoder stay with MLX. Conversions live in ttscli's cache
+(``paths.converted_dir(MODEL, "onnx-<precision>")``) and are found by the sha256 of the
+checkpoint file they were built from; a missing or stale one is built on first use.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ttscli.backends.coreml.weights import ArrayWeights, SafeTensors, take
+from ttscli.backends.onnx.graph import Quant, stack_shapes
+from ttscli.backends.onnx.manifest import MANIFEST, current, source_files, variant, write_manifest
+from ttscli.errors import CheckpointError, UsageError
+from ttscli.lm.config import LMArgs
+
+_LOG = logging.getLogger(__name__)
+FAMILY = "qwen3_tts"
+CODE_DECODER, CODE_PREDICTOR = "code_decoder", "code_predictor"
+TALKER_FILE, PREDICTOR_FILE = "talker.onnx", "code_predictor.onnx"
+SOURCE_FILES = ("model.safetensors",)
+TALKER_POSITIONS = 16384      # RoPE table length: a 4096-token prompt plus 8192 frames fit
+PREFILL_ENV = "TTSCLI_ONNX_PREFILL"
+# MLX batched prefill with the cache handed over, measured against onnxruntime's prefill on the
+# 2-core AMD EPYC (docs/parity.md, "ONNX"): MLX's float32 GEMM is faster on long prompts.
+DEFAULT_PREFILL = "mlx"
+
+
+def lm_args(cfg: dict) -> tuple[LMArgs, LMArgs]:
+    """(talker, code predictor) stacks of a config.json; both are Qwen3 blocks with q/k norm."""
+    tc = cfg.get("talker_config")
+    if not isinstance(tc, dict) or not isinstance(tc.get("code_predictor_config"), dict):
+        raise CheckpointError("config.json has no talker_config.code_predictor_config; is this a Qwen3-TTS checkpoint?")
+    return LMArgs.from_hf(tc, qk_norm=True), LMArgs.from_hf(tc["code_predictor_config"], qk_norm=True)
+
+
+def export_graphs(source, cfg: dict, out_dir: Path, quant: Quant, *, model_id: str, source_record: dict,
+                  progress: Callable[..., None] | None = None) -> dict:
+    """Both graphs + manifest into ``out_dir`` from a weight source with the checkpoint's names."""
+    from ttscli.backends.onnx.export import export_lm
+
+    say = progress or (lambda done, total, what="": None)
+    talker, pred = lm_args(cfg)
+    groups = int(cfg["talker_config"]["code_predictor_config"].get("num_code_groups", 16)) - 1
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    say(0, 2, f"ONNX {quant.precision}: talker")
+    w = take(source, "talker.model.", stack_shapes(talker))
+    head = take(source, "talker.", {"codec_head.weight": (talker.vocab_size, talker.hidden_size)})
+    entry_t = export_lm(talker, w, out_dir, TALKER_FILE, heads={"logits": head["codec_head.weight"]},
+                        max_positions=min(TALKER_POSITIONS, talker.max_position_embeddings or TALKER_POSITIONS),
+                        quant=quant)
+    del w, head
+    say(1, 2, f"ONNX {quant.precision}: code predictor")
+    p = "talker.code_predictor."
+    w = take(source, p + "model.", stack_shapes(pred))
+    heads = take(source, p, {f"lm_head.{j}.weight": (pred.vocab_size, pred.hidden_size) for j in range(groups)})
+    proj = None
+    if p + "small_to_mtp_projection.weight" in source:
+        pw = take(source, p, {"small_to_mtp_projection.weight": (pred.hidden_size, talker.hidden_size),
+                              "small_to_mtp_projection.bias": (pred.hidden_size,)})
+        proj = (pw["small_to_mtp_projection.weight"], pw["small_to_mtp_projection.bias"])
+    elif pred.hidden_size != talker.hidden_size:
+        raise CheckpointError(f"{source.path.name}: the code predictor is narrower than the talker but has no "
+                              "small_to_mtp_projection")
+    entry_p = export_lm(pred, w, out_dir, PREDICTOR_FILE,
+                        heads={f"logits_{j}": heads[f"lm_head.{j}.weight"] for j in range(groups)},
+                        max_positions=groups + 1, quant=quant, in_proj=proj, cache_block=groups + 1)
+    say(2, 2, f"ONNX {quant.precision}: done")
+    return write_manifest(out_dir, model=model_id, family=FAMILY, precision=quant.precision,
+                          components={CODE_DECODER: entry_t, CODE_PREDICTOR: entry_p},
+                          source={**source_record, "tts_model_type": cfg.get("tts_model_type"),
+                                  "tts_model_size": cfg.get("tts_model_size")})
+
+
+def read_config(checkpoint: Path) -> dict:
+    try:
+        return json.loads((Path(checkpoint) / "config.json").read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{Path(checkpoint) / 'config.json'} is missing; point at a Qwen3-TTS checkpoint "
+                              "folder") from None
+    except ValueError as e:
+        raise CheckpointError(f"{Path(checkpoint) / 'config.json'} is not valid JSON ({e})") from None
+
+
+def export_checkpoint(checkpoint: Path, out_dir: Path, quant: Quant, *, model_id: str,
+                      progress: Callable[..., None] | None = None) -> dict:
+    checkpoint = Path(checkpoint)
+    cfg = read_config(checkpoint)
+    record = {"checkpoint": str(checkpoint.resolve()), "files": source_files(checkpoint, SOURCE_FILES)}
+    return export_graphs(SafeTensors(checkpoint / "model.safetensors"), cfg, out_dir, quant, model_id=model_id,
+                         source_record=record, progress=progress)
+
+
+def quant_for(quantize: bool, q_bits: int, q_group_size: int | None) -> Quant:
+    if not quantize:
+        return Quant("float32")
+    if q_bits not in (4, 8):
+        raise UsageError(f"--q-bits {q_bits}: ONNX weights quantize to 8 or 4 bits")
+    return Quant({8: "int8", 4: "int4"}[q_bits], q_group_size or 32)
+
+
+def convert_onnx(spec, checkpoint: Path, out_dir: Path, *, quantize: bool = False, q_bits: int = 8,
+                 q_group_size: int | None = 32, dtype: str | None = None,
+                 progress: Callable[..., None] | None = None, **_) -> None:
+    """The family hook of ``ttscli convert MODEL --to onnx [-q --q-bits 8|4] [--q-group-size N]``."""
+    if dtype not in (None, "float32"):
+        raise UsageError("ONNX graphs compute in float32 (weights float32, int8 or int4); drop --dtype")
+    export_checkpoint(checkpoint, out_dir, quant_for(quantize, q_bits, q_group_size), model_id=spec.id,
+                      progress=progress)
+
+
+def _store() -> Path:
+    from ttscli.paths import converted_dir
+
+    return converted_dir("_", "_").parent.parent
+
+
+def find_or_build(checkpoint: Path, quant: Quant, model_id: str | None = None) -> Path:
+    """The folder converted from ``checkpoint`` at this precision: ttscli's cache is searched by
+    source hashes; when nothing matches, it is built (once) into ``converted_dir(model_id)``."""
+    from ttscli.paths import converted_dir
+
+    checkpoint = Path(checkpoint)
+    var = variant(quant.precision)
+    want = converted_dir(model_id or checkpoint.name, var)
+    for folder in [want] + sorted(p.parent for p in _store().glob(f"*/{var}/{MANIFEST}")):
+        m = current(folder, checkpoint)
+        if m is not None and (m["components"][CODE_DECODER].get("block_size") in (None, quant.block_size)):
+            return folder
+    sys.stderr.write(f"ttscli: building the ONNX {quant.precision} graphs of {checkpoint} into {want} "
+                     "(once; `ttscli convert MODEL --to onnx` does the same)\n")
+    _build_into(want, lambda tmp: export_checkpoint(checkpoint, tmp, quant, model_id=model_id or checkpoint.name))
+    return want
+
+
+def _build_into(out_dir: Path, build: Callable[[Path], object]) -> None:
+    tmp = out_dir.with_name(f".{out_dir.name}.{os.getpid()}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        build(tmp)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        tmp.rename(out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _fingerprint(params: dict, quant: Quant) -> str:
+    import hashlib
+
+    h = hashlib.sha256(f"{quant.precision}/{quant.block_size}".encode())
+    for k in sorted(params):
+        v = params[k]
+        h.update(f"{k}{tuple(v.shape)}{float(np.asarray(v, np.float64).sum()):.6e}".encode())
+    return h.hexdigest()[:16]
+
+
+def build_from_model(model, quant: Quant) -> Path:
+    """The graphs of an in-memory MLX model (random weights at real dimensions for
+    ``bench --random-weights``), cached by a fingerprint of its weights."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    from ttscli.paths import cache_dir
+
+    params = {"talker." + k: np.array(v.astype(mx.float32)) for k, v in tree_flatten(model.talker.parameters())
+              if k.startswith(("model.layers", "model.norm", "codec_head", "code_predictor.model.layers",
+                               "code_predictor.model.norm", "code_predictor.lm_head",
+                               "code_predictor.small_to_mtp"))}
+    if any(k.endswith(".scales") for k in params):
+        raise CheckpointError("cannot build ONNX graphs from a quantized MLX model; use the original checkpoint")
+    out_dir = cache_dir() / "onnx-random" / _fingerprint(params, quant)
+    if (out_dir / MANIFEST).is_file():
+        return out_dir
+    tc = json.loads(json.dumps(dataclasses.asdict(model.args.talker_config), default=str))
+    _build_into(out_dir, lambda tmp: export_graphs(ArrayWeights(params, "MLX model"), {"talker_config": tc}, tmp,
+                                                   quant, model_id="random weights",
+                                                   source_record={"checkpoint": "MLX model weights", "files": {}}))
+    return out_dir
