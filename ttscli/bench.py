@@ -47,6 +47,7 @@ class BenchRequest:
     plot: Path | None = None
     seed: int = 0
     ignore_eos: bool | None = None           # time exactly max_frames frames (None: with random weights)
+    batch: list[int] = field(default_factory=list)  # --batch: rows generated at once, side by side
 
 
 def environment() -> dict:
@@ -177,6 +178,8 @@ def run_bench(req: BenchRequest, registry: Registry, console=None) -> dict:
             from ttscli.backends.select import choose_code_decoder_backend
 
             choose_code_decoder_backend(spec, b, req.model_dir)  # clear error when unavailable here
+    if req.batch:
+        return bench_batches(spec, req, text, registry, console)
     variants = {}
     for b in req.backends:
         for m in req.prefill_modes:
@@ -300,3 +303,36 @@ def plot_frames(variants: dict, path: Path, title: str) -> None:
     ax.legend()
     fig.tight_layout()
     fig.savefig(path)
+
+
+BATCH_ROWS = (("step_ms_p50", "batched frame step, p50 (ms)", "{:.1f}"),
+              ("frame_ms_per_row", "per row (ms/frame)", "{:.1f}"),
+              ("audio_s_per_s", "audio s per wall s", "{:.3f}"),
+              ("speedup_vs_first", "audio s/s vs first size", "{:.2f}x"))
+
+
+def bench_batches(spec, req: BenchRequest, text: str, registry, console=None) -> dict:
+    """--batch 1,4,16: the family's batched generator (``models/<family>/batched.py``) side by side."""
+    import importlib
+
+    import mlx.core as mx
+
+    try:
+        batched = importlib.import_module(f"ttscli.models.{spec.family}.batched")
+    except ModuleNotFoundError:
+        raise UsageError(f"{spec.id} has no batched generation; drop --batch") from None
+    if any(b < 1 for b in req.batch):
+        raise UsageError("--batch sizes must be at least 1")
+    backends = {"code_decoder": req.backends[0]} if "code_decoder" in spec.backends else {}
+    pipe = load(spec.id, model_dir=req.model_dir, registry=registry,
+                options=LoadOptions(dtype=req.dtype, backends=backends, random_weights=req.random_weights))
+    variants = batched.bench_batch(pipe, req.batch, req.max_frames or 20, text, req.seed, req.warmup)
+    for v in variants.values():
+        v["mlx_peak_mb"] = mx.get_peak_memory() / 2**20
+    report = {"model": spec.id, "random_weights": req.random_weights, "text_chars": len(text),
+              "repeats": 1, "dtype": req.dtype or "default", "environment": environment(),
+              "variants": variants, "ratios": {}, "rows": [list(r) for r in BATCH_ROWS]}
+    if console:
+        console.print(render(report))
+    return report
+

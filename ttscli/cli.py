@@ -420,6 +420,7 @@ def bench(
     stream: bool = typer.Option(False, "--stream", help="Measure time to first audio when streaming."),
     max_frames: Optional[int] = MaxFrames,
     prompt_tokens: int = typer.Option(200, "--prompt-tokens", min=1, help="Prefill length for prefill timing."),
+    batch: Optional[str] = typer.Option(None, "--batch", help="Rows generated at once, side by side, e.g. 1,4,16 (codec LMs)."),
     json_out: bool = typer.Option(False, "--json", help="Figures and environment as JSON on stdout."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="PNG of per-frame latency (needs matplotlib)."),
     model_dir: Optional[Path] = ModelDir,
@@ -437,6 +438,11 @@ def bench(
                        prefill_modes=[m.strip() for m in prefill_mode.split(",") if m.strip()],
                        peer=peer, stream=stream, max_frames=max_frames, prompt_tokens=prompt_tokens,
                        model_dir=model_dir, dtype=dtype, plot=plot)
+    if batch:
+        try:
+            req.batch = [int(x) for x in batch.split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"--batch takes sizes like 1,4,16, not {batch!r}") from None
     report = run_bench(req, registry_from(registry), console=None if quiet else err)
     if json_out:
         typer.echo(json.dumps(report, indent=2))

@@ -189,3 +189,46 @@ def _overrun(r: _Row, logits: mx.array, bias: mx.array, eos: int):
         return None
     return GenerationError(f"reached max frames ({cfg.max_frames}, {cfg.max_frames / 12.5:.1f} s of audio) "
                            "before end of speech; raise --max-frames or shorten the text chunk")
+
+
+def bench_batch(pipe, sizes: list[int], frames: int, text: str, seed: int = 0, warmup: int = 1) -> dict[str, dict]:
+    """``ttscli bench --batch``: ``frames`` frames for each of ``B`` rows at once, per size.
+
+    Frames only (talker + code predictor, the part batching changes); each row is prefilled
+    alone when it joins, which the wall time includes. Random weights never stop, so rows run
+    with ignore_eos."""
+    from ttscli.generate import Request
+    from ttscli.models.qwen3_tts.prompt import prepare
+
+    if pipe.backends.get("code_decoder") != "mlx":
+        from ttscli.errors import UsageError
+
+        raise UsageError("--batch needs the MLX code decoder (batched rows share one MLX forward)")
+    r = Request(text=text, seed=seed, max_frames=frames, ignore_eos=True)
+    args = pipe.args
+    speaker = None if args.is_base else ((getattr(pipe.spec, "defaults", {}) or {}).get("voice") or args.speakers[0])
+    instruct = "A calm, clear voice." if args.tts_model_type == "voice_design" else None
+    prompt = prepare(pipe.model.talker, args, pipe.tokenizer, text, speaker=speaker, instruct=instruct,
+                     voice=pipe.voice_prompt(r))
+    cfg = pipe.loop_config(r)
+    out = {}
+    for B in sizes:
+        for rep in range(warmup + 1):
+            stats: dict = {}
+            items = [Item(key=i, prompt=prompt, cfg=cfg, seed=seed + i) for i in range(B)]
+            t0 = time.perf_counter()
+            n = sum(1 for _, x in generate_batched(pipe.model.talker, items, max_batch=B, stats=stats)
+                    if isinstance(x, np.ndarray))
+            wall = time.perf_counter() - t0
+        steps = np.asarray(stats["step_s"])
+        out[f"batch {B}"] = {
+            "step_ms_p50": float(np.median(steps) * 1e3),
+            "frame_ms_per_row": float(np.median(steps) * 1e3 / B),
+            "frames_per_s": n / wall,
+            "audio_s_per_s": n / 12.5 / wall,
+            "total_s": wall,
+        }
+    base = out[f"batch {sizes[0]}"]["audio_s_per_s"]
+    for v in out.values():
+        v["speedup_vs_first"] = v["audio_s_per_s"] / base
+    return out
