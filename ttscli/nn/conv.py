@@ -47,10 +47,10 @@ evaluate at the same time crashes MLX (piper/blocked.py runs blocks on two threa
 """
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import mlx.core as mx
-import mlx.nn as nn
+from mlx import nn
 
 IM2COL_MAX_ROWS = 512
 
@@ -92,13 +92,13 @@ def _phases(w: mx.array, stride: int) -> tuple[mx.array, int]:
 
 def transposed_weight(w: mx.array, stride: int) -> mx.array:
     """``[in, out, k]`` -> ``[in, n*s*out]``: columns (phase, offset, out) of a channels-last GEMM."""
-    w, n = _phases(w, stride)
+    w, _ = _phases(w, stride)
     return _ready(w.transpose(0, 2, 1).reshape(w.shape[0], -1))
 
 
 def transposed_weight_cf(w: mx.array, stride: int) -> mx.array:
     """``[in, out, k]`` -> ``[n*s*out, in]``: rows (phase, offset, out) of a channels-first GEMM."""
-    w, n = _phases(w, stride)
+    w, _ = _phases(w, stride)
     return _ready(w.transpose(2, 1, 0).reshape(-1, w.shape[0]))
 
 
@@ -218,7 +218,7 @@ def conv1d_im2col(x: mx.array, taps: mx.array, bias: mx.array | None = None, dil
     return _gemm(_start(bias, residual), cols, taps.reshape(k * cin, cout))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _tap_sum(k: int, dilation: int, cout: int):
     """Compiled ``bias + residual + sum_i P[..., i*d : i*d + T, i*cout : (i+1)*cout]``: one
     fused pass over the GEMM output instead of k separate adds."""
@@ -247,7 +247,7 @@ def conv1d_output_side(x: mx.array, wmat: mx.array, bias: mx.array | None, k: in
                                        zero if residual is None else residual)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _tap_sum_cf(k: int, dilation: int, cout: int, t0: int = 0, row0: int = 0, trim: int = 0):
     """``_tap_sum`` for channels-first ``P [k*cout, T']``: tap i is a band of rows. ``t0``/``row0``
     select one conv's taps inside a GEMM shared by several convs (``trim`` = extra padding
@@ -271,7 +271,7 @@ def conv1d_cf(x: mx.array, wmat: mx.array, bias: mx.array, k: int, dilation: int
     return _tap_sum_cf(k, dilation, wmat.shape[0] // k)(wmat @ x, bias, residual)
 
 
-def shared_input_convs_cf(x: mx.array, convs: list["Conv1d"], wcat: mx.array,
+def shared_input_convs_cf(x: mx.array, convs: list[Conv1d], wcat: mx.array,
                           residual: mx.array | None = None) -> list[mx.array]:
     """Several stride-1 convs of one channels-first input ``x [in, T]`` with symmetric padding
     and equal output lengths, as ONE GEMM (``wcat`` = their ``gemm_weight_cf`` stacked on axis
@@ -316,7 +316,7 @@ def conv_transpose1d(x: mx.array, wmat: mx.array, bias: mx.array | None, k: int,
     return out if bias is None else out + bias
 
 
-@lru_cache(maxsize=None)
+@cache
 def _overlap_add_cf(n: int):
     """Compiled ``sum_j P[j, :, :, n-1-j : ...]`` read as ``[out, T, s]``: the phases add and the
     (stride, time) interleave happens in the same pass, written in channels-first sample order."""
@@ -375,7 +375,7 @@ class DerivedLayouts(nn.Module):
         return self._derived("bias_cf", column, "bias")
 
     def _bias(self) -> mx.array | None:
-        return self["bias"] if "bias" in self else None
+        return self.get("bias")
 
 
 class Conv1d(DerivedLayouts):

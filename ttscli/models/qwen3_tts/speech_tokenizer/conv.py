@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import mlx.core as mx
-import mlx.nn as nn
+from mlx import nn
 
 from ttscli.nn.conv import Conv1d, ConvState, ConvTranspose1d, DepthwiseConv1d
 
