@@ -2,7 +2,6 @@
 import numpy as np
 import pytest
 import soundfile as sf
-
 from clitools import only_line
 
 
