@@ -47,6 +47,7 @@ class BenchRequest:
     plot: Path | None = None
     seed: int = 0
     ignore_eos: bool | None = None           # time exactly max_frames frames (None: with random weights)
+    quality: bool = False                    # add WER/CER and DNSMOS (ttscli.eval.quality_figures)
     batch: list[int] = field(default_factory=list)  # --batch: rows generated at once, side by side
 
 
@@ -144,6 +145,12 @@ def run_variant(spec, req: BenchRequest, backend: str, prefill_mode: str, text: 
         run_once(pipe, request)
     runs = [run_once(pipe, request) for _ in range(req.repeats)]
     fig = _median_run(runs)
+    if req.quality:     # one more run, scored as `ttscli eval` scores a line
+        from ttscli.eval import quality_figures
+
+        audio = np.concatenate(list(synthesize(pipe, request)))
+        fig.update({k: v for k, v in quality_figures(audio, pipe.sample_rate, text, request.language).items()
+                    if k != "transcript"})
     fig["load_s"] = load_s
     if family.bench_components:
         fig.update(family.bench_components(pipe, req))

@@ -423,6 +423,7 @@ def bench(
     batch: Optional[str] = typer.Option(None, "--batch", help="Rows generated at once, side by side, e.g. 1,4,16 (codec LMs)."),
     json_out: bool = typer.Option(False, "--json", help="Figures and environment as JSON on stdout."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="PNG of per-frame latency (needs matplotlib)."),
+    quality: bool = typer.Option(False, "--quality", help="Add WER/CER and DNSMOS of the audio (as `ttscli eval`; needs ttscli[eval])."),
     model_dir: Optional[Path] = ModelDir,
     dtype: Optional[str] = Dtype,
     registry: Optional[List[Path]] = Registry,
@@ -437,7 +438,7 @@ def bench(
                        backends=[b.strip() for b in code_decoder_backend.split(",") if b.strip()],
                        prefill_modes=[m.strip() for m in prefill_mode.split(",") if m.strip()],
                        peer=peer, stream=stream, max_frames=max_frames, prompt_tokens=prompt_tokens,
-                       model_dir=model_dir, dtype=dtype, plot=plot)
+                       model_dir=model_dir, dtype=dtype, plot=plot, quality=quality)
     if batch:
         try:
             req.batch = [int(x) for x in batch.split(",") if x.strip()]

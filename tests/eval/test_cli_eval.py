@@ -152,3 +152,11 @@ def test_sentences_on_the_embedded_voice(run_cli, tmp_path):
     assert p.returncode == 0, p.err
     report = json.loads(p.stdout)
     assert len(report["lines"]) == 24 and report["total"]["words"] > 250
+
+
+def test_bench_quality_adds_the_eval_columns(run_cli):
+    p = run_cli("bench", "--quality", "--repeats", "1", "--warmup", "0", "--text", FOX, "--json", "-q")
+    assert p.returncode == 0, p.err
+    fig = json.loads(p.stdout)["variants"]["mlx"]
+    assert fig["wer"] == 0.0 and fig["cer"] == 0.0
+    assert 2.5 < fig["dnsmos_ovrl"] < 5 and fig["rtf"] > 0
