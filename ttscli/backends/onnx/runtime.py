@@ -1,9 +1,17 @@
-"""Where onnxruntime runs, its one global thread pool, and a session over a saved LM graph
-whose KV cache lives in numpy buffers bound as both past and present (IOBinding).
+"""Where onnxruntime runs, its thread pools, and a session over a saved LM graph whose KV
+cache lives in numpy buffers bound as both past and present (IOBinding).
 
-Every session of this backend shares ONE process-wide intra-op pool (``use_per_session_threads``
-off): the code predictor runs 15 short steps per frame, and a pool per session left threads
-of the other sessions spinning against it (measured 8x slower on 2 cores).
+Threads: the code predictor runs 15 short steps per frame between talker steps, so two
+sessions alternate many times a second. Each with its own spinning pool, the idle pool's
+threads spin against the busy one (measured 8x slower on 2 cores). Two ways out:
+
+* ``TTSCLI_ONNX_POOL=global``: ONE process-wide intra-op pool shared by every session of this
+  backend. onnxruntime then refuses, for the rest of the process, any session that asks for
+  its own pool -- which every other onnxruntime user does by default (piper-tts as a bench
+  peer, DNSMOS in ``ttscli eval``) -- so it is opt-in.
+* the default, ``session``: a pool per session whose threads do not spin when idle
+  (``session.intra_op.allow_spinning=0``), which removes the contention; docs/parity.md has
+  both measured.
 """
 from __future__ import annotations
 
@@ -29,7 +37,7 @@ def onnx_available() -> tuple[bool, str]:
         import onnxruntime  # noqa: F401
     except ImportError as e:
         extra = ("it is a dependency on Linux: reinstall ttscli" if sys.platform.startswith("linux")
-                 else "pip install onnxruntime")
+                 else "pip install 'ttscli[onnx]'")
         return False, f"onnxruntime is not installed ({e}); {extra}"
     return True, ""
 
@@ -51,23 +59,41 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def session_options():
-    """Options for a session on the global pool (created, with its size, on first use)."""
+POOL_ENV = "TTSCLI_ONNX_POOL"
+
+
+def pool_mode() -> str:
+    mode = os.environ.get(POOL_ENV, "").strip().lower() or "session"
+    if mode not in ("session", "global"):
+        from ttscli.errors import UsageError
+
+        raise UsageError(f"{POOL_ENV}={mode}: choose session or global")
+    return mode
+
+
+def session_options(threads: int | None = None):
+    """Options for one of this backend's sessions (see the module docstring for the pools)."""
     require_onnxruntime()
     import onnxruntime as ort
 
-    with _POOL_LOCK:
-        if _POOL["threads"] is None:
-            n = default_threads()
-            try:
-                ort.set_global_thread_pool_sizes(n, 1)
-            except Exception:  # noqa: BLE001 - the environment already exists (another session came first)
-                pass
-            _POOL["threads"] = n
     so = ort.SessionOptions()
-    so.use_per_session_threads = False
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.log_severity_level = 3
+    if pool_mode() == "global":
+        with _POOL_LOCK:
+            if _POOL["threads"] is None:
+                _POOL["threads"] = threads or default_threads()
+                # raises once the environment exists (another session came first): that
+                # environment's pools are then used as they are
+                try:
+                    ort.set_global_thread_pool_sizes(_POOL["threads"], 1)
+                except Exception:  # noqa: BLE001
+                    pass
+        so.use_per_session_threads = False
+        return so
+    so.intra_op_num_threads = threads or default_threads()
+    so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return so
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import mlx.core as mx
@@ -93,6 +94,64 @@ def random_model(args: ModelArgs | None = None, seed: int = 0) -> Vits:
     return model
 
 
+BACKEND_ENV = "TTSCLI_PIPER_BACKEND"
+# Measured with `ttscli bench piper-joe --peer piper-tts` (docs/parity.md, "ONNX"): on the 2-core
+# AMD EPYC (Zen 3) the published graph on onnxruntime runs at piper-tts's own speed while our
+# MLX VITS is 1.5-2x slower on either BLAS; on Apple silicon MLX runs on the GPU.
+MEASURED_DEFAULT = {("linux", "AuthenticAMD"): "onnx", ("linux", "GenuineIntel"): "onnx", ("darwin", ""): "mlx"}
+
+
+def cpu_vendor() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def default_vits_backend() -> str:
+    """$TTSCLI_PIPER_BACKEND, else the measured choice for this OS and CPU vendor, else onnx on a
+    Linux CPU (the graph piper-tts runs) when onnxruntime is installed, mlx otherwise."""
+    import sys
+
+    env = os.environ.get(BACKEND_ENV, "").strip().lower()
+    if env:
+        if env not in ("mlx", "onnx"):
+            raise UsageError(f"{BACKEND_ENV}={env}: choose mlx or onnx")
+        return env
+    plat = "linux" if sys.platform.startswith("linux") else sys.platform
+    pick = MEASURED_DEFAULT.get((plat, cpu_vendor() if plat == "linux" else ""), "onnx" if plat == "linux" else "mlx")
+    if pick == "onnx":
+        from ttscli.backends.onnx import onnx_available
+
+        if not onnx_available()[0]:
+            return "mlx"
+    return pick
+
+
+def vits_backend(options: LoadOptions) -> str:
+    """The VITS backend asked for in ``options.backends["vits"]``, else the default (random
+    weights exist for MLX only)."""
+    unknown = set(options.backends) - {"vits"}
+    if unknown:
+        raise UsageError(f"Piper voices have no {', '.join(sorted(unknown))} component (only vits: mlx or onnx)")
+    asked = options.backends.get("vits")
+    if asked is not None:
+        if asked not in ("mlx", "onnx"):
+            raise UsageError(f"Piper's VITS runs on mlx or onnx, not {asked!r}")
+        if asked == "onnx":
+            from ttscli.backends.onnx import require_onnxruntime
+
+            require_onnxruntime()
+        if asked == "onnx" and options.random_weights:
+            raise UsageError("random weights are an MLX model; use the vits backend mlx")
+        return asked
+    return "mlx" if options.random_weights else default_vits_backend()
+
+
 def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = None) -> PiperPipeline:
     from ttscli.paths import converted_dir
 
@@ -100,10 +159,18 @@ def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = N
     checkpoint = Path(checkpoint) if checkpoint is not None else default_voice_dir()
     if options.dtype not in (None, "float32"):
         raise UsageError(f"Piper voices run in float32; drop --dtype {options.dtype}")
-    if any(b != "mlx" for b in options.backends.values()):
-        raise UsageError(f"Piper voices run on MLX only (asked for {options.backends})")
+    backend = vits_backend(options)
     onnx_path = find_onnx(checkpoint)
     voice = json.loads(onnx_path.with_name(onnx_path.name + ".json").read_text(encoding="utf-8"))
+    if backend == "onnx" and not options.random_weights:
+        from .onnx_vits import OnnxVitsModel, PiperOnnxPipeline
+
+        pipe = PiperOnnxPipeline(OnnxVitsModel(onnx_path), voice["phoneme_id_map"],
+                                 voice.get("espeak", {}).get("voice", "en-us"),
+                                 int(voice.get("audio", {}).get("sample_rate", 22050)), voice.get("inference", {}))
+        if getattr(spec, "sample_rate", None) and spec.sample_rate != pipe.sample_rate:
+            raise CheckpointError(f"{spec.id}: registry says {spec.sample_rate} Hz, the voice is {pipe.sample_rate} Hz")
+        return pipe
     if options.random_weights:
         args = ModelArgs(sample_rate=int(voice.get("audio", {}).get("sample_rate", 22050)))
         model, config = random_model(args), {"phoneme_id_map": voice["phoneme_id_map"],

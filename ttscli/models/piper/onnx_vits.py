@@ -1,0 +1,145 @@
+"""The embedded voice on onnxruntime: the published ONNX graph (what piper-tts runs), as a
+backend of the piper family (component ``vits``).
+
+The graph draws its two noises with ``RandomNormalLike``, unseeded. Here each becomes a slice
+of a noise input as long as the tensor it imitates (``Shape`` -> ``Slice``): the pipeline draws
+that noise from the request's seed, so a seed gives the same audio on every run and in every
+worker. The prior noise's frame count is only known inside the graph (it follows the
+predicted durations), so a generous buffer is passed and a short one is retried larger.
+
+The session holds no request state and runs on the backend's global thread pool, so
+sentence chunks may run concurrently (``concurrent_safe``).
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from ttscli.errors import BackendUnavailableError, UsageError
+from ttscli.generate import Request
+from ttscli.models.base import Pipeline
+
+NOISES = {"dp": "dp_noise", "prior": "prior_noise"}
+FRAMES_PER_ID = 24         # first prior-noise buffer: frames per phoneme id (x length scale)
+
+
+def seeded_graph(onnx_path: Path):
+    """The voice's graph with its noise nodes replaced by slices of ``dp_noise`` / ``prior_noise``."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    model = onnx.load(str(onnx_path))
+    g = model.graph
+    found = {}
+    for node in list(g.node):
+        if node.op_type != "RandomNormalLike":
+            continue
+        kind = "dp" if node.name.startswith("/dp/") else "prior"
+        found[kind] = node
+        i = list(g.node).index(node)
+        g.node.remove(node)
+        shape = f"{NOISES[kind]}/shape"
+        zeros = f"{NOISES[kind]}/starts"
+        g.initializer.append(onnx.numpy_helper.from_array(np.zeros(3, np.int64), zeros))
+        g.node.insert(i, helper.make_node("Slice", [NOISES[kind], zeros, shape], [node.output[0]],
+                                          name=f"/{kind}/noise_slice"))
+        g.node.insert(i, helper.make_node("Shape", [node.input[0]], [shape], name=f"/{kind}/noise_shape"))
+        g.input.append(helper.make_tensor_value_info(NOISES[kind], TensorProto.FLOAT, [1, None, None]))
+    if set(found) != {"dp", "prior"}:
+        raise BackendUnavailableError(f"{onnx_path.name}: unexpected noise nodes {sorted(found)}")
+    channels = next((int(t.dims[0]) for t in g.initializer if t.name == "enc_p.proj.bias"), 384) // 2
+    return model, channels
+
+
+class OnnxVitsModel:
+    def __init__(self, onnx_path: Path):
+        from ttscli.backends.onnx.runtime import require_onnxruntime, session_options
+
+        require_onnxruntime()
+        import onnxruntime as ort
+
+        model, self.channels = seeded_graph(Path(onnx_path))
+        self.session = ort.InferenceSession(model.SerializeToString(), session_options(),
+                                            providers=["CPUExecutionProvider"])
+
+    def __call__(self, ids: list[int], noise_scale: float, length_scale: float, noise_w: float,
+                 rng: np.random.Generator) -> tuple[np.ndarray, int]:
+        """Audio of one sentence and how many prior-noise frames it used."""
+        t = len(ids)
+        dp = rng.standard_normal((1, 2, t), dtype=np.float32)
+        frames = max(256, int(FRAMES_PER_ID * max(1.0, length_scale) * t))
+        while True:
+            prior = rng.standard_normal((1, self.channels, frames), dtype=np.float32)
+            feeds = {"input": np.array([ids], np.int64), "input_lengths": np.array([t], np.int64),
+                     "scales": np.array([noise_scale, length_scale, noise_w], np.float32),
+                     NOISES["dp"]: dp, NOISES["prior"]: prior}
+            try:
+                return self.session.run(None, feeds)[0].reshape(-1), frames
+            except Exception as e:  # the slice came out shorter than the frames: retry longer
+                if "prior_noise" not in str(e) and "broadcast" not in str(e).lower() or frames > 1 << 20:
+                    raise
+                frames *= 4
+
+
+class PiperOnnxPipeline(Pipeline):
+    """Piper on onnxruntime: same text front end, settings and per-sentence output as the MLX
+    pipeline; the noise comes from the request's seed through numpy."""
+
+    # Chunks are what --workers runs concurrently: a smaller budget than MLX's 400 lets a
+    # paragraph spread over workers (sentences stay whole; they are rarely over 200 characters).
+    max_chunk_chars = 200
+    concurrent_safe = True
+
+    def __init__(self, model: OnnxVitsModel, id_map: dict, espeak_voice: str, sample_rate: int, inference: dict):
+        super().__init__()
+        self.backends = {"vits": "onnx"}
+        self.model = model
+        self.id_map = id_map
+        self.espeak_voice = espeak_voice
+        self.sample_rate = sample_rate
+        self.inference = {"noise_scale": float(inference.get("noise_scale", 0.667)),
+                          "length_scale": float(inference.get("length_scale", 1.0)),
+                          "noise_w": float(inference.get("noise_w", 0.8))}
+
+    def settings(self, request: Request) -> dict:
+        s = request.knobs
+        speed = 1.0 if request.speed is None else float(request.speed)
+        if speed <= 0:
+            raise UsageError(f"--speed must be positive, got {speed}")
+        out = {k: float(s.get(k, v)) for k, v in self.inference.items()}
+        out["length_scale"] /= speed
+        if out["length_scale"] <= 0 or out["noise_scale"] < 0 or out["noise_w"] < 0:
+            raise UsageError(f"Piper settings out of range: {out}")
+        return out
+
+    def generate(self, request: Request) -> Iterator[np.ndarray]:
+        from .phonemize import text_to_ids
+
+        cfg = self.settings(request)
+        seed = request.seed if request.seed is not None else int.from_bytes(os.urandom(4), "little")
+        rng = np.random.default_rng(seed)
+        normalize = request.knobs.get("normalize", True)
+        volume = float(request.knobs.get("volume", 1.0))
+        stats = self.reset_stats()       # per chunk; with workers the last chunk's figures remain
+        t0 = time.perf_counter()
+        sentences = text_to_ids(request.text, self.id_map, self.espeak_voice)
+        stats.extra.update(phonemize_s=time.perf_counter() - t0, sentences=len(sentences), audio_s=0.0)
+        for ids in sentences:
+            t1 = time.perf_counter()
+            audio, _ = self.model(ids, cfg["noise_scale"], cfg["length_scale"], cfg["noise_w"], rng)
+            stats.decoder_s += time.perf_counter() - t1
+            if normalize:
+                peak = float(np.max(np.abs(audio))) if audio.size else 0.0
+                audio = audio / peak if peak >= 1e-8 else np.zeros_like(audio)
+            if volume != 1.0:
+                audio = audio * volume
+            audio = np.clip(audio, -1.0, 1.0).astype(np.float32)
+            stats.prefill_tokens += len(ids)
+            stats.extra["audio_s"] += audio.size / self.sample_rate
+            if stats.first_audio_s is None:
+                stats.first_audio_s = time.perf_counter() - t0
+            yield audio
