@@ -582,6 +582,8 @@ def batch(
     engine: str = typer.Option("local", "--engine", help="local (this process) or ray (a Ray cluster)."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster to join (default: start a local one)."),
     ray_workers: int = typer.Option(2, "--ray-workers", min=1, help="Ray actors, one model each."),
+    batch_size: int = typer.Option(16, "--batch-size", min=1,
+                                   help="Rows generated at once by models with batched generation (Qwen3-TTS, MLX)."),
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
     dtype: Optional[str] = Dtype,
     registry: Optional[List[Path]] = Registry,
@@ -600,7 +602,7 @@ def batch(
         note(f"note: {spec.license_notice}")
     ref = ModelRef(model=spec.id, model_dir=model_dir, registry_files=list(registry or []),
                    code_decoder_backend=code_decoder_backend.value if code_decoder_backend else None, dtype=dtype)
-    job = BatchJob(manifest=manifest, out=output, ref=ref, fmt=fmt.lower(), seed=seed)
+    job = BatchJob(manifest=manifest, out=output, ref=ref, fmt=fmt.lower(), seed=seed, max_batch=batch_size)
     if engine == "ray":
         from ttscli.batch.ray_engine import run_ray
 

@@ -64,6 +64,7 @@ class BatchJob:
     ref: ModelRef
     fmt: str = "wav"
     seed: int = 0                            # the base of rows' derived seeds
+    max_batch: int = 16                      # rows generated at once where the family batches
 
     @property
     def base_dir(self) -> Path:
@@ -114,14 +115,32 @@ def build_request(pipe, row: Row, job: BatchJob):
 
 def write_row(pipe, row: Row, job: BatchJob) -> dict:
     """Synthesize one row into DIR/<shard>/<id>.<fmt> (atomically); its manifest entry."""
-    from ttscli.audio import FileSink
-    from ttscli.generate import render
+    from ttscli.generate import synthesize
 
     req = build_request(pipe, row, job)
+    return write_audio(pipe, row, job, req, synthesize(pipe, req))
+
+
+def write_audio(pipe, row: Row, job: BatchJob, req, audio) -> dict:
+    """Audio chunks of a row into its file (renamed into place only when complete); its entry."""
+    from ttscli.audio import FileSink
+
     rel = rel_path(row.id, job.fmt)
     path = job.out / rel
     path.parent.mkdir(parents=True, exist_ok=True)
-    n = render(pipe, req, FileSink(path, pipe.sample_rate, job.fmt))
+    sink = FileSink(path, pipe.sample_rate, job.fmt)
+    n = 0
+    try:
+        for x in audio:
+            sink.write(x)
+            n += len(x)
+    except BaseException:
+        sink.abort()
+        raise
+    if n == 0:
+        sink.abort()
+        raise UsageError("the text has nothing the voice can speak (only punctuation or symbols?)")
+    sink.close()
     return {"id": row.id, "path": rel, "duration": round(n / pipe.sample_rate, 4), "samples": n,
             "sample_rate": pipe.sample_rate, "model": pipe.spec.id, "seed": req.seed, "text": row.text,
             "bytes": path.stat().st_size, "sha256": file_sha256(path),
@@ -143,12 +162,63 @@ def attempt(pipe, row: Row, job: BatchJob) -> tuple[bool, dict]:
         return False, error_entry(row, e)
 
 
+def batched_synthesis(pipe):
+    """The family's ``synthesize_many`` (several requests through one batched generator) when
+    it has one and this pipeline's code decoder is MLX; else None (rows go one at a time)."""
+    import importlib
+
+    if pipe.spec is None or pipe.backends.get("code_decoder") != "mlx":
+        return None
+    try:
+        mod = importlib.import_module(f"ttscli.models.{pipe.spec.family}.batched")
+    except ModuleNotFoundError:
+        return None
+    return getattr(mod, "synthesize_many", None)
+
+
 def run_local(pending: list[Row], job: BatchJob, pipe=None) -> Iterator[tuple[bool, dict]]:
-    """This process, one model; rows in manifest order."""
+    """This process, one model: rows through the family's batched generator (continuous
+    batching, up to ``job.max_batch`` rows at once), else one at a time in manifest order."""
     pipe = pipe or job.ref.load()
-    for row in pending:
-        yield attempt(pipe, row, job)
-        pipe.clear_cache()
+    many = batched_synthesis(pipe) if job.max_batch > 1 else None
+    if many is None:
+        for row in pending:
+            yield attempt(pipe, row, job)
+            pipe.clear_cache()
+        return
+    failed: list[tuple[bool, dict]] = []
+    rows: dict[int, tuple[Row, Any]] = {}
+
+    def requests():
+        for k, row in enumerate(pending):
+            try:
+                req = build_request(pipe, row, job)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as e:
+                failed.append((False, error_entry(row, e)))
+                continue
+            rows[k] = (row, req)
+            yield k, req
+
+    for k, out in many(pipe, requests(), max_batch=job.max_batch):
+        yield from _pop_all(failed)
+        row, req = rows.pop(k)
+        if isinstance(out, BaseException):
+            yield False, error_entry(row, out)
+            continue
+        try:
+            yield True, write_audio(pipe, row, job, req, [out])
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as e:
+            yield False, error_entry(row, e)
+    yield from _pop_all(failed)
+
+
+def _pop_all(items: list):
+    while items:
+        yield items.pop(0)
 
 
 @dataclass

@@ -232,3 +232,117 @@ def bench_batch(pipe, sizes: list[int], frames: int, text: str, seed: int = 0, w
     for v in out.values():
         v["speedup_vs_first"] = v["audio_s_per_s"] / base
     return out
+
+
+def row_prompt(pipe, r):
+    """A chunk request's prompt, voice and loop config, with the checks of ``Qwen3TTSPipeline.frames``."""
+    from ttscli.errors import InputTooLongError, UsageError
+    from ttscli.models.qwen3_tts.pipeline import MAX_PROMPT
+    from ttscli.models.qwen3_tts.prompt import prepare
+    from ttscli.models.qwen3_tts.voice import is_voice_file
+
+    args = pipe.args
+    if args.is_base and r.voice and not is_voice_file(r.voice):
+        raise UsageError(f"Base models have no preset voices ({r.voice!r}); clone one with --ref or pass a "
+                         "saved voice .safetensors")
+    if not args.is_base and (is_voice_file(r.voice) or r.ref_audio is not None):
+        raise UsageError("voice cloning (reference audio or a saved voice file) needs a Base model, "
+                         "e.g. qwen3-tts-0.6b-base")
+    voice = pipe.voice_prompt(r)
+    speaker = None if is_voice_file(r.voice) or args.is_base else r.voice
+    if args.tts_model_type == "custom_voice" and not speaker:
+        speaker = (getattr(pipe.spec, "defaults", {}) or {}).get("voice")
+    prompt = prepare(pipe.model.talker, args, pipe.tokenizer, r.text, language=r.language, speaker=speaker,
+                     instruct=r.instruct, voice=voice, non_streaming=r.knobs.get("non_streaming_mode"))
+    if prompt.embeds.shape[1] > MAX_PROMPT:
+        raise InputTooLongError(f"the prompt is {prompt.embeds.shape[1]} tokens, over the {MAX_PROMPT}-token limit; "
+                                "shorten the text chunk, instruction or reference audio")
+    return prompt, voice, pipe.loop_config(r)
+
+
+def decode(pipe, frames: list[np.ndarray], voice) -> np.ndarray:
+    """Codes -> audio as ``Qwen3TTSPipeline.generate`` decodes a one-shot chunk."""
+    from ttscli.models.qwen3_tts.speech_tokenizer import StreamingDecoder
+
+    sd = StreamingDecoder(pipe.speech_decoder, 50, 50)
+    if voice is not None and voice.ref_codes is not None:
+        mx.eval(pipe.speech_decoder(voice.ref_codes.astype(mx.int32), sd.cache))
+    out = [c for codes in frames for c in sd.push(codes)]
+    tail = sd.flush()
+    if tail is not None and len(tail):
+        out.append(tail)
+    return np.concatenate(out) if out else np.zeros(0, np.float32)
+
+
+def synthesize_many(pipe, requests: Iterable[tuple[Any, Any]], max_batch: int = 16
+                    ) -> Iterator[tuple[Any, np.ndarray | BaseException]]:
+    """Whole requests through one batch: every sentence chunk of every request is a row (seeds
+    as :func:`ttscli.generate.chunk_requests` gives them), rows join as others finish, and each
+    request's audio, its chunks joined as :func:`ttscli.generate.synthesize` joins them, is
+    yielded when its last chunk ends; a failing request yields its exception."""
+    from ttscli.generate import CROSSFADE_S, check_request, chunk_requests, crossfade_join
+    from ttscli.models import family_of
+    from ttscli.text import chunk_text
+
+    it = iter(requests)
+    state: dict[Any, dict] = {}          # request key -> chunks, audio so far, voice per chunk
+    ready: list[tuple[Any, BaseException]] = []
+    backlog: list[Item] = []
+    n_fade = int(round(CROSSFADE_S * pipe.sample_rate))
+
+    def source(n: int) -> list[Item]:
+        while len(backlog) < n:
+            nxt = next(it, None)
+            if nxt is None:
+                break
+            key, req = nxt
+            try:
+                req = check_request(pipe.spec, family_of(pipe.spec), req)
+                chunks = chunk_requests(req, chunk_text(req.text, pipe.max_chunk_chars))
+                st = {"n": len(chunks), "audio": {}, "voice": {}, "frames": {}, "failed": False}
+                items = []
+                for i, r in enumerate(chunks):
+                    prompt, voice, cfg = row_prompt(pipe, r)
+                    st["voice"][i] = voice
+                    st["frames"][i] = []
+                    items.append(Item(key=(key, i), prompt=prompt, cfg=cfg, seed=r.seed))
+            except Exception as e:
+                ready.append((key, e))
+                continue
+            state[key] = st
+            backlog.extend(items)
+        take = backlog[:n]
+        del backlog[:n]
+        return take
+
+    for (key, i), x in generate_batched(pipe.model.talker, source, max_batch=max_batch):
+        yield from _drain(ready)
+        st = state.get(key)
+        if st is None or st["failed"]:
+            continue
+        if isinstance(x, np.ndarray):
+            st["frames"][i].append(x)
+            continue
+        if isinstance(x, BaseException):
+            st["failed"] = True
+            del state[key]
+            yield key, x
+            continue
+        try:
+            st["audio"][i] = decode(pipe, st["frames"].pop(i), st["voice"][i])
+        except Exception as e:
+            st["failed"] = True
+            del state[key]
+            yield key, e
+            continue
+        if len(st["audio"]) == st["n"]:
+            del state[key]
+            pieces = ((j, st["audio"][j]) for j in range(st["n"]))
+            parts = list(crossfade_join(pieces, n_fade))
+            yield key, np.concatenate(parts) if parts else np.zeros(0, np.float32)
+    yield from _drain(ready)
+
+
+def _drain(ready: list):
+    while ready:
+        yield ready.pop(0)
