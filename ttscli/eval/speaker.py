@@ -39,7 +39,7 @@ def weights_path(override: Path | None = None) -> Path:
     spec = importlib.util.find_spec("resemblyzer")   # finds the folder without running its __init__ (torch)
     if spec is None or not spec.submodule_search_locations:
         raise ModelNotFoundError(f"speaker similarity needs Resemblyzer's weights: {INSTALL_HINT}")
-    path = Path(list(spec.submodule_search_locations)[0]) / "pretrained.pt"
+    path = Path(next(iter(spec.submodule_search_locations))) / "pretrained.pt"
     if not path.is_file():
         raise ModelNotFoundError(f"{path} is missing; reinstall: {INSTALL_HINT}")
     return path
@@ -65,7 +65,7 @@ class VoiceEncoder:
         bad = [k for k, shape in expected.items() if k not in sd or sd[k].shape != shape]
         if bad:
             raise CheckpointError(f"voice encoder weights: missing or mis-shaped {', '.join(bad)}")
-        f32 = lambda k: np.ascontiguousarray(sd[k], np.float32)  # noqa: E731
+        f32 = lambda k: np.ascontiguousarray(sd[k], np.float32)
         self.layers = [LSTMLayer(f32(f"lstm.weight_ih_l{i}"), f32(f"lstm.weight_hh_l{i}"),
                                  f32(f"lstm.bias_ih_l{i}") + f32(f"lstm.bias_hh_l{i}")) for i in range(3)]
         self.linear_w, self.linear_b = f32("linear.weight"), f32("linear.bias")
