@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ttscli.errors import CheckpointError
+from ttscli.models.base import LoadOptions
 from ttscli.models.piper import convert as conv_mod
 from ttscli.models.piper import load_pipeline
 from ttscli.models.piper.convert import read_onnx_weights
@@ -87,18 +88,19 @@ def test_cache_converted_once_reused_and_rebuilt(voice_dir, tmp_path, monkeypatc
     monkeypatch.setenv("TTSCLI_CACHE", str(tmp_path))
     calls = []
     real = conv_mod.convert_onnx
-    monkeypatch.setattr("ttscli.models.piper.convert_onnx",
+    monkeypatch.setattr("ttscli.models.piper.load.convert_onnx",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
     spec = SimpleNamespace(id="piper-joe", sample_rate=22050, defaults={})
-    load_pipeline(spec, voice_dir)
-    load_pipeline(spec, voice_dir)
+    mlx = LoadOptions(backends={"vits": "mlx"})       # the converted cache serves the MLX VITS
+    load_pipeline(spec, voice_dir, mlx)
+    load_pipeline(spec, voice_dir, mlx)
     assert len(calls) == 1
     cache = tmp_path / "converted" / "piper-joe" / "mlx"
     (cache / "model.safetensors").write_bytes(b"garbage")                  # corrupt -> rebuilt
-    load_pipeline(spec, voice_dir)
+    load_pipeline(spec, voice_dir, mlx)
     assert len(calls) == 2
     cfg = json.loads((cache / "config.json").read_text())
     cfg["source"]["size"] += 1                                             # stale -> rebuilt
     (cache / "config.json").write_text(json.dumps(cfg))
-    pipe = load_pipeline(spec, voice_dir)
+    pipe = load_pipeline(spec, voice_dir, mlx)
     assert len(calls) == 3 and pipe.sample_rate == 22050
