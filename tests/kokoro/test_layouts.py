@@ -42,6 +42,7 @@ def test_torch_named_safetensors_folder(kokoro_model, kokoro_ckpt, tmp_path):
     model = load_model(folder, tmp_path / "cache")
     got = {k: np.array(v) for k, v in tree_flatten(model.parameters())}
     assert set(got) == set(ours)
+    assert all(np.isfinite(v).all() for v in got.values())
     worst = max(float(np.max(np.abs(got[k] - ours[k]))) for k in ours)
     assert worst < 1e-5
     assert np.array_equal(load_voices(folder)["jf_alpha"], voice)

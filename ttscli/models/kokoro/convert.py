@@ -175,7 +175,9 @@ def from_state_dict(sd: dict[str, np.ndarray], source: str = "checkpoint") -> di
                 raise CheckpointError(f"{source}: {k} without its {base}.weight_g")
             vv = v.astype(np.float64)
             norm = np.sqrt(np.sum(vv * vv, axis=tuple(range(1, vv.ndim)), keepdims=True))
-            out[base + ".weight"] = (np.asarray(g, np.float64).reshape(norm.shape) * vv / norm).astype(np.float32)
+            # a channel whose v is all zeros (it happens after int8 rounding) has weight zero
+            safe = np.where(norm > 0, norm, 1.0)
+            out[base + ".weight"] = (np.asarray(g, np.float64).reshape(norm.shape) * vv / safe).astype(np.float32)
         elif k.endswith(".weight_g"):
             continue
         else:
