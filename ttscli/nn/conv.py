@@ -52,6 +52,8 @@ from functools import cache
 import mlx.core as mx
 from mlx import nn
 
+from ttscli.nn.compiled import compile_bounded  # a trace per input length would grow a server
+
 IM2COL_MAX_ROWS = 512
 
 
@@ -228,7 +230,7 @@ def _tap_sum(k: int, dilation: int, cout: int):
         for i in range(k):
             y = y + p[..., i * dilation: i * dilation + t_out, i * cout: (i + 1) * cout]
         return y
-    return mx.compile(fn)
+    return compile_bounded(fn)
 
 
 def conv1d_output_side(x: mx.array, wmat: mx.array, bias: mx.array | None, k: int, dilation: int = 1,
@@ -259,7 +261,7 @@ def _tap_sum_cf(k: int, dilation: int, cout: int, t0: int = 0, row0: int = 0, tr
             t, r = t0 + i * dilation, row0 + i * cout
             y = y + p[r: r + cout, t: t + t_out]
         return y
-    return mx.compile(fn)
+    return compile_bounded(fn)
 
 
 def conv1d_cf(x: mx.array, wmat: mx.array, bias: mx.array, k: int, dilation: int = 1,
@@ -327,7 +329,7 @@ def _overlap_add_cf(n: int):
             v = p[j, :, :, n - 1 - j: n - 1 - j + tn].transpose(1, 2, 0)
             y = v if y is None else y + v
         return y
-    return mx.compile(fn)
+    return compile_bounded(fn)
 
 
 def conv_transpose1d_cf(x: mx.array, wmat: mx.array, bias: mx.array, k: int, stride: int,
