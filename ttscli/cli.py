@@ -660,20 +660,21 @@ def main(argv: Optional[list] = None) -> int:
     from ttscli.audio import remove_partial_files
 
     previous = {s: signal.getsignal(s) for s in signals.STOP_SIGNALS}
-    signals.install()
     signals.at_stop(remove_partial_files)
+    signals.install()
     stopped = False
     try:
         rc = _dispatch(list(sys.argv[1:] if argv is None else argv))
     except (Interrupted, KeyboardInterrupt, typer.Abort):
         stopped = True
     finally:
-        remove_partial_files()  # whatever raised, and wherever: no .part outlives the run
+        # handlers first: a stop arriving during the cleanup must not raise out of main
         if signals.is_console_script():
             signals.install_for_exit()
         else:
             for s, h in previous.items():
                 signal.signal(s, h)
+        remove_partial_files()  # whatever raised, and wherever: no .part outlives the run
     if stopped or signals.received() is not None:
         fail(signals.message())
         return signals.exit_code()
