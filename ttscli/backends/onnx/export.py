@@ -1,7 +1,8 @@
 """Save an LM graph (:mod:`.graph`) and describe it as a manifest component entry.
 
-Weights go to one external-data file next to the graph: a float32 0.6B talker is close to
-protobuf's 2 GB limit and a 1.7B one is far past it.
+Weights go to one external-data file next to the graph, written tensor by tensor while the
+graph is built: a float32 0.6B talker is close to protobuf's 2 GB limit, a 1.7B one far past
+it, and holding either whole in memory next to its source weights costs twice their size.
 """
 from __future__ import annotations
 
@@ -27,12 +28,12 @@ def export_lm(args: LMArgs, weights: Mapping[str, np.ndarray], out_dir: Path, fi
     import onnx
 
     t0 = time.perf_counter()
-    model = build_graph(args, weights, heads, max_positions=max_positions, quant=quant, in_proj=in_proj,
-                        name=Path(file_name).stem)
     out_dir = Path(out_dir)
     data = file_name + ".data"
-    onnx.save_model(model, str(out_dir / file_name), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=data, size_threshold=1024)
+    with open(out_dir / data, "wb") as f:
+        model = build_graph(args, weights, heads, max_positions=max_positions, quant=quant, in_proj=in_proj,
+                            name=Path(file_name).stem, data=f, data_name=data)
+    onnx.save_model(model, str(out_dir / file_name))
     size = sum((out_dir / f).stat().st_size for f in (file_name, data) if (out_dir / f).exists())
     return {"path": file_name, "data_files": [data] if (out_dir / data).exists() else [], "kind": "lm_step",
             "precision": quant.precision, "block_size": quant.block_size if quant.bits else None,

@@ -112,6 +112,8 @@ def block_quantize(w: np.ndarray, bits: int, block_size: int) -> tuple[np.ndarra
 @dataclass
 class _Builder:
     quant: Quant
+    data: "object | None" = None             # open external-data file: big tensors go there at once
+    data_name: str = ""
     nodes: list = field(default_factory=list)
     inits: list = field(default_factory=list)
     n: int = 0
@@ -124,6 +126,19 @@ class _Builder:
         from onnx import numpy_helper
 
         a = np.asarray(a)
+        if self.data is not None and a.nbytes >= 4096:
+            # written now, so a float32 1.7B talker never sits in memory as one protobuf
+            from onnx import TensorProto, helper
+
+            t = TensorProto(name=name, dims=list(a.shape), data_type=helper.np_dtype_to_tensor_dtype(a.dtype))
+            offset = self.data.tell()
+            self.data.write(np.ascontiguousarray(a).tobytes())
+            for k, v in (("location", self.data_name), ("offset", str(offset)), ("length", str(a.nbytes))):
+                entry = t.external_data.add()
+                entry.key, entry.value = k, v
+            t.data_location = TensorProto.EXTERNAL
+            self.inits.append(t)
+            return name
         # np.ascontiguousarray turns a 0-d array into 1-d (a scalar Gather index must stay 0-d)
         self.inits.append(numpy_helper.from_array(np.ascontiguousarray(a) if a.ndim else a, name))
         return name
@@ -162,11 +177,13 @@ def _cat(w: Mapping[str, np.ndarray], keys: list[str]) -> np.ndarray | None:
 
 def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[str, np.ndarray], *,
                 max_positions: int, quant: Quant | None = None, in_proj: tuple[np.ndarray, np.ndarray] | None = None,
-                name: str = "lm"):
+                name: str = "lm", data=None, data_name: str = ""):
     """The ONNX model of the stack. ``heads``: output name -> head weight ``[V, H]`` (may be
     empty: hidden only). ``in_proj``: ``(weight [H, H_in], bias [H])`` applied to the input
     embeddings first (a predictor narrower than the LM feeding it). ``max_positions``: length
-    of the RoPE tables, the most positions one cache can hold."""
+    of the RoPE tables, the most positions one cache can hold. ``data``: a binary file open for
+    writing, where tensors of 4 KB and more are written as they are made (``data_name``: its
+    file name next to the saved graph), else everything is held in the returned proto."""
     from onnx import TensorProto, helper
 
     quant = quant or Quant()
@@ -175,7 +192,7 @@ def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[
                                                            and tuple(np.shape(weights[k])) != need[k]]
     if problems:
         raise CheckpointError(f"LM tensors missing or mis-shaped: {', '.join(problems[:8])}")
-    b = _Builder(quant)
+    b = _Builder(quant, data, data_name)
     H, hd = args.hidden_size, args.head_dim
     nh, kvh = args.num_attention_heads, args.num_key_value_heads
     eps = float(args.rms_norm_eps)

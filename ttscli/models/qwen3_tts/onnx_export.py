@@ -179,7 +179,9 @@ def build_from_model(model, quant: Quant) -> Path:
 
     from ttscli.paths import cache_dir
 
-    params = {"talker." + k: np.array(v.astype(mx.float32)) for k, v in tree_flatten(model.talker.parameters())
+    # np.asarray shares a float32 MLX array's memory: no second copy of the weights
+    params = {"talker." + k: np.asarray(v if v.dtype == mx.float32 else v.astype(mx.float32))
+              for k, v in tree_flatten(model.talker.parameters())
               if k.startswith(("model.layers", "model.norm", "codec_head", "code_predictor.model.layers",
                                "code_predictor.model.norm", "code_predictor.lm_head",
                                "code_predictor.small_to_mtp"))}
