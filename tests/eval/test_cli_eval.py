@@ -53,6 +53,7 @@ def test_gate_fails_on_perturbed_weights(monkeypatch, tmp_path):
     from ttscli.registry import load_registry
 
     real_load = ttscli.load
+    monkeypatch.setenv("TTSCLI_PIPER_BACKEND", "mlx")    # the MLX voice's weights are what is scrambled
 
     def broken_load(*a, **kw):
         pipe = real_load(*a, **kw)
