@@ -1,10 +1,11 @@
 """Memory of a long-running process: RSS after N syntheses of varied text through the library API.
 
-    .venv/bin/python scripts/soak.py piper --n 100                # the embedded voice
+    TTSCLI_PIPER_BACKEND=mlx .venv/bin/python scripts/soak.py piper --n 100   # the embedded voice on MLX
     .venv/bin/python scripts/soak.py qwen3 --n 30                 # Qwen3-TTS 0.6B, random weights
     .venv/bin/python scripts/soak.py piper --n 100 --no-compile   # the same with mx.disable_compile()
 
-Every synthesis gets a different text (so a different length, as a server or a batch run
+(On a Linux CPU the embedded voice defaults to onnxruntime; TTSCLI_PIPER_BACKEND=mlx measures
+the MLX model, whose compiled graphs are what could grow.) Every synthesis gets a different text (so a different length, as a server or a batch run
 sees), and RSS is printed after each of --report (default 1, 10 and every 10th). A process
 that keeps something per new input shape (compiled graphs, caches) grows here; a bounded one
 levels off after the first few. Growth is reported from the 10th synthesis on, after the
@@ -49,6 +50,7 @@ def main() -> int:
     ap.add_argument("--model", default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-words", type=int, default=24, help="texts of 3..N words")
+    ap.add_argument("--frames", default="4,24", help="qwen3: frames per synthesis, drawn from LO,HI")
     a = ap.parse_args()
 
     import mlx.core as mx
@@ -68,7 +70,7 @@ def main() -> int:
         reqs = []
         for i, t in enumerate(texts(n, a.seed, 2, a.max_words)):
             # random weights never choose EOS: run a varied number of frames instead
-            r = ttscli.Request(t, seed=i, max_frames=rng.randint(4, 24))
+            r = ttscli.Request(t, seed=i, max_frames=rng.randint(*map(int, a.frames.split(","))))
             if hasattr(r, "ignore_eos"):
                 r.ignore_eos = True
             else:
