@@ -8,9 +8,17 @@ project's 2-core x86-64 machine:
 * 2 GB of 3072x1024 matrix-vector products (a Qwen3-TTS frame is ~6.6 GB of them):
   OpenBLAS 0.3.21 10.7 GB/s, Intel MKL 26 GB/s; the Qwen3-TTS 0.6B frame went 776 -> 379 ms.
 
-Order: ``TTSCLI_BLAS`` (``mkl``, ``openblas``, a library path, or ``none`` for mlx's own),
-else MKL when the ``mkl`` wheel is installed (``pip install 'ttscli[mkl]'``, x86-64 Linux),
-else the system OpenBLAS (Debian's ``libopenblas0-pthread``; ``make`` installs it as root).
+Which one is not one fixed preference: the BLAS that helps one model and CPU hurts another
+(on the 2-core AMD EPYC, MKL made the Qwen3-TTS frame 1.4x faster than OpenBLAS, 542 vs 746
+ms, while our MLX Piper voice ran faster on OpenBLAS). Order:
+
+1. ``TTSCLI_BLAS`` (``mkl``, ``openblas``, a library path, or ``none`` for mlx's own);
+2. a measurement on this CPU, ``python -m ttscli._blas --measure`` (times the same matrix
+   work on each installed BLAS in a fresh process, keeps the faster in ttscli's cache);
+3. the choice measured for this CPU vendor (:data:`MEASURED`): MLX's BLAS work on a Linux CPU
+   is the codec LMs' matrix-vector products now that Piper runs on onnxruntime there;
+4. MKL when the ``mkl`` wheel is installed (``pip install 'ttscli[mkl]'``, x86-64 Linux), else
+   the system OpenBLAS (Debian's ``libopenblas0-pthread``; ``make`` installs it as root).
 """
 from __future__ import annotations
 
@@ -28,6 +36,48 @@ OPENBLAS = (
 
 loaded: str | None = None
 _lib: ctypes.CDLL | None = None
+why: str = ""        # how the choice was made, for bench reports
+
+# CPU vendor -> the BLAS measured faster for MLX's work there (see the module docstring)
+MEASURED = {"AuthenticAMD": "mkl", "GenuineIntel": "mkl"}
+MEASURE_FILE = "blas.json"
+
+
+def cpu_id() -> tuple[str, str]:
+    """(vendor_id, model name) from /proc/cpuinfo ("" where unknown)."""
+    vendor = model = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "vendor_id" and not vendor:
+                    vendor = value.strip()
+                elif key.strip() == "model name" and not model:
+                    model = value.strip()
+                if vendor and model:
+                    break
+    except OSError:
+        pass
+    return vendor, model
+
+
+def _measure_path():
+    from ttscli.paths import cache_dir
+
+    return cache_dir() / MEASURE_FILE
+
+
+def measured_choice() -> str | None:
+    """The BLAS `--measure` found faster on this CPU (same model name and core count), or None."""
+    import json
+
+    try:
+        m = json.loads(_measure_path().read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(m, dict) or m.get("cpu") != list(cpu_id()) or m.get("cpus") != os.cpu_count():
+        return None
+    return m.get("choice") if m.get("choice") in ("mkl", "openblas", "none") else None
 
 
 def mkl_library() -> str | None:
@@ -58,14 +108,28 @@ def _choices(choice: str) -> list[str]:
 
 
 def preload() -> str | None:
-    global loaded, _lib
+    global loaded, _lib, why
     if loaded or not sys.platform.startswith("linux") or "mlx.core" in sys.modules:
         return loaded
     choice = os.environ.get("TTSCLI_BLAS", "").strip()
+    why = "TTSCLI_BLAS" if choice else ""
+    if not choice:
+        picked = measured_choice()
+        why = "measured on this CPU" if picked else ""
+        if picked is None:
+            picked = MEASURED.get(cpu_id()[0])
+            why = f"measured for {cpu_id()[0]}" if picked else "default order"
+        if picked == "none":
+            return None
+        # a measured pick goes first; the rest of the default order stays as the fallback
+        order = _choices(picked or "")
+        candidates = order + [p for p in _choices("") if p not in order]
+    else:
+        candidates = _choices(choice)
     if choice.lower() == "none":
         return None
     problems = []
-    for path in _choices(choice):
+    for path in candidates:
         if not os.path.exists(path):
             problems.append(f"{path}: no such file")
             continue
@@ -89,6 +153,53 @@ def name() -> str:
     if not loaded:
         return "mlx builtin"
     return ("mkl " if "mkl" in os.path.basename(loaded) else "openblas ") + loaded
+
+
+PROBE = """
+import time
+import ttscli._blas as b  # first: the preload must come before mlx
+import mlx.core as mx
+w = mx.random.normal((3072, 1024)); x = mx.random.normal((1024, 1)); a = mx.random.normal((256, 1024))
+mx.eval(w, x, a)
+for _ in range(3): mx.eval(w @ x, a @ w.T)
+best = []
+for _ in range(5):
+    t = time.perf_counter()
+    for _ in range(50): mx.eval(w @ x)
+    mx.eval(a @ w.T)
+    best.append(time.perf_counter() - t)
+print(b.name().split()[0], min(best))
+"""
+
+
+def measure() -> dict:
+    """Time the same MLX matrix work (matrix-vector products as a codec LM's frame, one GEMM as
+    a prefill) under each installed BLAS, each in a fresh interpreter; keep the faster."""
+    import json
+    import subprocess
+
+    times = {}
+    for choice in ("mkl", "openblas", "none"):
+        env = {**os.environ, "TTSCLI_BLAS": choice}
+        p = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=600)
+        got = p.stdout.split()
+        if p.returncode == 0 and len(got) == 2 and (got[0] == choice or choice == "none" and got[0] == "mlx"):
+            times[choice] = float(got[1])
+    if not times:
+        raise RuntimeError("no BLAS could be timed")
+    result = {"cpu": list(cpu_id()), "cpus": os.cpu_count(), "seconds": times, "choice": min(times, key=times.get)}
+    path = _measure_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":  # python -m ttscli._blas --measure
+    if sys.argv[1:] != ["--measure"]:
+        sys.exit("usage: python -m ttscli._blas --measure")
+    r = measure()
+    print(f"{r['choice']} ({', '.join(f'{k} {v * 1e3:.0f} ms' for k, v in r['seconds'].items())}); "
+          f"kept in {_measure_path()}")
 
 
 def set_num_threads(n: int) -> int | None:
