@@ -49,6 +49,7 @@ class BenchRequest:
     ignore_eos: bool | None = None           # time exactly max_frames frames (None: with random weights)
     quality: bool = False                    # add WER/CER and DNSMOS (ttscli.eval.quality_figures)
     batch: list[int] = field(default_factory=list)  # --batch: rows generated at once, side by side
+    workers: int = 1                         # --workers: chunks at once (where the pipeline allows it)
 
 
 def environment() -> dict:
@@ -77,13 +78,24 @@ def pct(xs, q):
     return float(np.percentile(np.asarray(xs) * 1e3, q)) if len(xs) else None
 
 
-def run_once(pipe, request: Request) -> dict:
+def switched_component(spec) -> str | None:
+    """The component --code-decoder-backend switches: the code decoder, else a family's one
+    component with several backends (Piper's ``vits``: mlx or onnx)."""
+    if "code_decoder" in spec.backends:
+        return "code_decoder"
+    several = [c for c, b in spec.backends.items() if len(b) > 1]
+    return several[0] if len(several) == 1 else None
+
+
+def run_once(pipe, request: Request, workers: int = 1) -> dict:
     """One full synthesis; figures from the wall clock and the pipeline's Stats."""
+    from ttscli.generate import effective_workers
+
     pipe.reset_stats()
     t0 = time.perf_counter()
     first = None
     n = 0
-    for chunk in synthesize(pipe, request):
+    for chunk in synthesize(pipe, request, workers=effective_workers(pipe, workers)[0]):
         if first is None and len(chunk):
             first = time.perf_counter() - t0
         n += len(chunk)
@@ -129,7 +141,8 @@ def run_variant(spec, req: BenchRequest, backend: str, prefill_mode: str, text: 
     import mlx.core as mx
 
     mx.reset_peak_memory()
-    backends = {"code_decoder": backend} if "code_decoder" in spec.backends else {}
+    component = switched_component(spec)
+    backends = {component: backend} if component else {}
     options = LoadOptions(dtype=req.dtype, backends=backends, random_weights=req.random_weights,
                           prefill_mode=prefill_mode)
     t0 = time.perf_counter()
@@ -142,8 +155,8 @@ def run_variant(spec, req: BenchRequest, backend: str, prefill_mode: str, text: 
                       max_frames=(req.max_frames or (50 if req.random_weights else None)) if frames else None,
                       ignore_eos=frames and (req.random_weights if req.ignore_eos is None else req.ignore_eos))
     for _ in range(req.warmup):
-        run_once(pipe, request)
-    runs = [run_once(pipe, request) for _ in range(req.repeats)]
+        run_once(pipe, request, req.workers)
+    runs = [run_once(pipe, request, req.workers) for _ in range(req.repeats)]
     fig = _median_run(runs)
     if req.quality:     # one more run, scored as `ttscli eval` scores a line
         from ttscli.eval import quality_figures
@@ -152,6 +165,9 @@ def run_variant(spec, req: BenchRequest, backend: str, prefill_mode: str, text: 
         fig.update({k: v for k, v in quality_figures(audio, pipe.sample_rate, text, request.language).items()
                     if k != "transcript"})
     fig["load_s"] = load_s
+    from ttscli.generate import effective_workers
+
+    fig["workers"] = effective_workers(pipe, req.workers)[0]
     if family.bench_components:
         fig.update(family.bench_components(pipe, req))
     fig["mlx_peak_mb"] = mx.get_peak_memory() / 2**20
@@ -174,14 +190,16 @@ def run_bench(req: BenchRequest, registry: Registry, console=None) -> dict:
         raise UsageError(f"{spec.id} has no frame limit; drop --max-frames")
     if req.stream and "stream" not in family.honours:
         raise UsageError(f"{spec.id} cannot honour --stream; drop it")
+    component = switched_component(spec)
     for b in req.backends:
-        if "code_decoder" not in spec.backends:
+        if component is None:
             if b != "mlx":
                 raise UsageError(f"{spec.id} has no code decoder to put on {b}; drop --code-decoder-backend")
             continue
-        if b not in spec.backends["code_decoder"]:
-            raise UsageError(f"--code-decoder-backend {b}: {spec.id} offers {', '.join(spec.backends['code_decoder'])}")
-        if b != "mlx":
+        base = b.split("-", 1)[0] if b.startswith("onnx") else b
+        if base not in spec.backends[component]:
+            raise UsageError(f"--code-decoder-backend {b}: {spec.id} offers {', '.join(spec.backends[component])}")
+        if b != "mlx" and component == "code_decoder":
             from ttscli.backends.select import choose_code_decoder_backend
 
             choose_code_decoder_backend(spec, b, req.model_dir)  # clear error when unavailable here

@@ -414,7 +414,10 @@ def bench(
     file: Optional[Path] = typer.Option(None, "-f", "--file"),
     repeats: int = typer.Option(3, "-n", "--repeats", min=1),
     warmup: int = typer.Option(1, "--warmup", min=0),
-    code_decoder_backend: str = typer.Option("mlx", "--code-decoder-backend", help="One or more, comma-separated."),
+    code_decoder_backend: str = typer.Option(
+        "mlx", "--code-decoder-backend",
+        help="One or more, comma-separated, e.g. mlx,onnx-f32,onnx,onnx-int4 (Piper: its VITS, mlx,onnx)."),
+    workers: int = Workers,
     prefill_mode: str = typer.Option("batched", "--prefill-mode", help="batched, sequential, or both comma-separated."),
     peer: Optional[str] = typer.Option(None, "--peer", help="Also time a peer on the same text, e.g. piper-tts."),
     stream: bool = typer.Option(False, "--stream", help="Measure time to first audio when streaming."),
@@ -438,7 +441,7 @@ def bench(
                        backends=[b.strip() for b in code_decoder_backend.split(",") if b.strip()],
                        prefill_modes=[m.strip() for m in prefill_mode.split(",") if m.strip()],
                        peer=peer, stream=stream, max_frames=max_frames, prompt_tokens=prompt_tokens,
-                       model_dir=model_dir, dtype=dtype, plot=plot, quality=quality)
+                       model_dir=model_dir, dtype=dtype, plot=plot, quality=quality, workers=workers)
     if batch:
         try:
             req.batch = [int(x) for x in batch.split(",") if x.strip()]
