@@ -482,11 +482,12 @@ def parity(
 @app.command("eval", epilog="Example: [bold]ttscli eval --texts smoke.txt --max-wer 0.1[/bold]")
 @with_knobs("speak")
 def eval_cmd(
-    texts: Path = typer.Option(..., "--texts", help="UTF-8 file, one utterance per line.", dir_okay=False),
+    texts: Optional[Path] = typer.Option(
+        None, "--texts", help="UTF-8 file, one utterance per line (not with a `ttscli batch` folder).", dir_okay=False),
     model: Optional[str] = Model,
     model_dir: Optional[Path] = ModelDir,
     audio: Optional[List[Path]] = typer.Option(
-        None, "--audio", help="Score these files (or a folder's, in name order) instead of synthesizing; repeatable."),
+        None, "--audio", help="Score these files (a folder's in name order; a `ttscli batch` folder by its manifest) instead of synthesizing; repeatable."),
     voice: Optional[str] = typer.Option(None, "--voice", help="Preset voice name, or a saved voice .safetensors."),
     instruct: Optional[str] = typer.Option(None, "--instruct", help="Style instruction or voice description."),
     language: Optional[str] = typer.Option(None, "--language", help="Language of the texts; also given to the ASR."),
@@ -510,7 +511,7 @@ def eval_cmd(
 
     if audio and (model or model_dir or voice or instruct or ref_text or knobs):
         raise UsageError("--audio scores existing files: drop -m/--model-dir/--voice/--instruct/--ref-text/knobs")
-    req = EvalRequest(texts=read_texts(texts), language=language, model=model, model_dir=model_dir, voice=voice,
+    req = EvalRequest(texts=read_texts(texts) if texts is not None else [], language=language, model=model, model_dir=model_dir, voice=voice,
                       instruct=instruct, seed=seed, ref=ref, ref_text=ref_text, audio=list(audio) if audio else None,
                       asr_model_dir=asr_model_dir, speaker_model=speaker_model, max_wer=max_wer, min_mos=min_mos,
                       min_sim=min_sim, plot=plot, knobs=knobs or {})

@@ -119,6 +119,8 @@ def test_min_sim_gate_names_the_similarity(run_cli, tmp_path):
     (["--texts", "t.txt", "--audio", "two", "-m", "piper-joe"], "--audio scores existing files"),
     (["--texts", "t.txt", "--plot", "x.jpg"], "--plot must name a .png file"),
     (["--texts", "empty.txt"], "has no text lines"),
+    ([], "give --texts FILE"),
+    (["--audio", "two"], "give --texts FILE (one line per audio file)"),
 ])
 def test_usage_errors_are_one_line(run_cli, tmp_path, args, message):
     (tmp_path / "t.txt").write_text(FOX + "\n")
@@ -161,3 +163,24 @@ def test_bench_quality_adds_the_eval_columns(run_cli):
     fig = json.loads(p.stdout)["variants"]["mlx"]
     assert fig["wer"] == 0.0 and fig["cer"] == 0.0
     assert 2.5 < fig["dnsmos_ovrl"] < 5 and fig["rtf"] > 0
+
+
+def test_audio_from_a_batch_folder_takes_its_manifest(run_cli, tmp_path):
+    out = tmp_path / "out"
+    (out / "00").mkdir(parents=True)
+    shutil.copy(FIX / "espeak.wav", out / "00" / "a.wav")
+    entry = {"id": "a", "path": "00/a.wav", "text": "A rainbow is a division of white light into many beautiful colors."}
+    (out / "manifest.jsonl").write_text(json.dumps(entry) + "\n")
+    before = (out / "manifest.jsonl").read_bytes()
+    p = run_cli("eval", "--audio", "out", "--language", "en", "--json", "-q")
+    assert p.returncode == 0, p.err
+    report = json.loads(p.stdout)
+    assert [r["text"] for r in report["lines"]] == [entry["text"]] and report["lines"][0]["source"] == "a.wav"
+    assert report["total"]["wer"] < 0.5
+    assert (out / "manifest.jsonl").read_bytes() == before          # read, never rewritten
+    (tmp_path / "t.txt").write_text("x\n")
+    p = run_cli("eval", "--audio", "out", "--texts", "t.txt")
+    assert p.returncode == 2 and "gives the texts; drop --texts" in only_line(p.err)
+    (out / "manifest.jsonl").write_text('{"id": "b", "path": "00/b.wav", "text": "hi"}\n')
+    p = run_cli("eval", "--audio", "out")
+    assert p.returncode == 2 and "00/b.wav is missing" in only_line(p.err)

@@ -1,6 +1,7 @@
 """`ttscli eval`: score each line (ASR round trip, DNSMOS, speaker similarity), total them, gate."""
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -14,6 +15,8 @@ from ttscli.eval import features, require
 from ttscli.eval.scoring import Errors, errors
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3", ".aiff", ".aif")
+MANIFEST = "manifest.jsonl"          # what `ttscli batch` writes beside its files: one JSON entry per file
+MAX_MANIFEST_BYTES = 64 << 20
 
 
 @dataclass
@@ -206,12 +209,48 @@ def synthesized(req: EvalRequest, registry) -> Iterator[tuple[str, np.ndarray, i
         yield text, np.concatenate(audio), pipe.sample_rate, took, f"line {i + 1}"
 
 
-def given_audio(req: EvalRequest) -> Iterator[tuple[str, np.ndarray, int, float | None, str]]:
-    files = audio_files(req.audio or [])
+def audio_pairs(req: EvalRequest) -> list[tuple[str, Path]]:
+    """(text, file) per line: --texts against the files, or a `ttscli batch` folder's manifest."""
+    items = [Path(a) for a in req.audio or []]
+    if len(items) == 1 and (items[0] / MANIFEST).is_file():
+        if req.texts:
+            raise UsageError(f"--audio {items[0]} holds a ttscli batch {MANIFEST}, which gives the texts; drop --texts")
+        return manifest_pairs(items[0])
+    if not req.texts:
+        raise UsageError(f"give --texts FILE (one line per audio file), or --audio DIR holding a ttscli batch {MANIFEST}")
+    files = audio_files(items)
     if len(files) != len(req.texts):
         raise UsageError(f"--audio gives {len(files)} file(s) for {len(req.texts)} text line(s); "
                          "give one file per line (a folder's files are taken in name order)")
-    for text, path in zip(req.texts, files):
+    return list(zip(req.texts, files))
+
+
+def manifest_pairs(folder: Path) -> list[tuple[str, Path]]:
+    """The entries of a `ttscli batch` output's manifest, in its order (read only, never rewritten)."""
+    path = folder / MANIFEST
+    if path.stat().st_size > MAX_MANIFEST_BYTES:
+        raise UsageError(f"{path} is over {MAX_MANIFEST_BYTES >> 20} MiB")
+    pairs = []
+    for n, line in enumerate(path.read_text("utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            raise UsageError(f"{path} line {n} is not JSON") from None
+        if not isinstance(entry, dict) or not isinstance(entry.get("text"), str) or not isinstance(entry.get("path"), str):
+            raise UsageError(f"{path} line {n} lacks a text or a path")
+        f = folder / entry["path"]
+        if not f.is_file():
+            raise UsageError(f"{path} line {n}: {f} is missing")
+        pairs.append((entry["text"], f))
+    if not pairs:
+        raise UsageError(f"{path} lists no files")
+    return pairs
+
+
+def given_audio(pairs: list[tuple[str, Path]]) -> Iterator[tuple[str, np.ndarray, int, float | None, str]]:
+    for text, path in pairs:
         x, sr = read_audio(path)
         yield text, x, sr, None, path.name
 
@@ -260,6 +299,8 @@ def gate(t: Totals, req: EvalRequest) -> list[str]:
 
 
 def check_request(req: EvalRequest) -> None:
+    if req.audio is None and not req.texts:
+        raise UsageError("give --texts FILE: one utterance per line")
     if req.min_sim is not None and req.ref is None:
         raise UsageError("--min-sim needs --ref VOICE.wav (the speaker to compare with)")
     if req.audio is None and req.ref is None and req.ref_text is not None:
@@ -287,6 +328,8 @@ def asr_language(req: EvalRequest, registry) -> str | None:
 
 def run_eval(req: EvalRequest, registry, on_line=None) -> dict:
     check_request(req)
+    pairs = audio_pairs(req) if req.audio is not None else None     # bad files fail before any model loads
+    total = len(pairs) if pairs is not None else len(req.texts)
     language = asr_language(req, registry)
     ev = Evaluator(req.asr_model_dir, req.speaker_model)
     ev.check_ready(similarity=req.ref is not None)
@@ -294,14 +337,14 @@ def run_eval(req: EvalRequest, registry, on_line=None) -> dict:
     if req.ref is not None:
         ref_audio, ref_sr = read_audio(req.ref)
         ref_embedding = ev.speaker.embed(ref_audio, ref_sr)
-    source = given_audio(req) if req.audio is not None else synthesized(req, registry)
+    source = given_audio(pairs) if pairs is not None else synthesized(req, registry)
     lines = []
     for text, audio, sr, took, label in source:
         line = ev.score(text, audio, sr, language, ref_embedding)
         line.synth_s, line.source = took, label
         lines.append(line)
         if on_line:
-            on_line(len(lines), len(req.texts))
+            on_line(len(lines), total)
     t = totals(lines)
     failed = gate(t, req)
     report = {
