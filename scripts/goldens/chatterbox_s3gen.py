@@ -1,0 +1,125 @@
+"""Goldens for Chatterbox's S3Gen side, computed by upstream ``chatterbox-tts`` 0.1.7.
+
+Run with the throwaway reference venv (../shared/reference/README.md), from the repo root:
+
+    /tmp/refvenv/bin/python scripts/goldens/chatterbox_s3gen.py
+
+Writes tests/fixtures/chatterbox/s3gen/:
+
+- ``hift_tiny.safetensors``: upstream ``HiFTGenerator`` + ``ConvRNNF0Predictor`` built with the
+  arguments ``S3Token2Wav`` passes (24 kHz, upsample 8/5/3, kernels 16/11/7, 8 harmonics, iSTFT
+  16/4) but 32 base channels instead of 512 (and 32 F0-predictor channels), every tensor
+  re-initialised deterministically (upstream init leaves Snake alpha = 1 and tiny weights), saved
+  with ``safetensors.torch.save_file`` under the published ``mel2wav.`` names (weight-norm as
+  ``parametrizations.weight.original0/1``).
+- ``hift_tiny.npz``: a random mel, and what upstream ``HiFTGenerator.inference`` makes of it:
+  ``f0``, the harmonic source ``source``, the waveform ``wav``, plus the random draws SineGen made
+  inside the call (``phase`` [9] uniform initial phases, ``sine_noise`` [9, L] the normal draws),
+  recorded so that our implementation can be fed the same values.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "tests" / "fixtures" / "chatterbox" / "s3gen"
+sys.path.insert(0, str(ROOT.parent / "shared" / "reference"))
+import stubs  # noqa: E402,F401  (torchaudio extension + perth shims, before chatterbox)
+import torch  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
+
+from chatterbox.models.s3gen import hifigan  # noqa: E402
+from chatterbox.models.s3gen.f0_predictor import ConvRNNF0Predictor  # noqa: E402
+from chatterbox.models.s3gen.hifigan import HiFTGenerator  # noqa: E402
+
+BASE = 32
+N_MEL_FRAMES = 24
+
+
+def reinit(module: torch.nn.Module, gen: torch.Generator) -> None:
+    """Fan-in-scaled normals for weights (v of weight norm), g near the norm of v so each
+    folded weight keeps that scale, Snake alpha spread around 1, small biases."""
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.endswith("alpha"):
+                p.copy_(0.5 + torch.rand(p.shape, generator=gen))
+            elif name.endswith("original0"):
+                p.copy_(0.8 + 0.4 * torch.rand(p.shape, generator=gen))
+            elif p.ndim == 1:
+                p.copy_(0.05 * torch.randn(p.shape, generator=gen))
+            else:
+                fan_in = p[0].numel()
+                p.copy_(torch.randn(p.shape, generator=gen) / np.sqrt(fan_in))
+
+
+class Recorder:
+    """Wraps the two random sources SineGen uses and keeps what they returned."""
+
+    def __init__(self):
+        self.uniform, self.normal = [], []
+
+    def __enter__(self):
+        self._randn_like, self._sample = torch.randn_like, hifigan.Uniform.sample
+        rec = self
+
+        def randn_like(x, *a, **k):
+            y = rec._randn_like(x, *a, **k)
+            rec.normal.append(y.clone())
+            return y
+
+        def sample(dist, *a, **k):
+            y = rec._sample(dist, *a, **k)
+            rec.uniform.append(y.clone())
+            return y
+
+        torch.randn_like = randn_like
+        hifigan.Uniform.sample = sample
+        return self
+
+    def __exit__(self, *exc):
+        torch.randn_like, hifigan.Uniform.sample = self._randn_like, self._sample
+
+
+def hift() -> None:
+    gen = torch.Generator().manual_seed(1234)
+    model = HiFTGenerator(
+        sampling_rate=24000, base_channels=BASE,
+        upsample_rates=[8, 5, 3], upsample_kernel_sizes=[16, 11, 7],
+        source_resblock_kernel_sizes=[7, 7, 11],
+        source_resblock_dilation_sizes=[[1, 3, 5], [1, 3, 5], [1, 3, 5]],
+        f0_predictor=ConvRNNF0Predictor(cond_channels=BASE),
+    ).eval()
+    reinit(model, gen)
+    # the F0 head sets the harmonic frequencies: scale it so F0 lands in the speech range
+    # (hundreds of Hz) and a few frames fall under the 10 Hz voicing threshold
+    with torch.no_grad():
+        model.f0_predictor.classifier.weight.mul_(60.0)
+        model.f0_predictor.classifier.bias.fill_(28.0)
+        # keep the iSTFT magnitudes moderate, or the output sits on the 0.99 clip
+        model.conv_post.parametrizations.weight.original0.mul_(0.15)
+        model.conv_post.bias.fill_(-1.5)
+    sd = {f"mel2wav.{k}": v.contiguous() for k, v in model.state_dict().items()}
+    OUT.mkdir(parents=True, exist_ok=True)
+    save_file(sd, str(OUT / "hift_tiny.safetensors"))
+
+    mel = torch.randn(1, 80, N_MEL_FRAMES, generator=gen) * 2.0 - 5.0
+    torch.manual_seed(99)
+    with Recorder() as rec, torch.no_grad():
+        wav, source = model.inference(speech_feat=mel)
+        f0 = model.f0_predictor(mel)
+    phase = rec.uniform[0][0, :, 0].numpy()
+    phase[0] = 0.0  # SineGen zeroes the fundamental's phase after drawing it
+    np.savez_compressed(
+        OUT / "hift_tiny.npz", mel=mel[0].numpy(), f0=f0[0].numpy(), source=source[0, 0].numpy(),
+        wav=wav[0].numpy(), phase=phase, sine_noise=rec.normal[0][0].numpy())
+    print("clipped", float((wav.abs() >= 0.99).float().mean()), "unvoiced", float((f0 < 10).float().mean()))
+    print("hift:", {k: tuple(v.shape) for k, v in sd.items() if "f0_predictor.classifier" in k},
+          "wav", tuple(wav.shape), "f0 range", float(f0.min()), float(f0.max()),
+          "wav absmax", float(wav.abs().max()))
+
+
+if __name__ == "__main__":
+    hift()

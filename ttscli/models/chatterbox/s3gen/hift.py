@@ -1,0 +1,215 @@
+"""HiFT (``mel2wav``): S3Gen's vocoder, 80-mel at 50 Hz -> 24 kHz.
+
+Neural source filter + iSTFTNet (CosyVoice2's ``HiFTGenerator``): a conv F0 predictor, a
+harmonic source (F0 and 8 overtones, voiced where F0 > 10 Hz) whose STFT is injected at every
+upsampling stage, HiFi-GAN residual blocks with Snake, and an iSTFT (n_fft 16, hop 4) of the
+predicted log-magnitude and phase. Channels-last ``[T, C]``, batch 1; PyTorch semantics.
+
+The source draws random numbers inside upstream's call (initial phases of the overtones and
+Gaussian noise); :class:`SourceDraws` carries them so a caller can replay a recorded set.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+import numpy as np
+from mlx import nn
+
+from ttscli.models.kokoro.istftnet import istft, snake, stft_basis
+from ttscli.nn.conv import Conv1d, ConvTranspose1d, pad_time
+
+
+@dataclass
+class HiFTArgs:
+    in_channels: int = 80
+    base_channels: int = 512
+    nb_harmonics: int = 8
+    sampling_rate: int = 24000
+    nsf_alpha: float = 0.1
+    nsf_sigma: float = 0.003
+    nsf_voiced_threshold: float = 10.0
+    upsample_rates: tuple[int, ...] = (8, 5, 3)
+    upsample_kernel_sizes: tuple[int, ...] = (16, 11, 7)
+    n_fft: int = 16
+    hop_len: int = 4
+    resblock_kernel_sizes: tuple[int, ...] = (3, 7, 11)
+    resblock_dilation_sizes: tuple[tuple[int, ...], ...] = ((1, 3, 5), (1, 3, 5), (1, 3, 5))
+    source_resblock_kernel_sizes: tuple[int, ...] = (7, 7, 11)
+    source_resblock_dilation_sizes: tuple[tuple[int, ...], ...] = ((1, 3, 5), (1, 3, 5), (1, 3, 5))
+    lrelu_slope: float = 0.1
+    audio_limit: float = 0.99
+    f0_channels: int = 512
+
+    @property
+    def upsample_scale(self) -> int:
+        return int(np.prod(self.upsample_rates)) * self.hop_len
+
+
+@dataclass
+class SourceDraws:
+    """The source's random numbers: ``phase [H]`` initial phase per harmonic (upstream draws
+    U(-pi, pi) and zeroes the fundamental's) and ``noise [L, H]`` standard normals."""
+    phase: mx.array
+    noise: mx.array = field(repr=False)
+
+    @classmethod
+    def draw(cls, n_samples: int, harmonics: int, key: mx.array | None = None) -> SourceDraws:
+        k1, k2 = mx.random.split(key) if key is not None else (None, None)
+        phase = mx.random.uniform(-math.pi, math.pi, (harmonics,), key=k1)
+        phase = phase * (mx.arange(harmonics) > 0)
+        return cls(phase, mx.random.normal((n_samples, harmonics), key=k2))
+
+
+class Snake(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.alpha = mx.ones((channels,))
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return snake(x, self.alpha)
+
+
+class ResBlock(nn.Module):
+    """Three (Snake, dilated conv, Snake, conv) residual units."""
+
+    def __init__(self, channels: int, kernel_size: int, dilations):
+        super().__init__()
+        self.convs1 = [Conv1d(channels, channels, kernel_size, dilation=d, padding=d * (kernel_size - 1) // 2)
+                       for d in dilations]
+        self.convs2 = [Conv1d(channels, channels, kernel_size, padding=(kernel_size - 1) // 2) for _ in dilations]
+        self.activations1 = [Snake(channels) for _ in dilations]
+        self.activations2 = [Snake(channels) for _ in dilations]
+
+    def __call__(self, x: mx.array) -> mx.array:
+        for c1, c2, a1, a2 in zip(self.convs1, self.convs2, self.activations1, self.activations2):
+            x = c2(a2(c1(a1(x))), residual=x)
+        return x
+
+
+class ConvRNNF0Predictor(nn.Module):
+    """Five (conv k3, ELU) layers and a linear head; |output| is F0 in Hz per mel frame."""
+
+    def __init__(self, in_channels: int = 80, channels: int = 512):
+        super().__init__()
+        layers = []
+        for i in range(5):
+            layers += [Conv1d(in_channels if i == 0 else channels, channels, 3, padding=1), nn.ELU()]
+        self.condnet = layers
+        self.classifier = nn.Linear(channels, 1)
+
+    def __call__(self, mel: mx.array) -> mx.array:
+        """``mel [T, 80]`` -> ``f0 [T]``."""
+        x = mel
+        for layer in self.condnet:
+            x = layer(x)
+        return mx.abs(self.classifier(x)[:, 0])
+
+
+class SourceModuleHnNSF(nn.Module):
+    """Harmonic source: sines at F0 x (1..H) with the draws' phases, noise, merged by a linear+tanh."""
+
+    def __init__(self, a: HiFTArgs):
+        super().__init__()
+        self.a = a
+        self.l_linear = nn.Linear(a.nb_harmonics + 1, 1)
+
+    def __call__(self, f0: mx.array, draws: SourceDraws) -> mx.array:
+        """``f0 [T]`` per mel frame -> source ``[T * upsample_scale]``."""
+        a = self.a
+        h = mx.arange(1, a.nb_harmonics + 2, dtype=mx.float32)
+        f = mx.repeat(f0, a.upsample_scale)[:, None]              # nearest upsampling, as upstream
+        # torch sums float32 in double on the CPU: a float32 running sum over 10^5 samples
+        # drifts by ~1e-3 cycles, audible as phase error in the overtones
+        cycles = mx.cumsum((f * h / a.sampling_rate).astype(mx.float64), axis=0).astype(mx.float32)
+        theta = 2 * math.pi * (cycles - mx.floor(cycles))          # torch's % 1 on positives
+        uv = (f > a.nsf_voiced_threshold).astype(mx.float32)
+        amp = uv * a.nsf_sigma + (1 - uv) * (a.nsf_alpha / 3)
+        sines = a.nsf_alpha * mx.sin(theta + draws.phase) * uv + amp * draws.noise
+        return mx.tanh(self.l_linear(sines))[:, 0]
+
+
+def _stft_re_im(x: mx.array, n_fft: int, hop: int) -> mx.array:
+    """``x [L]`` -> ``[L/hop + 1, 2 * bins]`` (real ‖ imag) of torch.stft (center, reflect, periodic Hann)."""
+    pad = n_fft // 2
+    xp = pad_time(x[:, None], pad, pad, "reflect")[:, 0]
+    blocks = xp.reshape(-1, hop)
+    per = n_fft // hop
+    nfr = blocks.shape[0] - per + 1
+    frames = mx.concatenate([blocks[j: j + nfr] for j in range(per)], axis=-1)
+    return frames @ stft_basis(n_fft)
+
+
+class HiFTGenerator(nn.Module):
+    def __init__(self, a: HiFTArgs):
+        super().__init__()
+        self.a = a
+        ch = a.base_channels
+        self.m_source = SourceModuleHnNSF(a)
+        self.f0_predictor = ConvRNNF0Predictor(a.in_channels, a.f0_channels)
+        self.conv_pre = Conv1d(a.in_channels, ch, 7, padding=3)
+        self.ups = [ConvTranspose1d(ch // 2 ** i, ch // 2 ** (i + 1), k, u, padding=(k - u) // 2)
+                    for i, (u, k) in enumerate(zip(a.upsample_rates, a.upsample_kernel_sizes))]
+        down_rates = [1, *a.upsample_rates[::-1][:-1]]
+        cum = np.cumprod(down_rates)[::-1]
+        spec_ch = a.n_fft + 2
+        self.source_downs, self.source_resblocks = [], []
+        for i, (u, k, d) in enumerate(zip(cum, a.source_resblock_kernel_sizes, a.source_resblock_dilation_sizes)):
+            c = ch // 2 ** (i + 1)
+            u = int(u)
+            self.source_downs.append(Conv1d(spec_ch, c, 1) if u == 1 else Conv1d(spec_ch, c, 2 * u, u, padding=u // 2))
+            self.source_resblocks.append(ResBlock(c, k, d))
+        self.resblocks = [ResBlock(ch // 2 ** (i + 1), k, d) for i in range(len(self.ups))
+                          for k, d in zip(a.resblock_kernel_sizes, a.resblock_dilation_sizes)]
+        self.conv_post = Conv1d(ch // 2 ** len(self.ups), spec_ch, 7, padding=3)
+
+    def source(self, mel: mx.array, draws: SourceDraws | None = None, key: mx.array | None = None):
+        """(f0 ``[T]``, source ``[T * 480]``) of ``mel [T, 80]``."""
+        f0 = self.f0_predictor(mel)
+        if draws is None:
+            draws = SourceDraws.draw(f0.shape[0] * self.a.upsample_scale, self.a.nb_harmonics + 1, key)
+        return f0, self.m_source(f0, draws)
+
+    def decode(self, mel: mx.array, source: mx.array) -> mx.array:
+        """``mel [T, 80]``, ``source [T * 480]`` -> waveform ``[T * 480]``."""
+        a = self.a
+        s = _stft_re_im(source, a.n_fft, a.hop_len)
+        x = self.conv_pre(mel)
+        nk = len(a.resblock_kernel_sizes)
+        for i, up in enumerate(self.ups):
+            x = up(nn.leaky_relu(x, a.lrelu_slope))
+            if i == len(self.ups) - 1:
+                x = pad_time(x, 1, 0, "reflect")
+            x = x + self.source_resblocks[i](self.source_downs[i](s))
+            xs = self.resblocks[i * nk](x)
+            for j in range(1, nk):
+                xs = xs + self.resblocks[i * nk + j](x)
+            x = xs / nk
+        x = self.conv_post(nn.leaky_relu(x, 0.01))
+        bins = a.n_fft // 2 + 1
+        mag = mx.minimum(mx.exp(x[:, :bins]), 1e2)
+        phase = mx.sin(x[:, bins:])
+        return mx.clip(istft(mag, phase, a.n_fft, a.hop_len), -a.audio_limit, a.audio_limit)
+
+    def __call__(self, mel: mx.array, draws: SourceDraws | None = None,
+                 key: mx.array | None = None) -> tuple[mx.array, mx.array]:
+        """(waveform, source), both ``[T * 480]``, as upstream ``inference``."""
+        _, s = self.source(mel, draws, key)
+        return self.decode(mel, s), s
+
+
+def fold_weight_norm(weights: dict) -> dict:
+    """``X.parametrizations.weight.original0/1`` (g, v) -> ``X.weight = g v / ||v||`` (norm over
+    every dim but the first, as ``weight_norm(dim=0)``, for convs and transposed convs alike)."""
+    out = {}
+    for k, v in weights.items():
+        if k.endswith(".parametrizations.weight.original1"):
+            base = k[: -len(".parametrizations.weight.original1")]
+            g = weights[base + ".parametrizations.weight.original0"]
+            v32 = v.astype(mx.float32)
+            norm = mx.sqrt(mx.sum(v32 * v32, axis=tuple(range(1, v.ndim)), keepdims=True))
+            out[base + ".weight"] = (g.astype(mx.float32) * v32 / norm).astype(v.dtype)
+        elif not k.endswith(".parametrizations.weight.original0"):
+            out[k] = v
+    return out
