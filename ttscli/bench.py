@@ -272,6 +272,10 @@ ROWS = [
     ("prefill_tokens", "prefill length (tokens)", "{:.0f}"),
     ("frame_ms_p50", "full frame p50 (ms)", "{:.2f}"),
     ("frame_ms_p95", "full frame p95 (ms)", "{:.2f}"),
+    # MLX counts no kernel launches: non-view primitives of the graph after mx.compile fusion
+    ("kernels_per_frame", "kernels per frame (graph primitives)", "{:.0f}"),
+    ("kernels_talker_step", "  of which talker step", "{:.0f}"),
+    ("kernels_code_predictor_frame", "  of which code predictor", "{:.0f}"),
     ("decoder_ms_per_frame", "decoder (ms/frame)", "{:.2f}"),
     ("frames_per_s", "frames/s", "{:.1f}"),
     ("audio_s", "audio (s)", "{:.2f}"),

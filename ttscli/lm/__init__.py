@@ -13,19 +13,21 @@ _WHERE = {
     "LMArgs": "config", "RopeArgs": "config",
     "KVCache": "cache", "ConcatCache": "cache", "make_cache": "cache",
     "DecoderLM": "model", "DecoderLayer": "model", "create_causal_mask": "model",
-    "CodeDecoder": "decoder", "MLXCodeDecoder": "decoder",
+    "CodeDecoder": "decoder", "MLXCodeDecoder": "decoder", "graph_primitives": "decoder",
+    "fuse_projections": "model",
     "SamplingParams": "sample", "KeyStream": "sample", "logit_bias": "sample",
 }
 # The draw function ``sample`` is imported from ttscli.lm.sample: as a package attribute its
 # name is the submodule's.
 __all__ = ["CodeDecoder", "ConcatCache", "DecoderLM", "DecoderLayer", "KVCache", "KeyStream", "LMArgs",
-           "MLXCodeDecoder", "RopeArgs", "SamplingParams", "create_causal_mask", "logit_bias", "make_cache"]
+           "MLXCodeDecoder", "RopeArgs", "SamplingParams", "create_causal_mask", "fuse_projections",
+           "graph_primitives", "logit_bias", "make_cache"]
 
 if TYPE_CHECKING:
     from ttscli.lm.cache import ConcatCache, KVCache, make_cache  # noqa: F401
     from ttscli.lm.config import LMArgs, RopeArgs  # noqa: F401
-    from ttscli.lm.decoder import CodeDecoder, MLXCodeDecoder  # noqa: F401
-    from ttscli.lm.model import DecoderLayer, DecoderLM, create_causal_mask  # noqa: F401
+    from ttscli.lm.decoder import CodeDecoder, MLXCodeDecoder, graph_primitives  # noqa: F401
+    from ttscli.lm.model import DecoderLayer, DecoderLM, create_causal_mask, fuse_projections  # noqa: F401
     from ttscli.lm.sample import KeyStream, SamplingParams, logit_bias  # noqa: F401
 
 

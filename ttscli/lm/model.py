@@ -15,7 +15,7 @@ import mlx.nn as nn
 from ttscli.lm.cache import KVCache, make_cache
 from ttscli.lm.config import LMArgs
 from ttscli.lm.rope import make_rope
-from ttscli.nn.layers import MLP, Attention, RMSNorm
+from ttscli.nn.layers import MLP, Attention, RMSNorm, attention, on_cpu, swiglu
 
 
 def create_causal_mask(length: int, offset: int = 0) -> Any:
@@ -27,15 +27,100 @@ def create_causal_mask(length: int, offset: int = 0) -> Any:
     return None if length == 1 else "causal"
 
 
+def _fusable(*linears: nn.Module) -> bool:
+    return all(type(m) is nn.Linear for m in linears)
+
+
+def _concat(linears: list[nn.Linear]) -> tuple[mx.array, mx.array | None]:
+    w = mx.concatenate([m.weight for m in linears], axis=0)
+    b = mx.concatenate([m.bias for m in linears], axis=0) if "bias" in linears[0] else None
+    return w, b
+
+
+def _linear(x: mx.array, w: mx.array, b: mx.array | None) -> mx.array:
+    return x @ w.T if b is None else mx.addmm(b, x, w.T)
+
+
+class LMAttention(Attention):
+    """:class:`Attention` whose q/k/v projections can run as one matmul (see :meth:`fuse`).
+
+    The checkpoint's ``q_proj``/``k_proj``/``v_proj`` stay the parameters (names and files are
+    unchanged); the fused matrix is a plain attribute built from them, used only while those
+    parameter arrays are still the ones it was built from, so reloading weights can never run
+    a stale copy.
+    """
+
+    def fuse(self) -> None:
+        parts = [self.q_proj, self.k_proj, self.v_proj]
+        if _fusable(*parts):
+            object.__setattr__(self, "_fused", (self.q_proj.weight, *_concat(parts)))
+
+    def _qkv(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        f = self.__dict__.get("_fused")
+        if f is None or f[0] is not self.q_proj.weight:
+            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        y = _linear(x, f[1], f[2])
+        nq, nk = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        return y[..., :nq], y[..., nq:nq + nk], y[..., nq + nk:]
+
+    def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
+        B, L, _ = x.shape
+        q, k, v = self._qkv(x)
+        q = q.reshape(B, L, self.num_heads, self.head_dim)
+        k = k.reshape(B, L, self.num_kv_heads, self.head_dim)
+        v = v.reshape(B, L, self.num_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q = self.q_norm(q)
+            k = self.k_norm(k)
+        q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))
+        offset = cache.offset if cache is not None else 0
+        q = self.rope(q, offset)
+        k = self.rope(k, offset)
+        if cache is not None:
+            k, v = cache.update_and_fetch(k, v)
+        out = attention(q, k, v, self.scale, mask)
+        return self.o_proj(out.transpose(0, 2, 1, 3).reshape(B, L, -1))
+
+
+class LMMLP(MLP):
+    """:class:`MLP` whose gate/up projections can run as one matmul (same rules as LMAttention)."""
+
+    def fuse(self) -> None:
+        parts = [self.gate_proj, self.up_proj]
+        if _fusable(*parts):
+            object.__setattr__(self, "_fused", (self.gate_proj.weight, *_concat(parts)))
+
+    def __call__(self, x: mx.array) -> mx.array:
+        f = self.__dict__.get("_fused")
+        if f is None or f[0] is not self.gate_proj.weight:
+            return super().__call__(x)
+        gu = _linear(x, f[1], f[2])
+        n = gu.shape[-1] // 2
+        g, u = gu[..., :n], gu[..., n:]
+        return self.down_proj(swiglu(g, u) if on_cpu() else nn.silu(g) * u)
+
+
+def fuse_projections(model: nn.Module) -> nn.Module:
+    """Fuse q/k/v and gate/up of every shared-LM block under ``model`` (after its weights are
+    loaded; dtype casts or reloads afterwards simply fall back to the separate projections until
+    fused again).  One launch instead of three and two per layer: what a decode step on a GPU
+    is bound by.  Not used on the CPU, where the separate GEMVs cost the same and the goldens
+    were taken."""
+    for _, m in model.named_modules():
+        if isinstance(m, (LMAttention, LMMLP)):
+            m.fuse()
+    return model
+
+
 class DecoderLayer(nn.Module):
     """x + attn(norm(x)), then x + mlp(norm(x))."""
 
     def __init__(self, a: LMArgs):
         super().__init__()
-        self.self_attn = Attention(a.hidden_size, a.num_attention_heads, a.num_key_value_heads, a.head_dim,
+        self.self_attn = LMAttention(a.hidden_size, a.num_attention_heads, a.num_key_value_heads, a.head_dim,
                                    eps=a.rms_norm_eps, bias=a.attention_bias, qk_norm=a.qk_norm,
                                    rope=make_rope(a.rope, a.head_dim))
-        self.mlp = MLP(a.hidden_size, a.intermediate_size, bias=a.mlp_bias)
+        self.mlp = LMMLP(a.hidden_size, a.intermediate_size, bias=a.mlp_bias)
         self.input_layernorm = RMSNorm(a.hidden_size, a.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(a.hidden_size, a.rms_norm_eps)
 
@@ -62,8 +147,10 @@ class DecoderLM(nn.Module):
         """Post-norm hidden states ``[B, L, H]`` of token ids ``inputs [B, L]`` or of
         ``input_embeddings [B, L, H]``; each cache in ``cache`` (one per layer) grows by L."""
         h = input_embeddings if input_embeddings is not None else self.embed_tokens(inputs)
-        offset = cache[0].offset if cache else 0
-        mask = create_causal_mask(h.shape[1], offset)
+        if cache and hasattr(cache[0], "make_mask"):
+            mask = cache[0].make_mask(h.shape[1])   # fixed-capacity caches mask unwritten slots
+        else:
+            mask = create_causal_mask(h.shape[1], cache[0].offset if cache else 0)
         for i, layer in enumerate(self.layers):
             h = layer(h, mask, cache[i] if cache else None)
         return self.norm(h)

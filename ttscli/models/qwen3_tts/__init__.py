@@ -146,8 +146,14 @@ def bench_components(pipeline, req) -> dict[str, float]:
             cp_ms.append((t2 - t1) * 1e3)
     import numpy as np
 
+    from ttscli.models.qwen3_tts.loop import frame_kernels
+
+    from ttscli.lm import MLXCodeDecoder
+
+    kernels = {} if not isinstance(dec, MLXCodeDecoder) else frame_kernels(
+        talker, dec, SamplingParams(0.9, 50, 1.0), SamplingParams(0.9, 50, 1.0, 0.0, 1.05), x[:, :16])
     return {"talker_step_ms": float(np.median(step_ms)), "code_predictor_frame_ms": float(np.median(cp_ms)),
-            "prefill_tokens": n, "prefill_ms": prefill_s * 1e3, "prefill_tokens_per_s": n / prefill_s}
+            "prefill_tokens": n, "prefill_ms": prefill_s * 1e3, "prefill_tokens_per_s": n / prefill_s, **kernels}
 
 
 def convert_coreml(*args, **kwargs):

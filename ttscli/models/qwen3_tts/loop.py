@@ -62,6 +62,20 @@ class LoopConfig:
         return cls(talker, sub, mf)
 
 
+def c0_sampler(talker: Talker, params: SamplingParams, compiled: bool):
+    """``(logits, key, bias[, seen]) -> (c0, its embedding[, seen with c0])``: codebook 0 drawn
+    on device.  ``compiled`` (with a compiled code decoder, i.e. on a GPU) traces it once with
+    its fixed shapes, so the penalty, filters, draw and embedding replay as a few fused kernels."""
+    vocab = mx.arange(talker.args.vocab_size)[None]
+
+    def pick(logits, key, bias, *seen):
+        c0 = sample(logits, params, key, seen=seen[0] if seen else None, bias=bias)
+        out = (c0, talker.embed_codec(c0))
+        return out + ((mx.logical_or(seen[0], vocab == c0[:, None]),) if seen else ())
+
+    return mx.compile(pick) if compiled else pick
+
+
 def generate_frames(talker: Talker, decoder: CodeDecoder, prompt: Prompt, cfg: LoopConfig, *,
                     seed: int | None = None, stats: Stats | None = None) -> Iterator[np.ndarray]:
     """Yield each frame's 16 codes (``int32 [16]``) until EOS.
@@ -81,7 +95,7 @@ def generate_frames(talker: Talker, decoder: CodeDecoder, prompt: Prompt, cfg: L
     cp_frame = (decoder if hasattr(decoder, "compiled_frame") else cp).compiled_frame(cfg.sub)
     use_penalty = cfg.talker.repetition_penalty != 1.0
     seen = mx.zeros((1, V), dtype=mx.bool_) if use_penalty else None
-    vocab = mx.arange(V)[None]
+    pick = c0_sampler(talker, cfg.talker, compiled=getattr(decoder, "compiled", False))
 
     t0 = time.perf_counter()
     cache = decoder.new_cache()
@@ -95,8 +109,7 @@ def generate_frames(talker: Talker, decoder: CodeDecoder, prompt: Prompt, cfg: L
         t_frame = time.perf_counter()
         k = keys.take(16)
         bias = bias_closed if s < cfg.min_new_tokens else bias_open
-        c0 = sample(logits, cfg.talker, k[0], seen=seen, bias=bias)
-        c0_embed = talker.embed_codec(c0)
+        c0, c0_embed, *seen_next = pick(logits, k[0], bias, *([seen] if use_penalty else []))
         if greedy_sub:
             rest, frame_embed = cp_frame(hidden, c0_embed)
         else:
@@ -107,7 +120,7 @@ def generate_frames(talker: Talker, decoder: CodeDecoder, prompt: Prompt, cfg: L
         logits, hidden = decoder.step(nxt, cache)
         mx.async_eval(codes, logits, hidden)
         if use_penalty:
-            seen = mx.logical_or(seen, vocab == c0[:, None])
+            seen = seen_next[0]
         out = np.array(codes)
         if stats is not None:
             stats.frame_s.append(time.perf_counter() - t_frame)
@@ -124,3 +137,36 @@ def generate_frames(talker: Talker, decoder: CodeDecoder, prompt: Prompt, cfg: L
         return
     raise GenerationError(f"reached max frames ({cfg.max_frames}, {cfg.max_frames / 12.5:.1f} s of audio) "
                           "before end of speech; raise --max-frames or shorten the text chunk")
+
+
+def frame_kernels(talker: Talker, decoder: CodeDecoder, sub: SamplingParams, talker_params: SamplingParams,
+                  embeds: mx.array) -> dict[str, int]:
+    """Kernels one frame of :func:`generate_frames` runs (see :func:`ttscli.lm.graph_primitives`):
+    sampling codebook 0, its embedding, the code predictor's frame, the next input and the
+    next talker step, built lazily after a prefill of ``embeds [1, T, H]`` and counted, whole
+    and by part."""
+    from ttscli.lm import graph_primitives
+
+    cache = decoder.new_cache()
+    logits, hidden = decoder.prefill(embeds, cache)
+    mx.eval(logits, hidden, [getattr(c, "state", []) for c in cache] if isinstance(cache, list) else [])
+    # one step first, so a compiled step's trace and the cache's storage already exist
+    logits, hidden = decoder.step(embeds[:, -1:], cache)
+    mx.eval(logits, hidden, [getattr(c, "state", []) for c in cache] if isinstance(cache, list) else [])
+    keys = KeyStream(0).take(16)
+    cp_frame = (decoder if hasattr(decoder, "compiled_frame") else talker.code_predictor).compiled_frame(sub)
+    V = talker.args.vocab_size
+    pick = c0_sampler(talker, talker_params, compiled=getattr(decoder, "compiled", False))
+    _, c0_embed, seen = pick(logits, keys[0], mx.zeros((1, V)), mx.zeros((1, V), dtype=mx.bool_))
+    sampling = graph_primitives(c0_embed, seen)
+    mx.eval(c0_embed, seen)
+    rest, frame_embed = cp_frame(hidden, c0_embed) if sub.greedy else cp_frame(hidden, c0_embed, keys[1:])
+    predictor = graph_primitives(rest, frame_embed)
+    mx.eval(rest, frame_embed)
+    logits, hidden = decoder.step(frame_embed[:, None, :] + embeds[:, -1:], cache)
+    step = graph_primitives(logits, hidden)
+    mx.eval(logits, hidden)
+    return {"kernels_per_frame": sampling["kernels"] + predictor["kernels"] + step["kernels"],
+            "kernels_talker_step": step["kernels"], "kernels_code_predictor_frame": predictor["kernels"],
+            "kernels_sampling": sampling["kernels"],
+            "primitives_per_frame": sampling["primitives"] + predictor["primitives"] + step["primitives"]}
