@@ -1,1 +1,22 @@
-"""Chatterbox (Resemble AI): T3 speech-token LM + S3Gen flow-matching decoder and HiFT vocoder."""
+"""Chatterbox (Resemble AI, English): T3, a Llama text-to-speech-token LM conditioned on a voice,
+and S3Gen, which turns the speech tokens into 24 kHz audio (s3gen/).
+
+The family declaration is family.py; loading is load.py. Names are re-exported lazily so that
+importing the package (as the CLI does to read the family's knobs) stays light.
+"""
+from __future__ import annotations
+
+_EXPORTS = {
+    "T3": "t3", "T3Args": "config", "VoiceEncoder": "voice_encoder", "VEArgs": "config",
+    "EnTokenizer": "tokenizer", "punc_norm": "tokenizer", "Conditionals": "conds",
+    "load_t3": "load", "load_voice_encoder": "load", "load_tokenizer": "load", "load_conds": "load",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        from importlib import import_module
+
+        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
