@@ -27,24 +27,28 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "fixtures" / "chatterbox" / "s3gen"
 sys.path.insert(0, str(ROOT.parent / "shared" / "reference"))
-import stubs  # noqa: E402,F401  (torchaudio extension + perth shims, before chatterbox)
-import torch  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
-
-from chatterbox.models.s3gen import hifigan  # noqa: E402
-from chatterbox.models.s3gen.f0_predictor import ConvRNNF0Predictor  # noqa: E402
-from chatterbox.models.s3gen.hifigan import HiFTGenerator  # noqa: E402
+import stubs  # noqa: F401  (torchaudio extension + perth shims, before chatterbox)
+import torch
+from chatterbox.models.s3gen import hifigan
+from chatterbox.models.s3gen.f0_predictor import ConvRNNF0Predictor
+from chatterbox.models.s3gen.hifigan import HiFTGenerator
+from safetensors.torch import save_file
 
 BASE = 32
 N_MEL_FRAMES = 24
+FLOW_WIDTH = 64
 
 
 def reinit(module: torch.nn.Module, gen: torch.Generator) -> None:
     """Fan-in-scaled normals for weights (v of weight norm), g near the norm of v so each
-    folded weight keeps that scale, Snake alpha spread around 1, small biases."""
+    folded weight keeps that scale, Snake alpha spread around 1, norm scales near 1, small biases."""
+    norms = {f"{n}.weight" for n, m in module.named_modules()
+             if isinstance(m, (torch.nn.LayerNorm, torch.nn.GroupNorm, torch.nn.BatchNorm1d))}
     with torch.no_grad():
         for name, p in module.named_parameters():
-            if name.endswith("alpha"):
+            if name in norms:
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("alpha"):
                 p.copy_(0.5 + torch.rand(p.shape, generator=gen))
             elif name.endswith("original0"):
                 p.copy_(0.8 + 0.4 * torch.rand(p.shape, generator=gen))
@@ -121,5 +125,63 @@ def hift() -> None:
           "wav absmax", float(wav.abs().max()))
 
 
+def flow() -> None:
+    from chatterbox.models.s3gen.configs import CFM_PARAMS
+    from chatterbox.models.s3gen.decoder import ConditionalDecoder
+    from chatterbox.models.s3gen.flow import CausalMaskedDiffWithXvec
+    from chatterbox.models.s3gen.flow_matching import CausalConditionalCFM
+    from chatterbox.models.s3gen.transformer import upsample_encoder as ue
+
+    # PreLookaheadLayer and Upsample1D are built with a hard-coded 512 channels inside
+    # UpsampleConformerEncoder: pass the tiny width to the same classes instead
+    pre, up = ue.PreLookaheadLayer, ue.Upsample1D
+    ue.PreLookaheadLayer = lambda channels, pre_lookahead_len: pre(FLOW_WIDTH, pre_lookahead_len)
+    ue.Upsample1D = lambda channels, out_channels, stride: up(FLOW_WIDTH, FLOW_WIDTH, stride)
+    try:
+        encoder = ue.UpsampleConformerEncoder(
+            output_size=FLOW_WIDTH, attention_heads=2, linear_units=128, num_blocks=2,
+            input_layer="linear", pos_enc_layer_type="rel_pos_espnet",
+            selfattention_layer_type="rel_selfattn", input_size=FLOW_WIDTH, normalize_before=True,
+            use_cnn_module=False, macaron_style=False)
+    finally:
+        ue.PreLookaheadLayer, ue.Upsample1D = pre, up
+    estimator = ConditionalDecoder(in_channels=320, out_channels=80, causal=True, channels=[64],
+                                   attention_head_dim=32, n_blocks=2, num_mid_blocks=2, num_heads=2,
+                                   act_fn="gelu")
+    decoder = CausalConditionalCFM(spk_emb_dim=80, cfm_params=CFM_PARAMS, estimator=estimator)
+    model = CausalMaskedDiffWithXvec(input_size=FLOW_WIDTH, encoder=encoder, decoder=decoder).eval()
+    gen = torch.Generator().manual_seed(4321)
+    reinit(model, gen)
+    sd = {f"flow.{k}": v.contiguous() for k, v in model.state_dict().items()}
+    save_file(sd, str(OUT / "flow_tiny.safetensors"))
+
+    n_prompt, n_tok = 8, 10
+    prompt_token = torch.randint(0, 6561, (1, n_prompt), generator=gen)
+    token = torch.randint(0, 6561, (1, n_tok), generator=gen)
+    prompt_feat = torch.randn(1, 2 * n_prompt, 80, generator=gen) * 2.0 - 5.0
+    embedding = torch.randn(1, 192, generator=gen)
+    out = {"prompt_token": prompt_token[0].numpy(), "token": token[0].numpy(),
+           "prompt_feat": prompt_feat[0].numpy(), "embedding": embedding[0].numpy()}
+    with torch.no_grad():
+        # the encoder alone (prompt + tokens, the lookahead included)
+        both = torch.cat([prompt_token, token], dim=1)
+        h, _ = model.encoder(model.input_embedding(both), torch.tensor([both.shape[1]]))
+        out["encoder_out"] = h[0].numpy()
+        # finalize=True only: upstream 0.1.7's finalize=False path fails at batch 1 (the
+        # decoder mask keeps the untrimmed length), so streaming is tested against one-shot
+        torch.manual_seed(7)
+        with Recorder() as rec:
+            mel, _ = model.inference(
+                token=token, token_len=torch.tensor([n_tok]), prompt_token=prompt_token,
+                prompt_token_len=torch.tensor([n_prompt]), prompt_feat=prompt_feat,
+                prompt_feat_len=None, embedding=embedding, finalize=True, n_timesteps=10)
+        out["mel"] = mel[0].numpy()
+        out["noise"] = rec.normal[0][0].numpy()
+    np.savez_compressed(OUT / "flow_tiny.npz", **out)
+    print("flow:", {k: v.shape for k, v in out.items()}, "mel range", float(mel.min()), float(mel.max()))
+
+
 if __name__ == "__main__":
-    hift()
+    targets = sys.argv[1:] or ["hift", "flow"]
+    for t in targets:
+        globals()[t]()

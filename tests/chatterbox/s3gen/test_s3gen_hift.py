@@ -12,7 +12,12 @@ import pytest
 
 from ttscli.checkpoint import load_strict
 from ttscli.errors import CheckpointError
-from ttscli.models.chatterbox.s3gen.hift import HiFTArgs, HiFTGenerator, SourceDraws, fold_weight_norm
+from ttscli.models.chatterbox.s3gen.hift import (
+    HiFTArgs,
+    HiFTGenerator,
+    SourceDraws,
+    fold_weight_norm,
+)
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "chatterbox" / "s3gen"
 
