@@ -66,3 +66,63 @@ def load_conds(folder: Path):
     from ttscli.models.chatterbox.conds import Conditionals
 
     return Conditionals.from_torch(_file(folder, "conds.pt"))
+
+
+def load_pipeline(spec, checkpoint: Path | None, options):
+    """The engine's load hook: every component from one folder (or random at the real size)."""
+    from ttscli.errors import BackendUnavailableError
+    from ttscli.models.chatterbox.pipeline import ChatterboxPipeline
+    from ttscli.models.chatterbox.s3gen import load_s3gen
+
+    for component, backend in options.backends.items():
+        if backend != "mlx":
+            raise BackendUnavailableError(f"Chatterbox {component}: only the mlx backend is available here "
+                                          f"(asked for {backend})")
+    dtype = options.dtype or "float32"
+    rnd = options.random_weights
+    t3 = load_t3(checkpoint, dtype=dtype, random_weights=rnd)
+    ve = load_voice_encoder(checkpoint, random_weights=rnd)
+    if rnd:
+        tokenizer = _random_tokenizer()
+        conds = _random_conds(t3.args)
+    else:
+        tokenizer = load_tokenizer(checkpoint)
+        conds = load_conds(checkpoint) if (Path(checkpoint) / "conds.pt").exists() else None
+    s3gen = load_s3gen(None if rnd else _file(checkpoint, "s3gen.safetensors"), random_weights=rnd)
+    decoder = None
+    if options.prefill_mode == "sequential":
+        from ttscli.lm.decoder import MLXCodeDecoder
+
+        decoder = MLXCodeDecoder(t3, sequential=True)
+    return ChatterboxPipeline(spec, t3, ve, tokenizer, s3gen, conds, decoder,
+                              backends={"code_decoder": "mlx", "speech_decoder": "mlx", "voice_encoder": "mlx"})
+
+
+class _CharTokenizer:
+    """Random-weight runs have no tokenizer.json: one id per character, inside the text vocabulary."""
+
+    def __init__(self, vocab: int):
+        self.vocab = vocab
+
+    def encode(self, text: str) -> list[int]:
+        return [1 + ord(c) % (self.vocab - 1) for c in text]
+
+
+def _random_tokenizer():
+    return _CharTokenizer(T3Args().text_vocab)
+
+
+def _random_conds(args: T3Args):
+    import numpy as np
+
+    from ttscli.models.chatterbox.conds import Conditionals
+
+    rng = np.random.default_rng(0)
+    spk = np.abs(rng.standard_normal((1, args.speaker_embed_size))).astype(np.float32)
+    T = 100
+    gen = {"prompt_token": rng.integers(0, 6561, (1, T)).astype(np.int64),
+           "prompt_token_len": np.array([T], np.int64),
+           "prompt_feat": rng.standard_normal((1, 2 * T, 80)).astype(np.float32),
+           "embedding": rng.standard_normal((1, 192)).astype(np.float32)}
+    return Conditionals(spk / np.linalg.norm(spk), rng.integers(0, 6561, (1, args.speech_cond_prompt_len)),
+                        0.5, gen)

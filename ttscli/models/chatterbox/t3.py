@@ -160,12 +160,13 @@ class T3(nn.Module):
 
     # -- generation -----------------------------------------------------------------------------
     def generate(self, cond: T3Cond, ids: Sequence[int], s: T3Sampling, *, decoder: Any = None,
-                 keys: Any = None) -> Iterator[int]:
+                 keys: Any = None, ignore_eos: bool = False) -> Iterator[int]:
         """Speech tokens as they are drawn (the stop token ends it and is not yielded). Reaching
         ``max_new_tokens`` without the stop token is a GenerationError: never a cut-off file.
 
         ``decoder``: a code decoder over this model (default: MLX); ``keys``: a
-        ttscli.lm.KeyStream for the draws (default: MLX's global PRNG)."""
+        ttscli.lm.KeyStream for the draws (default: MLX's global PRNG); ``ignore_eos`` (bench at
+        random weights): the stop token is never drawn and the limit simply ends the tokens."""
         from ttscli.lm.decoder import MLXCodeDecoder
 
         p = s.params()
@@ -178,10 +179,13 @@ class T3(nn.Module):
         limit = min(s.max_new_tokens, self.args.max_speech_tokens + 2)
         logits, _ = decoder.prefill(self.prefill_embeds(cond, ids, cfg), cache)
         w = mx.array(s.cfg_weight, dtype=mx.float32)
+        no_stop = (mx.arange(V) == self.args.stop_speech_token) if ignore_eos else None
         for i in range(limit):
             logits = logits.astype(mx.float32)
             if cfg:
                 logits = logits[0:1] + w * (logits[0:1] - logits[1:2])
+            if no_stop is not None:
+                logits = mx.where(no_stop, NEG_INF, logits)
             tok = draw(logits, p, seen, keys.next() if keys is not None else None)
             t = int(tok.item())
             if t == self.args.stop_speech_token:
@@ -192,5 +196,7 @@ class T3(nn.Module):
             if cfg:
                 e = mx.concatenate([e, e], axis=0)
             logits, _ = decoder.step(e, cache)
+        if ignore_eos:
+            return
         raise GenerationError(f"T3 reached its limit of {limit} speech tokens without the stop token "
                               f"(raise it with --max-new-tokens, or split the text)")

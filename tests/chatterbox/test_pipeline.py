@@ -1,0 +1,120 @@
+"""Chatterbox pipeline wiring on the tiny checkpoint: voices (default, clone, saved), T3 tokens
+into S3Gen one-shot and streamed, limits.  S3Gen here is a recording double that checks what it
+is handed (its numerics are tested in tests/chatterbox/s3gen against upstream)."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("mlx.core")
+
+from ttscli.errors import GenerationError, UsageError
+from ttscli.generate import Request
+from ttscli.models.chatterbox.load import (
+    load_conds,
+    load_t3,
+    load_tokenizer,
+    load_voice_encoder,
+)
+from ttscli.models.chatterbox.pipeline import ChatterboxPipeline, speech_tokens
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "chatterbox"
+TINY = FIX / "tiny"
+G = np.load(FIX / "t3_goldens.npz")
+
+
+class RecordingS3Gen:
+    """960 samples per token whose value is the token id; remembers every call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def embed_ref(self, wav, sr):
+        self.calls.append(("embed_ref", len(wav), sr))
+        T = 10
+        return {"prompt_token": np.arange(T)[None], "prompt_token_len": np.array([T]),
+                "prompt_feat": np.zeros((1, 2 * T, 80), np.float32), "embedding": np.ones((1, 192), np.float32)}
+
+    def tokenize(self, wav16k, max_tokens=None):
+        self.calls.append(("tokenize", len(wav16k), max_tokens))
+        return np.arange(min(max_tokens, len(wav16k) // 640)) % 6561
+
+    def generate(self, tokens, ref):
+        self.calls.append(("generate", np.asarray(tokens).tolist(), ref))
+        return np.repeat(np.asarray(tokens, np.float32), 960)
+
+    def stream(self, chunks, ref):
+        for c in chunks:
+            self.calls.append(("stream", np.asarray(c).tolist()))
+            yield np.repeat(np.asarray(c, np.float32), 960)
+
+
+@pytest.fixture(scope="module")
+def parts():
+    return load_t3(TINY), load_voice_encoder(TINY), load_tokenizer(TINY), load_conds(TINY)
+
+
+def make(parts):
+    t3, ve, tok, conds = parts
+    return ChatterboxPipeline(None, t3, ve, tok, RecordingS3Gen(), conds)
+
+
+GREEDY = {"temperature": 0.0, "repetition_penalty": 1.2, "cfg_weight": 0.5, "min_p": 0.05, "top_p": 1.0}
+
+
+def test_speak_default_voice_one_shot(parts):
+    pipe = make(parts)
+    r = Request(text="hello world, this is the tiny check", max_frames=20, knobs=GREEDY, ignore_eos=True)
+    wav = np.concatenate(list(pipe.generate(r)))
+    kept = speech_tokens(G["greedy_rp12"].tolist())
+    assert 0 < len(kept) < 20      # this golden draws a start-of-speech late: upstream keeps what follows
+    assert wav.dtype == np.float32 and len(wav) == 960 * len(kept)
+    (kind, toks, gen), = pipe.s3gen.calls
+    assert kind == "generate" and toks == kept.tolist() and gen is pipe.default_conds.gen
+    assert pipe.stats.frames == 20
+
+
+def test_stream_equals_one_shot_tokens(parts):
+    pipe = make(parts)
+    r = Request(text="hello world, this is the tiny check", max_frames=20, knobs=GREEDY, ignore_eos=True,
+                stream=True, first_chunk_frames=3, chunk_frames=7)
+    pieces = list(pipe.generate(r))
+    sent = [c[1] for c in pipe.s3gen.calls]
+    assert [len(s) for s in sent][:1] == [3] and sum(sent, []) == [t for t in G["greedy_rp12"] if t < 6561]
+    assert len(pieces) == len(sent) and pipe.stats.first_audio_s is not None
+
+
+def test_limit_is_an_error(parts):
+    pipe = make(parts)
+    with pytest.raises(GenerationError, match="limit of 5"):
+        list(pipe.generate(Request(text="hello", max_frames=5, knobs=GREEDY)))
+
+
+def test_clone_and_saved_voice(parts, tmp_path):
+    pipe = make(parts)
+    wav24 = np.repeat(G["ve_wav"], 3)[::2].astype(np.float32)      # 16 kHz golden wave at 24 kHz
+    r = Request(text="hello", ref_audio=wav24, ref_sample_rate=24000, save_voice=tmp_path / "v.safetensors",
+                max_frames=4, knobs=GREEDY, ignore_eos=True)
+    list(pipe.generate(r))
+    kinds = [c[0] for c in pipe.s3gen.calls]
+    assert kinds == ["embed_ref", "tokenize", "generate"]
+    assert pipe.s3gen.calls[1][2] == 150
+    saved = tmp_path / "v.safetensors"
+    assert saved.exists()
+    again = make(parts)
+    list(again.generate(Request(text="hello", voice=str(saved), max_frames=4, knobs=GREEDY, ignore_eos=True)))
+    assert [c[0] for c in again.s3gen.calls] == ["generate"]        # nothing re-encoded
+    first, second = pipe.s3gen.calls[-1], again.s3gen.calls[-1]
+    assert first[1] == second[1]
+    for k in first[2]:
+        assert np.array_equal(np.asarray(first[2][k]), second[2][k])
+
+
+def test_preset_voice_names_are_refused(parts):
+    with pytest.raises(UsageError, match="no preset voices"):
+        list(make(parts).generate(Request(text="hi", voice="ryan")))
+
+
+def test_speech_tokens_as_upstream_drops_them():
+    assert speech_tokens([5, 6561, 7, 8, 6562, 9]).tolist() == [7, 8]
+    assert speech_tokens([5, 7000, 8]).tolist() == [5, 8]

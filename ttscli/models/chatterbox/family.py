@@ -1,0 +1,31 @@
+"""The chatterbox family's declaration (light: heavy imports happen inside the hooks)."""
+from __future__ import annotations
+
+from ttscli.models.base import Family, Knob, sampling_knobs
+
+
+def _load(spec, checkpoint, options):
+    from .load import load_pipeline
+
+    return load_pipeline(spec, checkpoint, options)
+
+
+def _voices(spec, checkpoint):
+    # no preset names: the default voice (conds.pt), or a clone / saved voice file
+    return []
+
+
+FAMILY = Family(
+    name="chatterbox",
+    load=_load,
+    knobs=(
+        Knob("exaggeration", float, "Emotion exaggeration fed to T3's conditioning (0.5: neutral; "
+             "upstream suggests >= 0.7 for expressive speech).", 0.5, min=0.0, max=2.0),
+        Knob("cfg_weight", float, "Classifier-free guidance weight on the text (0: off; ~0.3 for fast "
+             "or cross-language references).", 0.5, min=0.0, max=5.0),
+        *sampling_knobs(defaults={"temperature": 0.8, "min_p": 0.05, "top_p": 1.0, "repetition_penalty": 1.2},
+                        names=("temperature", "min_p", "top_p", "repetition_penalty")),
+    ),
+    voices=_voices,
+    honours=frozenset({"voice", "ref_audio", "save_voice", "max_frames", "stream"}),
+)
