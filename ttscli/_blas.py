@@ -181,7 +181,8 @@ def measure() -> dict:
     times = {}
     for choice in ("mkl", "openblas", "none"):
         env = {**os.environ, "TTSCLI_BLAS": choice}
-        p = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=600)
+        p = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=600,
+                           check=False)
         got = p.stdout.split()
         if p.returncode == 0 and len(got) == 2 and (got[0] == choice or choice == "none" and got[0] == "mlx"):
             times[choice] = float(got[1])

@@ -35,7 +35,7 @@ def mlx_stack(args: LMArgs, seed: int):
     w = {}
     for k, v in tree_flatten(lm.parameters()):
         scale = 0.3 if v.ndim == 1 and not k.endswith("bias") else 1 / np.sqrt(v.shape[-1])
-        centre = 1.0 if k.endswith("norm.weight") or k.endswith("layernorm.weight") else 0.0
+        centre = 1.0 if k.endswith(("norm.weight", "layernorm.weight")) else 0.0
         w[k] = (centre + scale * rng.standard_normal(v.shape)).astype(np.float32)
     lm.load_weights([(k, mx.array(v)) for k, v in w.items()])
     head = (rng.standard_normal((VOCAB, args.hidden_size)) / np.sqrt(args.hidden_size)).astype(np.float32)

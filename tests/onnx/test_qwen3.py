@@ -5,11 +5,10 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
+from clitools import by_name, only_line
 
 import ttscli  # noqa: F401  (BLAS preload before mlx)
-from clitools import by_name, only_line
 
 pytest.importorskip("onnxruntime")
 

@@ -9,7 +9,7 @@ import pytest
 import soundfile as sf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "qwen3_e2e"))
-from e2e_fixture import build  # noqa: E402
+from e2e_fixture import build
 
 pytest.importorskip("onnxruntime")
 CV = "qwen3-tts-0.6b-customvoice"
@@ -29,7 +29,7 @@ def speak(run_cli, ckpt, out, *extra):
 
 
 def test_onnx_speak_workers_and_stream(run_cli, ckpt, tmp_path):
-    p1, mlx = speak(run_cli, ckpt, tmp_path / "mlx.wav")
+    _, mlx = speak(run_cli, ckpt, tmp_path / "mlx.wav")
     p2, f32 = speak(run_cli, ckpt, tmp_path / "f32.wav", "--code-decoder-backend", "onnx-f32", "--workers", "2")
     assert "one at a time" in p2.err and "MLX" in p2.err
     assert mlx.size > 0

@@ -69,20 +69,3 @@ def choose_code_decoder_backend(spec: ModelSpec, requested: str | None, model_di
         raise BackendUnavailableError(f"--code-decoder-backend {requested}: {why}")
     return requested
 
-
-def choose_vits_backend(spec: ModelSpec, requested: str | None) -> str:
-    """Piper's VITS: the one asked for, else the faster one measured on this CPU (see
-    ttscli.models.piper.load.default_vits_backend)."""
-    supported = spec.backends.get("vits", ["mlx"])
-    if requested is None:
-        from ttscli.models.piper.load import default_vits_backend
-
-        pick = default_vits_backend()
-        return pick if pick in supported and available(pick)[0] else "mlx"
-    requested = requested.lower()
-    if requested not in supported:
-        raise UsageError(f"{spec.id}: VITS backend '{requested}' is not supported (choose {', '.join(supported)})")
-    ok, why = available(requested)
-    if not ok:
-        raise BackendUnavailableError(f"VITS backend {requested}: {why}")
-    return requested

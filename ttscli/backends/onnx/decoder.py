@@ -57,7 +57,7 @@ class OnnxCodeDecoder:
         self.hidden_size = lm.hidden_size
 
     @classmethod
-    def open(cls, folder: Path, name: str = CODE_DECODER, manifest: dict | None = None, **kw) -> "OnnxCodeDecoder":
+    def open(cls, folder: Path, name: str = CODE_DECODER, manifest: dict | None = None, **kw) -> OnnxCodeDecoder:
         manifest = manifest or read_manifest(folder)
         entry = component(manifest, name, folder)
         return cls(OnnxLM(folder, entry), entry["heads"][0], **kw)

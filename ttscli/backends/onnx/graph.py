@@ -18,8 +18,8 @@ stack with several heads (Qwen3-TTS's code predictor) runs one head per step.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import numpy as np
 
@@ -112,7 +112,7 @@ def block_quantize(w: np.ndarray, bits: int, block_size: int) -> tuple[np.ndarra
 @dataclass
 class _Builder:
     quant: Quant
-    data: "object | None" = None             # open external-data file: big tensors go there at once
+    data: object | None = None             # open external-data file: big tensors go there at once
     data_name: str = ""
     nodes: list = field(default_factory=list)
     inits: list = field(default_factory=list)
@@ -226,7 +226,7 @@ def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[
         b.const(a + "split", np.array([nh * hd, kvh * hd, kvh * hd], np.int64))
         q, k, v = b.node("Split", [qkv, a + "split"], 3, axis=-1)
         if args.qk_norm:
-            def norm(t: str, key: str) -> str:
+            def norm(t: str, key: str, a: str = a) -> str:
                 g = b.const(a + key + ".weight", np.asarray(weights[a + key + ".weight"], np.float32))
                 t4 = b.node("Reshape", [t, "heads_shape"])[0]
                 t4 = b.node("SimplifiedLayerNormalization", [t4, g], epsilon=eps, axis=-1)[0]

@@ -15,6 +15,7 @@ threads spin against the busy one (measured 8x slower on 2 cores). Two ways out:
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -85,10 +86,8 @@ def session_options(threads: int | None = None):
                 _POOL["threads"] = threads or default_threads()
                 # raises once the environment exists (another session came first): that
                 # environment's pools are then used as they are
-                try:
+                with contextlib.suppress(Exception):
                     ort.set_global_thread_pool_sizes(_POOL["threads"], 1)
-                except Exception:  # noqa: BLE001
-                    pass
         so.use_per_session_threads = False
         return so
     so.intra_op_num_threads = threads or default_threads()

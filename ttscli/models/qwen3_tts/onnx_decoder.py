@@ -8,8 +8,8 @@ requests may run at once.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import mlx.core as mx
 import numpy as np

@@ -19,14 +19,20 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from ttscli.backends.coreml.weights import ArrayWeights, SafeTensors, take
 from ttscli.backends.onnx.graph import Quant, stack_shapes
-from ttscli.backends.onnx.manifest import MANIFEST, current, source_files, variant, write_manifest
+from ttscli.backends.onnx.manifest import (
+    MANIFEST,
+    current,
+    source_files,
+    variant,
+    write_manifest,
+)
 from ttscli.errors import CheckpointError, UsageError
 from ttscli.lm.config import LMArgs
 
