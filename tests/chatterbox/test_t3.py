@@ -141,3 +141,38 @@ def test_no_cfg_is_one_row(t3, ids, conds):
     assert e.shape[0] == 1
     s = T3Sampling(temperature=1e-6, cfg_weight=0.0, max_new_tokens=4)
     assert len(list(itertools.islice(t3.generate(conds.t3_cond(0.5), ids, s), 4))) == 4
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_convert_quantized_t3(tmp_path, ids, conds, bits):
+    from ttscli.models.chatterbox.convert import convert_mlx
+
+    out = tmp_path / "q"
+    convert_mlx(None, TINY, out, quantize=True, q_bits=bits, q_group_size=64)
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in TINY.iterdir())
+    q = load_t3(out)
+    from mlx import nn
+
+    assert isinstance(q.tfmr.layers[0].mlp.down_proj, nn.QuantizedLinear)
+    assert not isinstance(q.speech_head, nn.QuantizedLinear) and not isinstance(q.text_emb, nn.QuantizedEmbedding)
+    logits, _ = q(q.prefill_embeds(conds.t3_cond(0.5), ids, cfg=True), q.new_cache())
+    got, ref = np.array(logits), G["prefill_logits_exag5"]
+    cos = (got * ref).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(ref, axis=1)
+    assert cos.min() >= (0.999 if bits == 8 else 0.98), cos
+
+
+def test_packed_t3_without_marker_is_refused(tmp_path):
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from ttscli.errors import CheckpointError
+    from ttscli.models.chatterbox.convert import convert_mlx
+
+    out = tmp_path / "q"
+    convert_mlx(None, TINY, out, quantize=True, q_bits=8, q_group_size=64)
+    w = load_file(str(out / "t3_cfg.safetensors"))
+    save_file(w, str(out / "t3_cfg.safetensors"))          # the marker gone
+    shutil.copy2(TINY / "ve.safetensors", out / "ve.safetensors")
+    with pytest.raises(CheckpointError, match="quantized .* but config.json has no"):
+        load_t3(out)

@@ -10,6 +10,12 @@ def _load(spec, checkpoint, options):
     return load_pipeline(spec, checkpoint, options)
 
 
+def _convert_mlx(*args, **kwargs):
+    from .convert import convert_mlx
+
+    return convert_mlx(*args, **kwargs)
+
+
 def _voices(spec, checkpoint):
     # no preset names: the default voice (conds.pt), or a clone / saved voice file
     return []
@@ -27,5 +33,6 @@ FAMILY = Family(
                         names=("temperature", "min_p", "top_p", "repetition_penalty")),
     ),
     voices=_voices,
+    convert={"mlx": _convert_mlx},
     honours=frozenset({"voice", "ref_audio", "save_voice", "max_frames", "stream"}),
 )

@@ -32,12 +32,34 @@ def load_t3(folder: Path | None, dtype: str | None = "float32", random_weights: 
             model.set_dtype(to_dtype(dtype))
         mx.eval(model.parameters())
         return model
+    from ttscli.quantize import MARKER, prepare
+
     path = _file(folder, "t3_cfg.safetensors")
     weights = read_safetensors(path)
-    if "model" in weights:      # the reference also accepts a nested {"model": [state]}; the hub file is flat
-        raise CheckpointError(f"{path}: nested 'model' layout is not the published one")
+    marker = t3_marker(path)
+    # sizes come from tensors quantizing leaves alone (embeddings) or keeps the row count of
     model = T3(T3Args.from_weights(shapes(weights), str(path)))
+    prepare(model, {MARKER: marker} if marker else {}, weights, str(path))
     return load_strict(model, weights, source=str(path), dtype=dtype)
+
+
+def t3_marker(path: Path) -> dict | None:
+    """The quantization marker ttscli convert writes into t3_cfg.safetensors' metadata."""
+    import json
+
+    from ttscli.quantize import MARKER
+
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n)) if 0 < n < 100_000_000 else {}
+    except (OSError, ValueError):
+        raise CheckpointError(f"{path}: cannot read") from None
+    raw = (header.get("__metadata__") or {}).get(MARKER)
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        raise CheckpointError(f"{path}: bad {MARKER} metadata {raw!r}") from None
 
 
 def load_voice_encoder(folder: Path | None, random_weights: bool = False):
