@@ -16,6 +16,12 @@ def _convert_mlx(*args, **kwargs):
     return convert_mlx(*args, **kwargs)
 
 
+def _parity(*args, **kwargs):
+    from .parity import parity_checks
+
+    return parity_checks(*args, **kwargs)
+
+
 def _voices(spec, checkpoint):
     # no preset names: the default voice (conds.pt), or a clone / saved voice file
     return []
@@ -34,5 +40,6 @@ FAMILY = Family(
     ),
     voices=_voices,
     convert={"mlx": _convert_mlx},
+    parity_checks=_parity,
     honours=frozenset({"voice", "ref_audio", "save_voice", "max_frames", "stream"}),
 )
