@@ -118,3 +118,28 @@ def test_preset_voice_names_are_refused(parts):
 def test_speech_tokens_as_upstream_drops_them():
     assert speech_tokens([5, 6561, 7, 8, 6562, 9]).tolist() == [7, 8]
     assert speech_tokens([5, 7000, 8]).tolist() == [5, 8]
+
+
+def test_watermark_knob(parts, monkeypatch):
+    import sys
+    import types
+
+    pipe = make(parts)
+    r = Request(text="hello", max_frames=4, knobs={**GREEDY, "watermark": True}, ignore_eos=True)
+    monkeypatch.setitem(sys.modules, "perth", None)          # not installed
+    with pytest.raises(UsageError, match="pip install resemble-perth"):
+        list(pipe.generate(r))
+    seen = {}
+
+    class Marker:
+        def apply_watermark(self, wav, sample_rate):
+            seen["sr"] = sample_rate
+            return wav + 1.0
+
+    monkeypatch.setitem(sys.modules, "perth", types.SimpleNamespace(PerthImplicitWatermarker=Marker))
+    plain = np.concatenate(list(make(parts).generate(Request(text="hello", max_frames=4, knobs=GREEDY,
+                                                             ignore_eos=True))))
+    marked = np.concatenate(list(pipe.generate(r)))
+    assert seen["sr"] == 24000 and np.array_equal(marked, plain + 1.0)
+    with pytest.raises(UsageError, match="cannot be combined with --stream"):
+        list(pipe.generate(Request(text="hello", stream=True, knobs={"watermark": True})))

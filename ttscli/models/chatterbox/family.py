@@ -35,6 +35,8 @@ FAMILY = Family(
              "upstream suggests >= 0.7 for expressive speech).", 0.5, min=0.0, max=2.0),
         Knob("cfg_weight", float, "Classifier-free guidance weight on the text (0: off; ~0.3 for fast "
              "or cross-language references).", 0.5, min=0.0, max=5.0),
+        Knob("watermark", bool, "Add Resemble's Perth watermark as upstream does (needs resemble-perth and "
+             "PyTorch installed; off by default: ttscli's output is not watermarked).", False),
         *sampling_knobs(defaults={"temperature": 0.8, "min_p": 0.05, "top_p": 1.0, "repetition_penalty": 1.2},
                         names=("temperature", "min_p", "top_p", "repetition_penalty")),
     ),

@@ -40,6 +40,18 @@ def speech_tokens(tokens: list[int]) -> np.ndarray:
     return t[t < SPEECH_CODES]
 
 
+def perth_watermarker():
+    """Resemble's Perth watermarker, as upstream applies it to every output.  It is a PyTorch
+    model (resemble-perth ships its weights and runs offline, but needs torch and librosa), so
+    ttscli does not depend on it: ``--watermark`` uses it when it is installed."""
+    try:
+        import perth
+    except ImportError as e:
+        raise UsageError("--watermark needs Resemble's Perth watermarker: pip install resemble-perth torch "
+                         f"librosa (it runs on PyTorch; {e.name or 'perth'} is missing)") from None
+    return perth.PerthImplicitWatermarker()
+
+
 def is_voice_file(voice: str | None) -> bool:
     return bool(voice) and str(voice).endswith(".safetensors")
 
@@ -124,6 +136,10 @@ class ChatterboxPipeline(Pipeline):
 
     def generate(self, request: Request) -> Iterator[np.ndarray]:
         t_start = time.perf_counter()
+        mark = bool(request.knobs.get("watermark", False))
+        if mark and request.stream:
+            raise UsageError("--watermark marks a whole utterance; it cannot be combined with --stream")
+        watermarker = perth_watermarker() if mark else None
         conds = self.conditionals(request)
         if request.stream:
             yield from self._stream(request, conds, t_start)
@@ -133,6 +149,8 @@ class ChatterboxPipeline(Pipeline):
         wav = np.asarray(self.s3gen.generate(toks, conds.gen), np.float32)
         self.stats.decoder_s += time.perf_counter() - td
         self.stats.decoder_frames += len(toks)
+        if watermarker is not None:
+            wav = np.asarray(watermarker.apply_watermark(wav, sample_rate=SAMPLE_RATE), np.float32)
         self.stats.first_audio_s = self.stats.first_audio_s or time.perf_counter() - t_start
         yield wav
 
