@@ -41,6 +41,8 @@ CASES = {
     "piper": lambda tmp: Case("piper-joe", Request(text="Hello there. A second sentence.", seed=0),
                               random_weights=True, golden=FIX / "parity" / "piper-joe.npz"),
     "qwen3_tts": _qwen3_case,
+    "kokoro": lambda tmp: Case("kokoro-82m", Request(text="Hello there. A second sentence.", seed=0),
+                               random_weights=True, golden=FIX / "kokoro" / "en1_float_twin.npz"),
 }
 
 
