@@ -18,7 +18,13 @@ PHONEMES = "ði kwˈɪk bɹˈWn fˈɑks ʤˈʌmps ˈOvəɹ ði lˈAzi dˈɔɡ."
 
 
 def main() -> None:
-    from ttscli.models.kokoro.load import default_data_dir, joined_onnx, load_voices, read_vocab, style_row
+    from ttscli.models.kokoro.load import (
+        default_data_dir,
+        joined_onnx,
+        load_voices,
+        read_vocab,
+        style_row,
+    )
     from ttscli.models.kokoro.pipeline import tokens_of
     from ttscli.models.kokoro.reference import ONNX_GAIN, OnnxKokoro
     from ttscli.paths import converted_dir
