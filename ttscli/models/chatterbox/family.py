@@ -16,6 +16,12 @@ def _convert_mlx(*args, **kwargs):
     return convert_mlx(*args, **kwargs)
 
 
+def _convert_coreml(*args, **kwargs):
+    from .coreml_export import convert_coreml
+
+    return convert_coreml(*args, **kwargs)
+
+
 def _parity(*args, **kwargs):
     from .parity import parity_checks
 
@@ -41,7 +47,7 @@ FAMILY = Family(
                         names=("temperature", "min_p", "top_p", "repetition_penalty")),
     ),
     voices=_voices,
-    convert={"mlx": _convert_mlx},
+    convert={"mlx": _convert_mlx, "coreml": _convert_coreml},
     parity_checks=_parity,
     honours=frozenset({"voice", "ref_audio", "save_voice", "max_frames", "stream"}),
 )

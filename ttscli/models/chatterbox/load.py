@@ -97,9 +97,9 @@ def load_pipeline(spec, checkpoint: Path | None, options):
     from ttscli.models.chatterbox.s3gen import load_s3gen
 
     for component, backend in options.backends.items():
-        if backend != "mlx":
-            raise BackendUnavailableError(f"Chatterbox {component}: only the mlx backend is available here "
-                                          f"(asked for {backend})")
+        if backend != "mlx" and not (component == "code_decoder" and backend == "coreml"):
+            raise BackendUnavailableError(f"Chatterbox {component}: backend {backend!r} is not available "
+                                          "(code_decoder: mlx or coreml; the rest: mlx)")
     dtype = options.dtype or "float32"
     rnd = options.random_weights
     t3 = load_t3(checkpoint, dtype=dtype, random_weights=rnd)
@@ -112,12 +112,24 @@ def load_pipeline(spec, checkpoint: Path | None, options):
         conds = load_conds(checkpoint) if (Path(checkpoint) / "conds.pt").exists() else None
     s3gen = load_s3gen(None if rnd else _file(checkpoint, "s3gen.safetensors"), random_weights=rnd)
     decoder = None
-    if options.prefill_mode == "sequential":
+    code_backend = options.backend("code_decoder")
+    if code_backend == "coreml":
+        # T3 converted by `ttscli convert chatterbox --to coreml`, found by its manifest's source hashes
+        from ttscli.backends.coreml import require_coreml
+        from ttscli.backends.coreml.decoder import open_code_decoder
+        from ttscli.models.chatterbox.coreml_export import RowwiseDecoder
+
+        require_coreml()
+        if checkpoint is None:
+            raise BackendUnavailableError("Chatterbox on Core ML needs a converted checkpoint "
+                                          "(ttscli convert chatterbox --to coreml); random weights run on mlx")
+        decoder = RowwiseDecoder(open_code_decoder(Path(checkpoint), options.coreml_compute_units))
+    elif options.prefill_mode == "sequential":
         from ttscli.lm.decoder import MLXCodeDecoder
 
         decoder = MLXCodeDecoder(t3, sequential=True)
     return ChatterboxPipeline(spec, t3, ve, tokenizer, s3gen, conds, decoder,
-                              backends={"code_decoder": "mlx", "speech_decoder": "mlx", "voice_encoder": "mlx"})
+                              backends={"code_decoder": code_backend, "speech_decoder": "mlx", "voice_encoder": "mlx"})
 
 
 class _CharTokenizer:

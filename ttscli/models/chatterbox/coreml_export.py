@@ -1,0 +1,92 @@
+"""Chatterbox on Core ML: T3's Llama stack and speech head as the code decoder.
+
+Only ``tfmr.*`` (the backbone) and ``speech_head`` go into the package, built by the shared
+stateful LM export (ttscli.backends.coreml).  Embeddings, the conditioning encoder and the
+sampler stay with MLX.  The package runs one row per call; classifier-free guidance needs two
+rows (conditional, and text zeroed), so :class:`RowwiseDecoder` gives each row its own state.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ttscli.backends.coreml.decoder import CODE_DECODER
+from ttscli.backends.coreml.lm import stack_shapes
+from ttscli.backends.coreml.manifest import source_files, write_manifest
+from ttscli.backends.coreml.weights import SafeTensors, take
+from ttscli.errors import UsageError
+from ttscli.models.chatterbox.config import T3Args
+
+FAMILY = "chatterbox"
+T3_FILE = "t3.mlpackage"
+SOURCE_FILES = ("t3_cfg.safetensors",)
+
+
+def t3_weights(source, args: T3Args) -> tuple[Any, dict[str, np.ndarray], np.ndarray]:
+    lm = args.lm_args()
+    w = take(source, "tfmr.", stack_shapes(lm))
+    head = take(source, "", {"speech_head.weight": (args.speech_vocab, args.hidden_size)})
+    return lm, w, head["speech_head.weight"]
+
+
+def export_coreml(checkpoint: Path, out_dir: Path, *, model_id: str, capacity: int = 1024,
+                  weights_8bit: bool = False, precision: str = "float16") -> dict:
+    from ttscli.backends.coreml.export import export_lm
+    from ttscli.checkpoint import read_safetensors, shapes
+
+    checkpoint = Path(checkpoint)
+    path = checkpoint / "t3_cfg.safetensors"
+    args = T3Args.from_weights(shapes(read_safetensors(path)), str(path))
+    lm, w, head = t3_weights(SafeTensors(path), args)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    entry = export_lm(lm, w, out_dir, T3_FILE, capacity=capacity, head=head, weights_8bit=weights_8bit,
+                      precision=precision)
+    record = {"checkpoint": str(checkpoint.resolve()), "files": source_files(checkpoint, SOURCE_FILES)}
+    return write_manifest(out_dir, model=model_id, family=FAMILY, components={CODE_DECODER: entry}, source=record)
+
+
+def convert_coreml(spec, checkpoint: Path, out_dir: Path, *, capacity: int = 1024, quantize: bool = False,
+                   q_bits: int = 8, q_group_size: int | None = None, weights_8bit: bool = False,
+                   dtype: str | None = None, progress: Callable[..., None] | None = None, **_unused) -> None:
+    """``ttscli convert chatterbox --to coreml``. ``capacity``: conditioning (34) + text + 2 +
+    speech tokens; the default 1024 covers ~20 s of speech per chunk."""
+    if quantize and q_bits != 8:
+        raise UsageError("Core ML weights quantize to 8 bits only; use -q --q-bits 8")
+    if dtype not in (None, "float16"):
+        raise UsageError("Core ML packages compute in float16; drop --dtype or use --dtype float16")
+    say = progress or (lambda done, total, what="": None)
+    say(0, 1, "Core ML: T3 (code decoder)")
+    export_coreml(checkpoint, out_dir, model_id=spec.id, capacity=capacity, weights_8bit=quantize or weights_8bit)
+    say(1, 1, "Core ML: T3 done")
+
+
+class RowwiseDecoder:
+    """A batch-of-one code decoder run once per row: CFG's two rows, each with its own state."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+
+    def new_cache(self) -> list:
+        return []
+
+    def _rows(self, embeds, cache: list, first: bool):
+        import mlx.core as mx
+
+        e = np.asarray(embeds, np.float32)
+        if first:
+            cache.extend(self.inner.new_cache() for _ in range(e.shape[0]))
+        fn = self.inner.prefill if first else self.inner.step
+        outs = [fn(e[b:b + 1], c) for b, c in enumerate(cache)]
+        logits = np.concatenate([np.asarray(o[0]).reshape(1, -1) for o in outs])
+        hidden = np.concatenate([np.asarray(o[1]).reshape(1, -1) for o in outs])
+        return mx.array(logits), mx.array(hidden)
+
+    def prefill(self, embeds, cache: list):
+        return self._rows(embeds, cache, True)
+
+    def step(self, embed, cache: list):
+        return self._rows(embed, cache, False)
