@@ -63,6 +63,7 @@ def test_gate_fails_on_perturbed_weights(monkeypatch, tmp_path):
         pipe.model.update(mlx.utils.tree_unflatten([("enc_p.emb.weight", emb[perm])]))
         return pipe
 
+    monkeypatch.setenv("TTSCLI_PIPER_BACKEND", "mlx")      # ttscli's own VITS, whose weights we hold
     monkeypatch.setattr(ttscli, "load", broken_load)
     texts = read_texts(SMOKE)
     report = run_eval(EvalRequest(texts=texts, max_wer=0.1), load_registry())
