@@ -62,10 +62,14 @@ class LoopConfig:
         return cls(talker, sub, mf)
 
 
-def c0_sampler(talker: Talker, params: SamplingParams, compiled: bool):
+def c0_sampler(talker: Talker, params: SamplingParams, compiled: bool, owner: object = None):
     """``(logits, key, bias[, seen]) -> (c0, its embedding[, seen with c0])``: codebook 0 drawn
     on device.  ``compiled`` (with a compiled code decoder, i.e. on a GPU) traces it once with
-    its fixed shapes, so the penalty, filters, draw and embedding replay as a few fused kernels."""
+    its fixed shapes, so the penalty, filters, draw and embedding replay as a few fused kernels;
+    the trace is kept on ``owner`` (the decoder) so later utterances do not trace again."""
+    kept = owner.__dict__.setdefault("_c0_samplers", {}) if compiled and owner is not None else {}
+    if params in kept:
+        return kept[params]
     vocab = mx.arange(talker.args.vocab_size)[None]
 
     def pick(logits, key, bias, *seen):
@@ -73,7 +77,10 @@ def c0_sampler(talker: Talker, params: SamplingParams, compiled: bool):
         out = (c0, talker.embed_codec(c0))
         return out + ((mx.logical_or(seen[0], vocab == c0[:, None]),) if seen else ())
 
-    return mx.compile(pick) if compiled else pick
+    if not compiled:
+        return pick
+    kept[params] = mx.compile(pick)
+    return kept[params]
 
 
 def generate_frames(talker: Talker, decoder: CodeDecoder, prompt: Prompt, cfg: LoopConfig, *,
@@ -95,7 +102,7 @@ def generate_frames(talker: Talker, decoder: CodeDecoder, prompt: Prompt, cfg: L
     cp_frame = (decoder if hasattr(decoder, "compiled_frame") else cp).compiled_frame(cfg.sub)
     use_penalty = cfg.talker.repetition_penalty != 1.0
     seen = mx.zeros((1, V), dtype=mx.bool_) if use_penalty else None
-    pick = c0_sampler(talker, cfg.talker, compiled=getattr(decoder, "compiled", False))
+    pick = c0_sampler(talker, cfg.talker, compiled=getattr(decoder, "compiled", False), owner=decoder)
 
     t0 = time.perf_counter()
     cache = decoder.new_cache()
