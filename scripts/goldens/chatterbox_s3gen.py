@@ -87,7 +87,7 @@ class Recorder:
         torch.randn_like, hifigan.Uniform.sample = self._randn_like, self._sample
 
 
-def hift() -> None:
+def build_hift() -> HiFTGenerator:
     gen = torch.Generator().manual_seed(1234)
     model = HiFTGenerator(
         sampling_rate=24000, base_channels=BASE,
@@ -105,6 +105,11 @@ def hift() -> None:
         # keep the iSTFT magnitudes moderate, or the output sits on the 0.99 clip
         model.conv_post.parametrizations.weight.original0.mul_(0.15)
         model.conv_post.bias.fill_(-1.5)
+    return model, gen
+
+
+def hift() -> None:
+    model, gen = build_hift()
     sd = {f"mel2wav.{k}": v.contiguous() for k, v in model.state_dict().items()}
     OUT.mkdir(parents=True, exist_ok=True)
     save_file(sd, str(OUT / "hift_tiny.safetensors"))
@@ -125,7 +130,7 @@ def hift() -> None:
           "wav absmax", float(wav.abs().max()))
 
 
-def flow() -> None:
+def build_flow():
     from chatterbox.models.s3gen.configs import CFM_PARAMS
     from chatterbox.models.s3gen.decoder import ConditionalDecoder
     from chatterbox.models.s3gen.flow import CausalMaskedDiffWithXvec
@@ -152,6 +157,11 @@ def flow() -> None:
     model = CausalMaskedDiffWithXvec(input_size=FLOW_WIDTH, encoder=encoder, decoder=decoder).eval()
     gen = torch.Generator().manual_seed(4321)
     reinit(model, gen)
+    return model, gen
+
+
+def flow() -> None:
+    model, gen = build_flow()
     sd = {f"flow.{k}": v.contiguous() for k, v in model.state_dict().items()}
     save_file(sd, str(OUT / "flow_tiny.safetensors"))
 
@@ -181,7 +191,111 @@ def flow() -> None:
     print("flow:", {k: v.shape for k, v in out.items()}, "mel range", float(mel.min()), float(mel.max()))
 
 
+def build_s3gen():
+    """The whole tiny S3Token2Wav: the tiny flow and HiFT above, a tiny S3TokenizerV2 (128
+    wide, 2 heads of 64 as the rotary embedding needs, 2 blocks) and a tiny CAMPPlus (growth 8,
+    bottleneck 2, 32 initial channels; the 12/24/16 dense layers and the FCM head as upstream)."""
+    from chatterbox.models.s3gen.s3gen import S3Token2Wav
+    from chatterbox.models.s3gen.xvector import CAMPPlus
+    from chatterbox.models.s3tokenizer.s3tokenizer import S3Tokenizer
+    from s3tokenizer.model_v2 import ModelConfig
+
+    flow_model, _ = build_flow()
+    gen = torch.Generator().manual_seed(777)
+    # S3Tokenizer.__init__ does not pass its config on to S3TokenizerV2 (always the 1280-wide
+    # model): swap in the same encoder/quantizer classes at the tiny width
+    from s3tokenizer.model_v2 import AudioEncoderV2, FSQVectorQuantization
+    cfg = ModelConfig(n_audio_state=128, n_audio_head=2, n_audio_layer=2)
+    tok = S3Tokenizer("speech_tokenizer_v2_25hz")
+    tok.config = cfg
+    tok.encoder = AudioEncoderV2(cfg.n_mels, cfg.n_audio_state, cfg.n_audio_head, cfg.n_audio_layer, 2, False)
+    tok.quantizer = FSQVectorQuantization(cfg.n_audio_state, cfg.n_codebook_size)
+    spk = CAMPPlus(growth_rate=8, bn_size=2, init_channels=32, memory_efficient=False)
+    reinit(tok, gen)
+    reinit(spk, gen)
+    with torch.no_grad():
+        # valid BatchNorm statistics (upstream init leaves mean 0 / var 1)
+        for m in spk.modules():
+            if isinstance(m, (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d)):
+                m.running_mean.copy_(0.1 * torch.randn(m.running_mean.shape, generator=gen))
+                m.running_var.copy_(0.5 + torch.rand(m.running_var.shape, generator=gen))
+    model = S3Token2Wav.__new__(S3Token2Wav)
+    torch.nn.Module.__init__(model)
+    model.tokenizer, model.speaker_encoder, model.flow = tok, spk, flow_model
+    model.mel2wav, _ = build_hift()
+    model.meanflow = False
+    model.resamplers = {}
+    model.estimator_dtype = "fp32"
+    from chatterbox.models.s3gen.utils.mel import mel_spectrogram
+    model.mel_extractor = mel_spectrogram
+    n_trim = 24000 // 50
+    trim_fade = torch.zeros(2 * n_trim)
+    trim_fade[n_trim:] = (torch.cos(torch.linspace(torch.pi, 0, n_trim)) + 1) / 2
+    model.register_buffer("trim_fade", trim_fade, persistent=False)
+    return model.eval()
+
+
+def synthetic_voice(sr: int, seconds: float, seed: int) -> np.ndarray:
+    """A voiced-sounding test signal: a gliding harmonic tone with noise and an envelope."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(sr * seconds)) / sr
+    f0 = 140 + 30 * np.sin(2 * np.pi * 0.7 * t)
+    ph = 2 * np.pi * np.cumsum(f0) / sr
+    x = sum(np.sin(k * ph) / k for k in range(1, 6)) * (0.5 + 0.5 * np.sin(2 * np.pi * 1.3 * t) ** 2)
+    return (0.2 * x + 0.01 * rng.standard_normal(t.size)).astype(np.float32)
+
+
+def s3gen() -> None:
+    """tests/fixtures/chatterbox/tiny/s3gen.safetensors (published layout, the two constant
+    tokenizer buffers left out as upstream's file does) and s3gen_tiny.npz goldens."""
+    from chatterbox.models.s3gen.s3gen import get_resampler
+
+    model = build_s3gen()
+    sd = {k: v.contiguous() for k, v in model.state_dict().items()
+          if k not in ("tokenizer._mel_filters", "tokenizer.window")}
+    tiny = ROOT / "tests" / "fixtures" / "chatterbox" / "tiny"
+    tiny.mkdir(parents=True, exist_ok=True)
+    save_file(sd, str(tiny / "s3gen.safetensors"))
+
+    out = {}
+    ref24 = synthetic_voice(24000, 2.0, 5)
+    wav16 = synthetic_voice(16000, 1.5, 6)
+    out["ref24"], out["wav16"] = ref24, wav16
+    with torch.no_grad():
+        out["ref24_to_16"] = get_resampler(24000, 16000, "cpu")(torch.from_numpy(ref24)[None])[0].numpy()
+        out["ref22_to_24"] = get_resampler(22050, 24000, "cpu")(torch.from_numpy(wav16)[None])[0].numpy()
+        out["logmel16"] = model.tokenizer.log_mel_spectrogram(torch.from_numpy(wav16)[None])[0].numpy()
+        toks, _ = model.tokenizer(torch.from_numpy(wav16)[None])
+        out["tokens16"] = toks[0].numpy()
+        toks, _ = model.tokenizer(torch.from_numpy(wav16)[None], max_len=20)
+        out["tokens16_max20"] = toks[0].numpy()
+        ref = model.embed_ref(torch.from_numpy(ref24), 24000)
+        for k in ("prompt_token", "prompt_feat", "embedding"):
+            out[f"ref_{k}"] = ref[k][0].numpy()
+        from chatterbox.models.s3gen.xvector import extract_feature
+        feats, _, _ = extract_feature(torch.from_numpy(out["ref24_to_16"])[None])
+        out["fbank"] = feats[0].numpy()
+        ref_other = model.embed_ref(torch.from_numpy(wav16), 16000)   # a reference at another rate
+        for k in ("prompt_token", "prompt_feat", "embedding"):
+            out[f"ref16_{k}"] = ref_other[k][0].numpy()
+        speech = torch.from_numpy(np.random.default_rng(8).integers(0, 6561, 12))
+        out["speech_tokens"] = speech.numpy()
+        torch.manual_seed(11)
+        with Recorder() as rec:
+            wav, source = model.inference(speech_tokens=speech[None], ref_dict=dict(ref))
+        out["wav"] = wav[0].numpy()
+        out["source"] = source[0, 0].numpy()
+        out["cfm_noise"] = rec.normal[0][0].numpy()
+        out["sine_noise"] = rec.normal[1][0].numpy()
+        phase = rec.uniform[0][0, :, 0].numpy()
+        phase[0] = 0.0
+        out["phase"] = phase
+    np.savez_compressed(OUT / "s3gen_tiny.npz", **out)
+    print("s3gen:", {k: v.shape for k, v in out.items()}, "tokens", out["tokens16"][:10],
+          "wav absmax", float(np.abs(out["wav"]).max()), "params", sum(v.numel() for v in sd.values()))
+
+
 if __name__ == "__main__":
-    targets = sys.argv[1:] or ["hift", "flow"]
+    targets = sys.argv[1:] or ["hift", "flow", "s3gen"]
     for t in targets:
         globals()[t]()
