@@ -538,6 +538,8 @@ def serve(
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="TTSCLI_API_KEY",
                                           help="Require Authorization: Bearer KEY (or $TTSCLI_API_KEY)."),
     max_queue: int = typer.Option(16, "--max-queue", min=1, help="Requests waiting per model; more get 503."),
+    max_batch: int = typer.Option(16, "--max-batch", min=1,
+                                  help="Requests generated together by models with batched generation (Qwen3-TTS, MLX)."),
     voices_dir: Optional[Path] = typer.Option(None, "--voices-dir", file_okay=False,
                                               help="Saved voices (NAME.safetensors) that `voice` can name."),
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
@@ -568,7 +570,7 @@ def serve(
     if not is_loopback(host) and not api_key:
         note(f"note: listening on {host} without --api-key: anyone who can reach it can use it")
     try:
-        run_server(loaders, specs, reg, host=host, port=port, api_key=api_key, max_queue=max_queue,
+        run_server(loaders, specs, reg, host=host, port=port, api_key=api_key, max_queue=max_queue, max_batch=max_batch,
                    voices_dir=voices_dir or config_dir() / "voices", note=_plain_note)
     except KeyboardInterrupt:
         raise Interrupted("stopped") from None

@@ -67,3 +67,47 @@ def test_refusals_match_the_cli(server, extra, needle):
 def test_voices_listed(server):
     voices = httpx.get(server.url + "/v1/audio/voices").json()["data"]
     assert {"id": "ryan", "model": CV, "kind": "preset"} in voices
+
+
+def test_concurrent_requests_share_a_batch_and_equal_alone(server):
+    """Requests arriving together run as rows of one batch; each equals the same request alone."""
+    import threading
+
+    bodies = [{"input": t, "voice": v, "seed": s, "response_format": "pcm"}
+              for t, v, s in [("Hello there.", "ryan", 1), ("A longer sentence. And another one.", "serena", 2),
+                              ("Third.", "eric", 3), ("Fourth request here.", "ryan", 4)]]
+    alone = [post(server, **b).content for b in bodies]
+    got = [None] * len(bodies)
+
+    def go(i):
+        got[i] = post(server, **bodies[i])
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(bodies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    for i, r in enumerate(got):
+        assert r.status_code == 200
+        a = np.frombuffer(alone[i], "<i2").astype(np.int32)
+        b = np.frombuffer(r.content, "<i2").astype(np.int32)
+        assert len(a) == len(b) > 0 and np.abs(a - b).max() <= 2, i
+
+
+def test_disconnect_frees_the_row(server):
+    import time
+
+    with httpx.Client(timeout=120) as c:
+        with c.stream("POST", server.url + "/v1/audio/speech",
+                      json={"input": "One. Two. Three. Four. Five. Six. Seven.", "voice": "ryan",
+                            "response_format": "pcm", "max_frames": 200}) as r:
+            assert r.status_code == 200
+            next(r.iter_raw())
+    deadline = time.monotonic() + 60
+    while True:
+        h = httpx.get(server.url + "/health", timeout=60).json()["models"][CV]
+        if h["active"] == 0 and h["queued"] == 0:
+            break
+        assert time.monotonic() < deadline, h
+        time.sleep(0.1)
+    assert post(server, input="Still serving.", voice="ryan").status_code == 200

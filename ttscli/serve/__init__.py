@@ -50,6 +50,20 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def batched_stream(pipeline):
+    """The family's batched streaming generator for this pipeline (``models/<family>/batched.py``
+    ``stream_many``, MLX code decoder only), else None: requests then run one at a time."""
+    import importlib
+
+    if pipeline.spec is None or pipeline.backends.get("code_decoder") != "mlx":
+        return None
+    try:
+        mod = importlib.import_module(f"ttscli.models.{pipeline.spec.family}.batched")
+    except ModuleNotFoundError:
+        return None
+    return getattr(mod, "stream_many", None)
+
+
 def run_request(pipeline, request):
     from ttscli.generate import synthesize
 
@@ -57,7 +71,8 @@ def run_request(pipeline, request):
 
 
 def serve(loaders: dict[str, Callable[[], Any]], specs: dict[str, Any], registry, *, host: str = LOOPBACK,
-          port: int = 8000, api_key: str | None = None, max_queue: int = 16, voices_dir: Path | None = None,
+          port: int = 8000, api_key: str | None = None, max_queue: int = 16, max_batch: int = 16,
+          voices_dir: Path | None = None,
           note: Callable[[str], None] = print) -> None:
     """Load every model (each on its own thread), then serve until stopped."""
     require_extra()
@@ -71,7 +86,8 @@ def serve(loaders: dict[str, Callable[[], Any]], specs: dict[str, Any], registry
     workers: dict[str, ModelWorker] = {}
     try:
         for model_id, load in loaders.items():
-            w = ModelWorker(model_id, load, run_request, max_queue)
+            w = ModelWorker(model_id, load, run_request, max_queue, batched_stream if max_batch > 1 else None,
+                            max_batch)
             w.start()
             workers[model_id] = w
         cfg = ServeConfig(workers=workers, specs=specs, registry=registry, api_key=api_key,

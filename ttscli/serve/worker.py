@@ -1,7 +1,9 @@
 """One model, one thread: the server's scheduler.
 
 MLX must not evaluate one decoder from two threads, so each served model gets a single thread
-that loads it and then runs its requests one after another, taken from a bounded queue. The
+that loads it and then runs its requests, taken from a bounded queue: one after another, or,
+for a family with batched generation (Qwen3-TTS on MLX), as rows of one continuous batch that
+requests join as they arrive and leave when they end or their client goes away. The
 HTTP side only submits jobs and reads their audio: a job's chunks travel to the event loop
 through ``call_soon_threadsafe``, and a client that goes away cancels its job, which frees its
 place in the queue at once (or stops its generation at the next chunk if it was running).
@@ -49,18 +51,21 @@ class Job:
 class ModelWorker:
     """Loads one model on its own thread and serves its jobs in order, one at a time."""
 
-    def __init__(self, model_id: str, load: Callable[[], Any], run: Callable[[Any, Any], Any], max_queue: int):
+    def __init__(self, model_id: str, load: Callable[[], Any], run: Callable[[Any, Any], Any], max_queue: int,
+                 batched: Callable[[Any], Any] | None = None, max_batch: int = 16):
         self.model_id = model_id
         self._load = load
         self._run = run          # (pipeline, request) -> iterator of float32 chunks
+        self._batched = batched  # pipeline -> the family's stream_many, or None
         self.max_queue = max_queue
+        self.max_batch = max_batch
         self.pipeline = None
         self._pending: collections.deque[Job] = collections.deque()
         self._cond = threading.Condition()
         self._stop = False
         self._ready = threading.Event()
         self._load_error: BaseException | None = None
-        self.active: Job | None = None
+        self.active: set[Job] = set()
         self.counts = {"served": 0, "failed": 0, "cancelled": 0, "refused": 0}
         self._job_s = 1.0        # moving average of a job's time, for Retry-After
         self._thread = threading.Thread(target=self._main, name=f"ttscli-serve-{model_id}", daemon=True)
@@ -79,8 +84,8 @@ class ModelWorker:
             for job in self._pending:
                 job.cancelled.set()
             self._pending.clear()
-            if self.active is not None:
-                self.active.cancelled.set()
+            for job in self.active:
+                job.cancelled.set()
             self._cond.notify_all()
         self._thread.join(timeout)
 
@@ -111,7 +116,7 @@ class ModelWorker:
 
     def status(self) -> dict:
         with self._cond:
-            return {"queued": len(self._pending), "active": 0 if self.active is None else 1,
+            return {"queued": len(self._pending), "active": len(self.active),
                     "max_queue": self.max_queue, **self.counts}
 
     # ---- the model's thread
@@ -123,6 +128,10 @@ class ModelWorker:
             self._ready.set()
             return
         self._ready.set()
+        many = self._batched(self.pipeline) if self._batched else None
+        if many is not None:
+            self._main_batched(many)
+            return
         while True:
             with self._cond:
                 while not self._pending and not self._stop:
@@ -130,13 +139,69 @@ class ModelWorker:
                 if self._stop:
                     return
                 job = self._pending.popleft()
-                self.active = job
+                self.active.add(job)
             t0 = time.monotonic()
             outcome = self._serve(job)
-            with self._cond:
-                self.active = None
+            self._finish(job, outcome, t0)
+
+    def _finish(self, job: Job, outcome: str, t0: float) -> None:
+        with self._cond:
+            if job in self.active:
+                self.active.discard(job)
                 self.counts[outcome] += 1
                 self._job_s = 0.8 * self._job_s + 0.2 * (time.monotonic() - t0)
+
+    def _main_batched(self, many) -> None:
+        """Jobs as rows of one batch: taken whenever a row is free, dropped when cancelled."""
+        started: dict[Job, float] = {}
+
+        def source(n: int):
+            with self._cond:
+                while not self._pending and not self.active and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return []
+                take = []
+                while self._pending and len(take) < n:
+                    job = self._pending.popleft()
+                    self.active.add(job)
+                    started[job] = time.monotonic()
+                    take.append(job)
+            return [(job, job.request) for job in take]
+
+        def drop(job: Job) -> bool:
+            if job.cancelled.is_set():
+                self._finish(job, "cancelled", started.pop(job, time.monotonic()))
+                return True
+            return False
+
+        while not self._stop:  # the generator ends when idle and told nothing more comes
+            try:
+                self._batched_pass(many, source, drop, started)
+                left = None
+            except Exception as e:  # a failed batch fails its rows, never the worker
+                left = e
+            with self._cond:
+                stale = list(self.active)
+            for job in stale:  # the batch is empty here: nothing will answer these
+                job.put(left or RuntimeError("internal error: the batch ended without this request"))
+                self._finish(job, "failed", started.pop(job, time.monotonic()))
+
+    def _batched_pass(self, many, source, drop, started) -> None:
+        import numpy as np
+
+        for job, x in many(self.pipeline, source, drop, self.max_batch):
+            if isinstance(x, np.ndarray):
+                if not job.cancelled.is_set():
+                    job.put(x)
+                continue
+            if isinstance(x, BaseException):
+                job.put(x)
+                outcome = "failed"
+            else:
+                job.put(DONE)
+                outcome = "served"
+            self._finish(job, "cancelled" if job.cancelled.is_set() else outcome, started.pop(job, time.monotonic()))
 
     def _serve(self, job: Job) -> str:
         gen = None

@@ -80,13 +80,15 @@ class _Compiled:
 
 
 def generate_batched(talker: Talker, source: Callable[[int], list[Item]] | Iterable[Item], max_batch: int = 16,
-                     stats: dict | None = None) -> Iterator[tuple[Any, np.ndarray | None | Exception]]:
+                     stats: dict | None = None, drop: Callable[[Any], bool] | None = None
+                     ) -> Iterator[tuple[Any, np.ndarray | None | Exception]]:
     """Yield ``(key, codes int32 [16])`` per frame of each row, ``(key, None)`` when a row ends
     at its EOS, ``(key, GenerationError)`` when it reaches its frame limit first.
 
     ``source(n)`` returns up to ``n`` new items (an empty list: none now; the generator ends
     once no row is left and ``source`` returned nothing); a plain iterable is read as needed.
     ``stats`` (optional) gets ``steps``, ``rows_per_step`` and ``step_s`` (one per frame step).
+    ``drop(key)`` true: the row leaves before the next step without a word (its client is gone).
     """
     if not callable(source):
         it = iter(source)
@@ -117,6 +119,7 @@ def generate_batched(talker: Talker, source: Callable[[int], list[Item]] | Itera
         stats.setdefault("step_s", [])
 
     while True:
+        had_rows = bool(rows)
         new = source(max_batch - len(rows)) if len(rows) < max_batch else []
         if new:
             caches, lg, hd = [], [], []
@@ -131,7 +134,16 @@ def generate_batched(talker: Talker, source: Callable[[int], list[Item]] | Itera
             batch.join(caches)
             logits = mx.concatenate(([logits] if logits is not None else []) + lg, 0)
             hidden = mx.concatenate(([hidden] if hidden is not None else []) + hd, 0)
+        if drop is not None and rows:
+            stay = [i for i, r in enumerate(rows) if not drop(r.item.key)]
+            if len(stay) != len(rows):
+                batch.keep(stay)
+                rows = [rows[i] for i in stay]
+                sel = mx.array(stay, dtype=mx.int32)
+                logits, hidden = (logits[sel], hidden[sel]) if stay else (None, None)
         if not rows:
+            if new or had_rows:
+                continue  # the rows there were got dropped: ask the source again
             return
         t0 = time.perf_counter()
         ks = [r.keys.take(16) for r in rows]
@@ -346,3 +358,120 @@ def synthesize_many(pipe, requests: Iterable[tuple[Any, Any]], max_batch: int = 
 def _drain(ready: list):
     while ready:
         yield ready.pop(0)
+
+
+class Joiner:
+    """:func:`ttscli.generate.crossfade_join` fed one piece at a time: ``push(chunk_index,
+    samples)`` returns what can be sent now, ``finish()`` the rest."""
+
+    def __init__(self, n_fade: int):
+        self.n = n_fade
+        self.held = np.zeros(0, np.float32)
+        self.current = -1
+        self.head = 0
+        self.fade = np.sin(np.linspace(0, np.pi / 2, n_fade, dtype=np.float32)) ** 2 if n_fade else None
+
+    def push(self, idx: int, x: np.ndarray) -> list[np.ndarray]:
+        x = np.asarray(x, np.float32).reshape(-1)
+        out = []
+        if idx != self.current:
+            self.current, self.head = idx, len(self.held)
+        if self.head:
+            k = min(self.head, len(x))
+            start = len(self.held) - self.head
+            ramp = (self.fade if len(self.held) == self.n else np.linspace(0, 1, len(self.held), dtype=np.float32))
+            w = ramp[start:start + k]
+            self.held[start:start + k] = self.held[start:start + k] * (1 - w) + x[:k] * w
+            self.head -= k
+            x = x[k:]
+            if self.head:
+                return out
+            out.append(self.held)
+            self.held = np.zeros(0, np.float32)
+        buf = np.concatenate([self.held, x]) if len(self.held) else x
+        keep = min(self.n, len(buf))
+        if len(buf) > keep:
+            out.append(buf[: len(buf) - keep])
+        self.held = buf[len(buf) - keep:].copy()
+        return out
+
+    def finish(self) -> list[np.ndarray]:
+        out, self.held = ([self.held] if len(self.held) else []), np.zeros(0, np.float32)
+        return out
+
+
+DONE = "done"
+
+
+def stream_many(pipe, source: Callable[[int], list[tuple[Any, Any]]], drop: Callable[[Any], bool],
+                max_batch: int = 16) -> Iterator[tuple[Any, Any]]:
+    """Requests streamed through one batch (the server's loop): ``source(n)`` hands over up to
+    ``n`` new ``(key, Request)`` (it may block while nothing runs, and returns [] to end);
+    yields ``(key, samples)`` as each row's frames decode (every ``first_chunk_frames``, then
+    ``chunk_frames``), ``(key, DONE)`` at its end, ``(key, exception)`` on failure. A request's
+    sentence chunks run one after another in the batch, joined as ``speak`` joins them."""
+    from ttscli.generate import CROSSFADE_S, check_request, chunk_requests
+    from ttscli.models import family_of
+    from ttscli.models.qwen3_tts.speech_tokenizer import StreamingDecoder
+    from ttscli.text import chunk_text
+
+    n_fade = int(round(CROSSFADE_S * pipe.sample_rate))
+    state: dict[Any, dict] = {}
+    out: list[tuple[Any, Any]] = []          # events made inside source(), sent with the next ones
+    nexts: list[Item] = []                   # next sentence chunks of running requests
+
+    def item_for(key, st) -> Item:
+        r = st["chunks"][st["i"]]
+        prompt, voice, cfg = row_prompt(pipe, r)
+        sd = StreamingDecoder(pipe.speech_decoder, max(1, r.first_chunk_frames), max(1, r.chunk_frames))
+        if voice is not None and voice.ref_codes is not None:
+            mx.eval(pipe.speech_decoder(voice.ref_codes.astype(mx.int32), sd.cache))
+        st["sd"] = sd
+        return Item(key=key, prompt=prompt, cfg=cfg, seed=r.seed)
+
+    def items(n: int) -> list[Item]:
+        take = nexts[:n]
+        del nexts[:n]
+        if len(take) < n:
+            for key, req in source(n - len(take)):
+                try:
+                    req = check_request(pipe.spec, family_of(pipe.spec), req)
+                    st = {"chunks": chunk_requests(req, chunk_text(req.text, pipe.max_chunk_chars)), "i": 0,
+                          "join": Joiner(n_fade)}
+                    take.append(item_for(key, st))
+                    state[key] = st
+                except Exception as e:
+                    out.append((key, e))
+        return take
+
+    def fail(key, e):
+        state.pop(key, None)
+        out.append((key, e))
+
+    for key, x in generate_batched(pipe.model.talker, items, max_batch=max_batch,
+                                   drop=lambda k: drop(k) or k not in state):
+        st = state.get(key)
+        if st is not None:
+            try:
+                if isinstance(x, np.ndarray):
+                    for c in st["sd"].push(x):
+                        out += [(key, y) for y in st["join"].push(st["i"], c)]
+                elif isinstance(x, BaseException):
+                    fail(key, x)
+                else:
+                    tail = st["sd"].flush()
+                    if tail is not None and len(tail):
+                        out += [(key, y) for y in st["join"].push(st["i"], tail)]
+                    st["i"] += 1
+                    if st["i"] < len(st["chunks"]):
+                        nexts.append(item_for(key, st))
+                    else:
+                        out += [(key, y) for y in st["join"].finish()]
+                        out.append((key, DONE))
+                        del state[key]
+            except Exception as e:
+                fail(key, e)
+        while out:
+            yield out.pop(0)
+    while out:
+        yield out.pop(0)
