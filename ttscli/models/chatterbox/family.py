@@ -28,6 +28,15 @@ def _parity(*args, **kwargs):
     return parity_checks(*args, **kwargs)
 
 
+def _bench_components(pipe, req):
+    s = pipe.stats
+    steps = sum(s.frame_s)
+    audio_s = s.decoder_frames / 25.0
+    return {"t3_prefill_s": s.prefill_s,
+            "t3_tokens_per_s": (len(s.frame_s) / steps) if steps else None,
+            "s3gen_s_per_audio_s": (s.decoder_s / audio_s) if audio_s and s.decoder_s else None}
+
+
 def _voices(spec, checkpoint):
     # no preset names: the default voice (conds.pt), or a clone / saved voice file
     return []
@@ -48,6 +57,10 @@ FAMILY = Family(
     ),
     voices=_voices,
     convert={"mlx": _convert_mlx, "coreml": _convert_coreml},
+    bench_components=_bench_components,
+    bench_rows=(("t3_prefill_s", "T3 prefill (s)", "{:.3f}"),
+                ("t3_tokens_per_s", "T3 tokens/s (CFG: 2 rows)", "{:.1f}"),
+                ("s3gen_s_per_audio_s", "S3Gen s per audio s", "{:.3f}")),
     parity_checks=_parity,
     honours=frozenset({"voice", "ref_audio", "save_voice", "max_frames", "stream"}),
 )
