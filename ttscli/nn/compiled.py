@@ -18,10 +18,10 @@ from typing import Any, Callable
 
 import mlx.core as mx
 
-# Enough for every shape one synthesis uses at a site (a handful of sentence lengths times the
-# time blocks of blocked.py), so a long text retraces nothing; small enough that a process's
-# traces stay a few MiB whatever it has seen.
-MAX_SHAPES = 24
+# Per site: above what one synthesis reuses (the bench's two Piper sentences use at most 9
+# signatures at the busiest of its 45 sites; a longer text moves on chunk by chunk), small enough
+# that all sites together hold a few hundred traces (~30 KB each) whatever the process has seen.
+MAX_SHAPES = 12
 
 
 def _signature(args: tuple) -> tuple:
