@@ -150,7 +150,7 @@ def test_stream_format_to_stdout(run_cli, tmp_path):
 
 
 def test_unimplemented_model(run_cli, tmp_path):
-    _bad(run_cli, tmp_path, ["speak", "hi", "-m", "chatterbox", "-o", "x.wav"], "does not implement it yet", code=1)
+    _bad(run_cli, tmp_path, ["speak", "hi", "-m", "pocket-tts", "-o", "x.wav"], "does not implement it yet", code=1)
 
 
 def test_coreml_backend_off_macos(run_cli, tmp_path):
