@@ -137,6 +137,10 @@ class S3Gen:
         source's draws are one sequence for the whole stream (``noise``/``source_draws`` as in
         :meth:`generate`, long enough for the total; else drawn once per frame as needed).
 
+        A list or tuple of chunks is known to end at its last chunk, which is then the final
+        pass; chunks from an iterator (tokens as T3 samples them) are processed as they come,
+        and the final pass runs (on no new tokens) once the iterator ends.
+
         Against :meth:`generate` on the concatenated tokens with the same noise and draws:
         identical length; the vocoder part alone is exact to float rounding; the mel of frames
         emitted before later tokens arrived differs (later tokens reach them through attention),
@@ -152,12 +156,7 @@ class S3Gen:
         draws = source_draws
         done = 0          # mel frames already vocoded and yielded
         fade = trim_fade()
-        chunks = list(token_chunks) if not isinstance(token_chunks, Iterator) else token_chunks
-        it = iter(chunks)
-        nxt = next(it, None)
-        while nxt is not None:
-            chunk, nxt = np.asarray(nxt).reshape(-1), next(it, None)
-            last = nxt is None
+        for chunk, last in _marked(token_chunks):
             tokens = np.concatenate([tokens, chunk])
             total = 2 * (n_prompt + tokens.size)
             if noise_buf is None or noise_buf.shape[1] < total:
@@ -190,6 +189,17 @@ class S3Gen:
                 piece[:n] *= fade[start: start + n]
             done = end
             yield piece
+
+
+def _marked(chunks: Iterable[np.ndarray]) -> Iterator[tuple[np.ndarray, bool]]:
+    """(chunk, is_last): a sequence's last chunk is marked; an iterator's end adds an empty last one."""
+    if isinstance(chunks, (list, tuple)):
+        for i, c in enumerate(chunks):
+            yield np.asarray(c).reshape(-1), i == len(chunks) - 1
+        return
+    for c in chunks:
+        yield np.asarray(c).reshape(-1), False
+    yield np.zeros(0, np.int64), True
 
 
 # ----------------------------------------------------------------------------- loading
