@@ -84,3 +84,19 @@ def test_qwen3_frames_with_the_compiled_decoder_are_unchanged():
                                                              cfg, seed=3)))
         assert frames[True].shape == (20, 16)
         np.testing.assert_array_equal(frames[True], frames[False])
+
+
+def test_one_query_attention_equals_the_fused_kernel():
+    """The GPU's masked one-query attention (GQA by blocks, boolean mask per row) against MLX's
+    fused kernel, for a fixed-capacity cache's mask and a batch's per-row padding mask."""
+    from ttscli.lm.model import _one_query_attention
+
+    keys = mx.random.split(mx.random.key(7), 3)
+    q = mx.random.normal((2, 8, 1, 16), key=keys[0])
+    k = mx.random.normal((2, 2, 12, 16), key=keys[1])
+    v = mx.random.normal((2, 2, 12, 16), key=keys[2])
+    for mask in ((mx.arange(12) <= 6)[None, None, None, :],
+                 mx.array([[True] * 12, [False] * 3 + [True] * 9])[:, None, None, :]):
+        ours = _one_query_attention(q, k, v, 0.25, mask)
+        ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask=mask)
+        np.testing.assert_allclose(np.array(ours), np.array(ref), rtol=1e-5, atol=1e-5)

@@ -42,7 +42,8 @@ def _linear(x: mx.array, w: mx.array, b: mx.array | None) -> mx.array:
 
 
 def _one_query_attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.array) -> mx.array:
-    """One query over a fixed-capacity cache with its unwritten slots masked (``mask`` boolean).
+    """One query per row over keys with a boolean ``mask [B or 1, 1, 1, S]`` (True = visible):
+    a fixed-capacity cache's unwritten slots, or a batch's left padding.
 
     Written out as two GEMVs around a masked softmax rather than MLX's fused kernel: with an
     array mask that kernel takes a slow path on CUDA (seen on the H200: a compiled talker step
@@ -52,7 +53,7 @@ def _one_query_attention(q: mx.array, k: mx.array, v: mx.array, scale: float, ma
     B, H, _, D = q.shape
     Hk = k.shape[1]
     w = (q * scale).reshape(B, Hk, H // Hk, D) @ k.swapaxes(-1, -2)       # [B, Hk, rep, S]
-    w = mx.where(mask.reshape(1, 1, 1, -1), w.astype(mx.float32), -mx.inf)
+    w = mx.where(mask, w.astype(mx.float32), -mx.inf)       # mask [B or 1, 1, 1, S]
     p = mx.softmax(w, axis=-1).astype(v.dtype)
     return (p @ v).reshape(B, H, 1, D)
 
@@ -94,7 +95,8 @@ class LMAttention(Attention):
         k = self.rope(k, offset)
         if cache is not None:
             k, v = cache.update_and_fetch(k, v)
-        if L == 1 and isinstance(mask, mx.array):
+        if (L == 1 and not on_cpu() and isinstance(mask, mx.array) and mask.dtype == mx.bool_ and mask.ndim == 4
+                and mask.shape[1] == mask.shape[2] == 1):
             out = _one_query_attention(q, k, v, self.scale, mask)
         else:
             out = attention(q, k, v, self.scale, mask)
