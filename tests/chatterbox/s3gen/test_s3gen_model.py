@@ -158,3 +158,12 @@ def test_stream_from_an_iterator(s3, g):
     wav = np.concatenate([p for _, p in pieces])
     assert wav.shape == one.shape
     assert np.abs(prompt_mel(wav) - prompt_mel(one)).mean() <= STREAM_LOGMEL_TOLERANCE
+
+
+def test_bench_helper(s3):
+    from ttscli.models.chatterbox.s3gen.bench import bench_s3gen
+
+    r = bench_s3gen(s3, audio_seconds=0.4, prompt_seconds=0.4, n_timesteps=2, repeats=1)
+    assert r["audio_s"] == pytest.approx(0.4)
+    assert r["flow_s"] > 0 and r["hift_s"] > 0
+    assert r["s3gen_s_per_audio_s"] == pytest.approx((r["flow_s"] + r["hift_s"]) / 0.4)
