@@ -4,7 +4,6 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
-
 from clitools import no_files, only_line
 
 TINY = Path(__file__).resolve().parents[1] / "fixtures" / "chatterbox" / "tiny"
