@@ -58,3 +58,28 @@ def test_voice_files(tmp_path):
 def test_real_voices(kokoro_voices):
     assert sorted(kokoro_voices) == ["jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo"]
     assert all(v.shape == (510, 256) for v in kokoro_voices.values())
+
+
+class _Payload:
+    """Pickles as a call to os.system, as a hostile voice file would."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_pt_voice_with_code_in_its_pickle_is_refused_unrun(tmp_path):
+    import pickle
+    import zipfile
+
+    marker = tmp_path / "pwned"
+    with zipfile.ZipFile(tmp_path / "af_evil.pt", "w") as zf:
+        zf.writestr("archive/data.pkl", pickle.dumps(_Payload(marker), protocol=2))
+        zf.writestr("archive/version", "3\n")
+    with pytest.raises(CheckpointError, match="not a readable voice file.*refused"):
+        read_voices(tmp_path / "af_evil.pt")
+    assert not marker.exists()
