@@ -284,6 +284,9 @@ def load_model(checkpoint: Path, cache: Path, dtype: str | None = None):
         cache.mkdir(parents=True, exist_ok=True)
         tmp = st_path.with_name(f".{st_path.name}.{os.getpid()}.part")
         save_file(weights, str(tmp))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)                                   # safetensors writes 0600
         os.replace(tmp, st_path)
         meta_path.write_text(json.dumps({"format_version": FORMAT_VERSION, "source": _cheap_fingerprint(info, cache)}))
     load_strict(model, {k: mx.array(v) for k, v in weights.items()}, source=str(info["weights"] or checkpoint),
