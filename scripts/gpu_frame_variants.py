@@ -15,6 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ttscli  # noqa: E402,F401
+
+# isort: split
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -76,7 +78,8 @@ def main():
         ms = np.concatenate([r[0][2:] for r in runs])
         key = name if name not in out else name + "-again"
         out[key] = {"p50": round(float(np.percentile(ms, 50)), 2), "p95": round(float(np.percentile(ms, 95)), 2),
-                    "mean": round(float(ms.mean()), 2), "first_frame_ms": round(float(np.median([r[1] for r in runs])), 1),
+                    "mean": round(float(ms.mean()), 2),
+                    "first_frame_ms": round(float(np.median([r[1] for r in runs])), 1),
                     "first12": [round(float(v), 1) for v in runs[-1][0][:12]]}
         print(key, json.dumps(out[key]), flush=True)
     lmcache.SlotCache.make_mask = mask

@@ -15,8 +15,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import ttscli  # noqa: E402,F401  (BLAS before mlx)
+
+# isort: split
 import mlx.core as mx  # noqa: E402
-import numpy as np  # noqa: E402
 
 from ttscli.lm import MLXCodeDecoder  # noqa: E402
 from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer  # noqa: E402

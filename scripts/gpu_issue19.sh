@@ -1,16 +1,16 @@
 #!/bin/bash
 # Issue 19 figures on the lent H200 (see ../shared/gpu/README.md): run in the project root on
 # the device machine.  The MLX CUDA wheel travels in 18 MB parts (the shared working tree leaves
-# little room in a call): earlier calls copy .gpu/qaa .. .gpu/qad into /root/stash, this one
-# carries .gpu/qae and .gpu/c (mlx-audio 0.6.2's wheel and, under before/, the tree before the
+# little room in a call): earlier calls copy .gpu/i19/{aa,ab,ac,ad} into /root/stash, this one
+# carries .gpu/i19/ae and .gpu/i19/c (mlx-audio 0.6.2's wheel and, under before/, the tree before the
 # change).
 # Everything lands in $OUT as JSON plus log.txt; each step has its own time limit.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
-cat /root/stash/cpart_a[a-d] .gpu/qae/cpart_ae > /root/stash/mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_x86_64.whl
+cat /root/stash/cpart_a[a-d] .gpu/i19/ae/cpart_ae > /root/stash/mlx_cuda_13-0.32.4-py3-none-manylinux_2_35_x86_64.whl
 python3 -m pip install -q --no-index --no-deps --no-compile --target /root/site \
-  /root/stash/mlx-0.32.4-*.whl /root/stash/mlx_cuda_13-*.whl .gpu/c/mlx_audio-*.whl || exit 1
+  /root/stash/mlx-0.32.4-*.whl /root/stash/mlx_cuda_13-*.whl .gpu/i19/c/mlx_audio-*.whl || exit 1
 export PYTHONUNBUFFERED=1
 here=$PWD
 printf '#!/bin/bash\nexec python3 -c "import sys; from ttscli.cli import main; sys.argv[0] = \\"ttscli\\"; main()" "$@"\n' > /root/tt
@@ -19,8 +19,8 @@ chmod +x /root/tt; tt=/root/tt
 step() { local name=$1 limit=$2; shift 2; [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $name "* ]] && return 0
   echo "=== $name" >&2; timeout "$limit" "$@"; echo "=== $name rc=$? at ${SECONDS}s" >&2; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,utilization.gpu --format=csv
-export PYTHONPATH=/root/site:$here/.gpu/c/before
-cd .gpu/c/before
+export PYTHONPATH=/root/site:$here/.gpu/i19/c/before
+cd .gpu/i19/c/before
 python3 -c 'import mlx.core as mx; print(mx.__version__, mx.default_device())'
 B="bench qwen3-tts-0.6b-base --random-weights --repeats 3 --max-frames 200 --stream --json"
 step before 120 $tt $B > "$OUT/before.json"

@@ -9,10 +9,9 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 import pytest
+from test_model import HeadModel, build  # tests/lm is on sys.path (pytest rootdir-less import)
 
 from ttscli.lm import MLXCodeDecoder, fuse_projections, graph_primitives
-
-from test_model import HeadModel, build  # tests/lm is on sys.path (pytest rootdir-less import)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "parity"
 
