@@ -36,7 +36,7 @@ class BenchRequest:
     text: str | None = None
     repeats: int = 3
     warmup: int = 1
-    backends: list[str] = field(default_factory=lambda: ["mlx"])
+    backends: list[str] = field(default_factory=lambda: ["mlx"])   # []: the model's default backend
     prefill_modes: list[str] = field(default_factory=lambda: ["batched"])
     peer: str | None = None
     stream: bool = False
@@ -142,7 +142,7 @@ def run_variant(spec, req: BenchRequest, backend: str, prefill_mode: str, text: 
 
     mx.reset_peak_memory()
     component = switched_component(spec)
-    backends = {component: backend} if component else {}
+    backends = {component: backend} if component and backend else {}
     options = LoadOptions(dtype=req.dtype, backends=backends, random_weights=req.random_weights,
                           prefill_mode=prefill_mode)
     t0 = time.perf_counter()
@@ -165,6 +165,7 @@ def run_variant(spec, req: BenchRequest, backend: str, prefill_mode: str, text: 
         fig.update({k: v for k, v in quality_figures(audio, pipe.sample_rate, text, request.language).items()
                     if k != "transcript"})
     fig["load_s"] = load_s
+    fig["backend"] = pipe.backends.get(component, "mlx") if component else "mlx"
     from ttscli.generate import effective_workers
 
     fig["workers"] = effective_workers(pipe, req.workers)[0]
@@ -206,12 +207,15 @@ def run_bench(req: BenchRequest, registry: Registry, console=None) -> dict:
     if req.batch:
         return bench_batches(spec, req, text, registry, console)
     variants = {}
-    for b in req.backends:
+    for b in req.backends or [None]:     # None: what the model loads by default (named after it)
         for m in req.prefill_modes:
-            name = b if len(req.prefill_modes) == 1 else f"{b}/{m}"
+            name = b or "default"
+            name = name if len(req.prefill_modes) == 1 else f"{name}/{m}"
             if console:
                 console.print(f"[dim]bench {spec.id} [{name}] …[/dim]")
-            variants[name] = run_variant(spec, req, b, m, text, registry)
+            fig = run_variant(spec, req, b, m, text, registry)
+            used = fig.pop("backend")
+            variants[name.replace("default", used, 1) if b is None else name] = fig
     if req.peer:
         peer_fn = family.peers.get(req.peer)
         if peer_fn is None:
@@ -352,7 +356,7 @@ def bench_batches(spec, req: BenchRequest, text: str, registry, console=None) ->
         raise UsageError(f"{spec.id} has no batched generation; drop --batch") from None
     if any(b < 1 for b in req.batch):
         raise UsageError("--batch sizes must be at least 1")
-    backends = {"code_decoder": req.backends[0]} if "code_decoder" in spec.backends else {}
+    backends = {"code_decoder": (req.backends or ["mlx"])[0]} if "code_decoder" in spec.backends else {}
     pipe = load(spec.id, model_dir=req.model_dir, registry=registry,
                 options=LoadOptions(dtype=req.dtype, backends=backends, random_weights=req.random_weights))
     variants = batched.bench_batch(pipe, req.batch, req.max_frames or 20, text, req.seed, req.warmup)
