@@ -415,8 +415,9 @@ def bench(
     repeats: int = typer.Option(3, "-n", "--repeats", min=1),
     warmup: int = typer.Option(1, "--warmup", min=0),
     code_decoder_backend: str = typer.Option(
-        "mlx", "--code-decoder-backend",
-        help="One or more, comma-separated, e.g. mlx,onnx-f32,onnx,onnx-int4 (Piper: its VITS, mlx,onnx)."),
+        "", "--code-decoder-backend", show_default=False,
+        help="One or more, comma-separated, e.g. mlx,onnx-f32,onnx,onnx-int4 (Piper: its VITS, mlx,onnx); "
+             "default: the model's default."),
     workers: int = Workers,
     prefill_mode: str = typer.Option("batched", "--prefill-mode", help="batched, sequential, or both comma-separated."),
     peer: Optional[str] = typer.Option(None, "--peer", help="Also time a peer on the same text, e.g. piper-tts."),
