@@ -292,7 +292,12 @@ def synthesize_many(pipe, requests: Iterable[tuple[Any, Any]], max_batch: int = 
     as :func:`ttscli.generate.chunk_requests` gives them), rows join as others finish, and each
     request's audio, its chunks joined as :func:`ttscli.generate.synthesize` joins them, is
     yielded when its last chunk ends; a failing request yields its exception."""
-    from ttscli.generate import CROSSFADE_S, check_request, chunk_requests, crossfade_join
+    from ttscli.generate import (
+        CROSSFADE_S,
+        check_request,
+        chunk_requests,
+        crossfade_join,
+    )
     from ttscli.models import family_of
     from ttscli.text import chunk_text
 
