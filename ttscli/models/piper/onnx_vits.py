@@ -127,7 +127,7 @@ class PiperOnnxPipeline(Pipeline):
         stats = self.reset_stats()       # per chunk; with workers the last chunk's figures remain
         t0 = time.perf_counter()
         sentences = text_to_ids(request.text, self.id_map, self.espeak_voice)
-        stats.extra.update(phonemize_s=time.perf_counter() - t0, sentences=len(sentences), audio_s=0.0)
+        stats.extra.update(phonemize_s=time.perf_counter() - t0, sentences=len(sentences))
         for ids in sentences:
             t1 = time.perf_counter()
             audio, _ = self.model(ids, cfg["noise_scale"], cfg["length_scale"], cfg["noise_w"], rng)
@@ -139,7 +139,6 @@ class PiperOnnxPipeline(Pipeline):
                 audio = audio * volume
             audio = np.clip(audio, -1.0, 1.0).astype(np.float32)
             stats.prefill_tokens += len(ids)
-            stats.extra["audio_s"] += audio.size / self.sample_rate
             if stats.first_audio_s is None:
                 stats.first_audio_s = time.perf_counter() - t0
             yield audio
