@@ -43,9 +43,11 @@ TALKER_FILE, PREDICTOR_FILE = "talker.onnx", "code_predictor.onnx"
 SOURCE_FILES = ("model.safetensors",)
 TALKER_POSITIONS = 16384      # RoPE table length: a 4096-token prompt plus 8192 frames fit
 PREFILL_ENV = "TTSCLI_ONNX_PREFILL"
-# MLX batched prefill with the cache handed over, measured against onnxruntime's prefill on the
-# 2-core AMD EPYC (docs/parity.md, "ONNX"): MLX's float32 GEMM is faster on long prompts.
-DEFAULT_PREFILL = "mlx"
+# onnxruntime's prefill against an MLX batched prefill with the cache handed over, 200 tokens at
+# 0.6B on the 2-core AMD EPYC (MKL; README, "CPU backend"): onnxruntime 8.6 s vs MLX 16.1 s at
+# float32, 11.9-14.4 s vs 15.7-20.2 s at int8 (the machine was shared). TTSCLI_ONNX_PREFILL=mlx
+# picks the other.
+DEFAULT_PREFILL = "onnx"
 
 
 def lm_args(cfg: dict) -> tuple[LMArgs, LMArgs]:
