@@ -5,7 +5,7 @@ Prefill runs on onnxruntime, or, when an MLX model of the same LM is given
 (``prefill="mlx"``), as one MLX batched forward whose K/V cache is then copied into the
 onnxruntime buffers ("handed over"): both store keys after RoPE and q/k norm, in the same
 ``[1, kv_heads, positions, head_dim]`` layout. Which is faster depends on the CPU and the
-prompt length; ``ttscli bench`` measures both (docs/parity.md has the figures).
+prompt length (README, "CPU backend", has the figures; onnxruntime is the default).
 
 Arrays come back as ``mx.array`` when the input was one, else numpy. A cache belongs to one
 request; the session itself holds no request state, so several requests may run at once.
