@@ -9,6 +9,7 @@ import soundfile as sf
 from ttscli.audio import FileSink, StreamSink, read_reference, resample
 from ttscli.errors import AudioInputError
 from ttscli.generate import Request, crossfade_join, synthesize
+from ttscli.models.base import Pipeline
 
 
 def test_stream_wav_is_readable_and_matches():
@@ -72,7 +73,7 @@ def test_reference_too_short(tmp_path):
         read_reference(tmp_path / "s.wav")
 
 
-class FakePipeline:
+class FakePipeline(Pipeline):
     """Deterministic stand-in: audio is a function of (text, seed) only."""
     sample_rate = 1000
     max_chunk_chars = 20

@@ -4,7 +4,7 @@ import pytest
 
 # ttscli before mlx: importing it loads a fast BLAS
 from ttscli.models.kokoro import convert
-from ttscli.models.kokoro.istftnet import istft, stft_features
+from ttscli.nn.spectral import istft, stft_features
 from ttscli.models.kokoro.modules import BiLSTM, UpsamplePool
 
 mx = pytest.importorskip("mlx.core")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ttscli import dsp
+
 
 def power_spectrogram(y: np.ndarray, n_fft: int, hop: int) -> np.ndarray:
     """(frames, n_fft // 2 + 1) power spectrum of float32 audio."""
@@ -19,31 +21,9 @@ def power_spectrogram(y: np.ndarray, n_fft: int, hop: int) -> np.ndarray:
     return np.abs(spec) ** 2
 
 
-def _hz_to_mel(f):
-    f = np.asarray(f, np.float64)
-    lin = f / (200.0 / 3)
-    log = 15.0 + np.log(np.maximum(f, 1e-10) / 1000.0) / (np.log(6.4) / 27.0)
-    return np.where(f >= 1000.0, log, lin)
-
-
-def _mel_to_hz(m):
-    m = np.asarray(m, np.float64)
-    lin = m * (200.0 / 3)
-    log = 1000.0 * np.exp((np.log(6.4) / 27.0) * (m - 15.0))
-    return np.where(m >= 15.0, log, lin)
-
-
 def mel_filters(sr: int, n_fft: int, n_mels: int) -> np.ndarray:
     """(n_mels, n_fft // 2 + 1) triangular filters from 0 Hz to sr / 2, each of unit area in Hz."""
-    fft_hz = np.fft.rfftfreq(n_fft, 1.0 / sr)
-    mel_hz = _mel_to_hz(np.linspace(_hz_to_mel(0.0), _hz_to_mel(sr / 2), n_mels + 2))
-    widths = np.diff(mel_hz)
-    ramps = mel_hz[:, None] - fft_hz[None, :]
-    rising = -ramps[:-2] / widths[:-1, None]
-    falling = ramps[2:] / widths[1:, None]
-    weights = np.maximum(0.0, np.minimum(rising, falling))
-    weights *= (2.0 / (mel_hz[2:] - mel_hz[:-2]))[:, None]
-    return weights.astype(np.float32)
+    return dsp.mel_filterbank(sr, n_fft, n_mels)
 
 
 def mel_spectrogram(y: np.ndarray, sr: int, n_fft: int, hop: int, n_mels: int) -> np.ndarray:

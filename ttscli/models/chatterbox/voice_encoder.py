@@ -33,7 +33,7 @@ def trim_silence(wav: np.ndarray, top_db: float, frame: int = 2048, hop: int = 5
 
 def mel_power(wav: np.ndarray, a: VEArgs) -> np.ndarray:
     """``[frames, num_mels]`` mel power spectrum (frames = 1 + len // hop)."""
-    from ttscli.models.qwen3_tts.speaker_encoder import mel_filterbank
+    from ttscli.dsp import mel_filterbank
 
     y = np.pad(wav.astype(np.float64), (a.n_fft // 2, a.n_fft // 2), mode="reflect")
     n = 1 + (len(y) - a.n_fft) // a.hop

@@ -18,6 +18,7 @@ from functools import cache, lru_cache
 from importlib import resources
 
 from ttscli.errors import BackendUnavailableError, UsageError
+from ttscli.espeak import PHONEMES_IPA, PHONEMES_TIE, separator_mode
 
 LANGUAGES = ("en", "ja")
 _ALIASES = {"en": "en", "en-us": "en", "english": "en", "a": "en", "ja": "ja", "japanese": "ja", "j": "ja",
@@ -91,19 +92,14 @@ _E2M = sorted({
     "t^ʃ": "ʧ", "ɔ^ɪ": "Y", "ə^l": "ᵊl", "ʲo": "jo", "ʲə": "jə", "ʲ": "", "ɚ": "əɹ", "r": "ɹ",
     "x": "k", "ç": "k", "ɐ": "ə", "ɬ": "l", "\u0303": "",
 }.items(), key=lambda kv: -len(kv[0]))
-_TIE_MODE = 0x02 | 0x80 | (ord("^") << 8)          # IPA, tie multi-letter phonemes with '^'
+_TIE_MODE = PHONEMES_IPA | PHONEMES_TIE | separator_mode("^")   # IPA, multi-letter phonemes tied with "^"
 
 
 def espeak_word(text: str, voice: str = "en-us") -> str:
-    from ttscli.models.piper.phonemize import Espeak
+    from ttscli.espeak import Espeak  # loads the library on first use
 
-    esp = Espeak.get()
-    with esp._lock:
-        if esp.voice != voice:
-            if esp.lib.espeak_SetVoiceByName(voice.encode()) != 0:
-                raise UsageError(f"espeak-ng has no voice {voice!r}")
-            esp.voice = voice
-        ps = " ".join(p for p, _, _ in esp._pass(text.encode("utf-8"), _TIE_MODE)).strip()
+    (clauses,) = Espeak.get().passes(text, voice, (_TIE_MODE,))
+    ps = " ".join(p for p, _, _ in clauses).strip()
     for old, new in _E2M:
         ps = ps.replace(old, new)
     ps = re.sub(r"(\S)\u0329", r"ᵊ\1", ps).replace("\u0329", "")

@@ -15,20 +15,15 @@ missing from the map skipped. ``[[ raw phonemes ]]`` blocks are passed through a
 """
 from __future__ import annotations
 
-import ctypes
 import re
-import threading
 import unicodedata
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ttscli.errors import BackendUnavailableError, UsageError
+from ttscli.espeak import PHONEMES_IPA, Espeak, separator_mode
 
-_AUDIO_OUTPUT_SYNCHRONOUS = 0x02
-_PHONEMES_IPA = 0x02
-_CHARS_AUTO = 0
 _SEP = "\x01"
-_SEP_MODE = ord(_SEP) << 8      # phoneme separator in bits 8-23 of phonememode
+_SEP_MODE = separator_mode(_SEP)
 
 PAD, BOS, EOS = "_", "^", "$"
 
@@ -91,67 +86,14 @@ def classify_clause(text: str, at_eof: bool) -> tuple[str, bool]:
     return kind
 
 
-class Espeak:
-    """Process-wide espeak-ng (it has global state): load once, one call at a time."""
-
-    _lock = threading.Lock()
-    _instance: "Espeak | None" = None
-
-    def __init__(self, lib_path: str | None = None, data_dir: str | None = None):
-        try:
-            import espeakng_loader
-        except ImportError as err:
-            raise BackendUnavailableError("espeak-ng is missing: pip install espeakng-loader") from err
-        self.lib = ctypes.CDLL(lib_path or espeakng_loader.get_library_path())
-        self.data_dir = data_dir or espeakng_loader.get_data_path()
-        self.lib.espeak_Initialize.restype = ctypes.c_int
-        self.lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
-        self.lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
-        self.lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
-        self.lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int]
-        if self.lib.espeak_Initialize(_AUDIO_OUTPUT_SYNCHRONOUS, 0, self.data_dir.encode(), 0) < 0:
-            raise BackendUnavailableError(f"espeak-ng failed to initialise with data at {self.data_dir}")
-        self.voice: str | None = None
-
-    @classmethod
-    def get(cls) -> "Espeak":
-        with cls._lock:
-            if cls._instance is None:
-                cls._instance = cls()
-            return cls._instance
-
-    def _pass(self, raw: bytes, mode: int) -> list[tuple[str, str, bool]]:
-        """One espeak pass over the text: (phonemes, clause text, at_eof) per clause."""
-        buf = ctypes.create_string_buffer(raw)
-        base = ctypes.addressof(buf)
-        ptr = ctypes.c_void_p(base)
-        out = []
-        carry = ""           # espeak reads one character past a clause end and keeps it
-        while ptr.value:
-            start = ptr.value - base
-            phonemes = self.lib.espeak_TextToPhonemes(ctypes.byref(ptr), _CHARS_AUTO, mode)
-            at_eof = not ptr.value
-            span = (raw[start:] if at_eof else raw[start: ptr.value - base]).decode("utf-8", errors="replace")
-            out.append(((phonemes or b"").decode("utf-8", errors="replace"),
-                        carry + (span if at_eof else span[:-1]), at_eof))
-            carry = "" if at_eof else span[-1:]
-        return out
-
-    def clauses(self, text: str, voice: str) -> list[tuple[str, str, bool]]:
-        """(phonemes, terminator, end_of_sentence) per clause, like piper's espeakbridge."""
-        with self._lock:
-            if voice != self.voice:
-                if self.lib.espeak_SetVoiceByName(voice.encode()) != 0:
-                    raise UsageError(f"espeak-ng has no voice {voice!r}")
-                self.voice = voice
-            raw = text.encode("utf-8", errors="replace")
-            ipa = self._pass(raw, _PHONEMES_IPA | _SEP_MODE)
-            names = self._pass(raw, _SEP_MODE)
-        out = []
-        for (ph, clause_text, at_eof), (nm, _, _) in zip(ipa, names):
-            term, eos = classify_clause(clause_text, at_eof)
-            out.append((_as_piper_espeak(ph, nm), term, eos))
-        return out
+def espeak_clauses(text: str, voice: str) -> list[tuple[str, str, bool]]:
+    """(phonemes, terminator, end_of_sentence) per clause, like piper's espeakbridge."""
+    ipa, names = Espeak.get().passes(text, voice, (PHONEMES_IPA | _SEP_MODE, _SEP_MODE))
+    out = []
+    for (ph, clause_text, at_eof), (nm, _, _) in zip(ipa, names):
+        term, eos = classify_clause(clause_text, at_eof)
+        out.append((_as_piper_espeak(ph, nm), term, eos))
+    return out
 
 
 def _as_piper_espeak(ipa: str, names: str) -> str:
@@ -180,7 +122,6 @@ def _as_piper_espeak(ipa: str, names: str) -> str:
 
 def phonemize(text: str, voice: str = "en-us") -> list[list[str]]:
     """Text -> phonemes (NFD code points, punctuation kept) grouped by sentence."""
-    espeak = Espeak.get()
     sentences: list[list[str]] = []
     prev_raw = False
     parts = _RAW_BLOCK.split(text)
@@ -197,7 +138,7 @@ def phonemize(text: str, voice: str = "en-us") -> list[list[str]]:
             continue
         part_sentences: list[list[str]] = []
         current: list[str] = []
-        for phonemes, term, eos in espeak.clauses(part, voice):
+        for phonemes, term, eos in espeak_clauses(part, voice):
             phonemes = _LANG_FLAG.sub("", phonemes) + term
             if term in (",", ":", ";"):
                 phonemes += " "

@@ -17,6 +17,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten
 
+from ttscli import dsp
 from ttscli.checkpoint import load_strict, read_component
 from ttscli.config import BaseArgs, read_json
 from ttscli.errors import AudioInputError, CheckpointError
@@ -56,34 +57,10 @@ class SpeakerEncoderConfig(BaseArgs):
 
 # ----------------------------------------------------------------------------- features
 
-def _hz_to_mel(f: np.ndarray) -> np.ndarray:
-    # Slaney scale: linear below 1 kHz, logarithmic above.
-    f = np.asarray(f, dtype=np.float64)
-    f_sp, min_log_hz = 200.0 / 3, 1000.0
-    min_log_mel, logstep = min_log_hz / f_sp, math.log(6.4) / 27.0
-    lin = f / f_sp
-    return np.where(f >= min_log_hz, min_log_mel + np.log(np.maximum(f, 1e-10) / min_log_hz) / logstep, lin)
-
-
-def _mel_to_hz(m: np.ndarray) -> np.ndarray:
-    m = np.asarray(m, dtype=np.float64)
-    f_sp, min_log_hz = 200.0 / 3, 1000.0
-    min_log_mel, logstep = min_log_hz / f_sp, math.log(6.4) / 27.0
-    return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)), f_sp * m)
-
-
 def mel_filterbank(sr: int = SAMPLE_RATE, n_fft: int = N_FFT, n_mels: int = N_MELS,
                    fmin: float = FMIN, fmax: float = FMAX) -> np.ndarray:
     """Slaney-scale, Slaney-normalised triangular filters ``[n_mels, n_fft//2 + 1]`` (float32)."""
-    fft_freqs = np.linspace(0.0, sr / 2.0, n_fft // 2 + 1)
-    mel_f = _mel_to_hz(np.linspace(_hz_to_mel(fmin), _hz_to_mel(fmax), n_mels + 2))
-    fdiff = np.diff(mel_f)
-    ramps = mel_f[:, None] - fft_freqs[None, :]
-    lower = -ramps[:-2] / fdiff[:-1, None]
-    upper = ramps[2:] / fdiff[1:, None]
-    weights = np.maximum(0.0, np.minimum(lower, upper))
-    weights *= (2.0 / (mel_f[2:] - mel_f[:-2]))[:, None]
-    return weights.astype(np.float32)
+    return dsp.mel_filterbank(sr, n_fft, n_mels, fmin, fmax)
 
 
 _FEATURE_CONSTS: dict = {}

@@ -17,6 +17,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from ttscli import dsp
+
 # ----------------------------------------------------------------------------- resampling
 
 
@@ -54,32 +56,10 @@ def resample(x: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
 # ----------------------------------------------------------------------------- mel filters
 
 
-def _hz_to_mel(f):
-    f = np.asarray(f, np.float64)
-    mel = f / (200.0 / 3)
-    log_region = f >= 1000.0
-    return np.where(log_region, 15.0 + np.log(np.maximum(f, 1e-10) / 1000.0) / (np.log(6.4) / 27.0), mel)
-
-
-def _mel_to_hz(m):
-    m = np.asarray(m, np.float64)
-    f = m * (200.0 / 3)
-    return np.where(m >= 15.0, 1000.0 * np.exp((np.log(6.4) / 27.0) * (m - 15.0)), f)
-
-
 @lru_cache(maxsize=8)
 def mel_filters(sr: int, n_fft: int, n_mels: int, fmin: float = 0.0, fmax: float | None = None) -> np.ndarray:
     """librosa.filters.mel (Slaney scale and area normalisation), ``[n_mels, n_fft//2 + 1]`` float32."""
-    fmax = sr / 2 if fmax is None else fmax
-    fft_f = np.linspace(0, sr / 2, 1 + n_fft // 2)
-    mel_f = _mel_to_hz(np.linspace(_hz_to_mel(fmin), _hz_to_mel(fmax), n_mels + 2))
-    fdiff = np.diff(mel_f)
-    ramps = mel_f[:, None] - fft_f[None, :]
-    lower = -ramps[:-2] / fdiff[:-1, None]
-    upper = ramps[2:] / fdiff[1:, None]
-    w = np.maximum(0, np.minimum(lower, upper))
-    w *= (2.0 / (mel_f[2:] - mel_f[:-2]))[:, None]
-    return w.astype(np.float32)
+    return dsp.mel_filterbank(sr, n_fft, n_mels, fmin, fmax)
 
 
 # ----------------------------------------------------------------------------- spectrograms

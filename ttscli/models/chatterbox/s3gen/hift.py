@@ -17,7 +17,7 @@ import mlx.core as mx
 import numpy as np
 from mlx import nn
 
-from ttscli.models.kokoro.istftnet import istft, snake, stft_basis
+from ttscli.nn.spectral import istft, snake, stft_basis
 from ttscli.nn.conv import Conv1d, ConvTranspose1d, pad_time
 
 
