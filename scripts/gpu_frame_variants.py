@@ -14,19 +14,19 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import ttscli  # noqa: E402,F401
+import ttscli  # noqa: F401
 
 # isort: split
-import mlx.core as mx  # noqa: E402
-import numpy as np  # noqa: E402
+import mlx.core as mx
+import numpy as np
 
-from ttscli.generate import Stats  # noqa: E402
-from ttscli.lm import MLXCodeDecoder  # noqa: E402
-from ttscli.lm import cache as lmcache  # noqa: E402
-from ttscli.models.qwen3_tts.config import GenerationConfig, preset_config  # noqa: E402
-from ttscli.models.qwen3_tts.loop import LoopConfig, generate_frames  # noqa: E402
-from ttscli.models.qwen3_tts.model import build_random  # noqa: E402
-from ttscli.models.qwen3_tts.prompt import Prompt  # noqa: E402
+from ttscli.generate import Stats
+from ttscli.lm import MLXCodeDecoder
+from ttscli.lm import cache as lmcache
+from ttscli.models.qwen3_tts.config import GenerationConfig, preset_config
+from ttscli.models.qwen3_tts.loop import LoopConfig, generate_frames
+from ttscli.models.qwen3_tts.model import build_random
+from ttscli.models.qwen3_tts.prompt import Prompt
 
 
 def frames(model, dec, x, n):

@@ -14,14 +14,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-import ttscli  # noqa: E402,F401  (BLAS before mlx)
+import ttscli  # noqa: F401  (BLAS before mlx)
 
 # isort: split
-import mlx.core as mx  # noqa: E402
+import mlx.core as mx
 
-from ttscli.lm import MLXCodeDecoder  # noqa: E402
-from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer  # noqa: E402
-from ttscli.models.qwen3_tts.parity import greedy_frames, prompt_from_case, read_golden, zero_eos_row  # noqa: E402
+from ttscli.lm import MLXCodeDecoder
+from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer
+from ttscli.models.qwen3_tts.parity import greedy_frames, prompt_from_case, read_golden, zero_eos_row
 
 
 def main() -> int:

@@ -1,6 +1,5 @@
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -9,7 +8,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 
 
-from clitools import ttscli_exe  # noqa: E402
+from clitools import ttscli_exe
 
 
 @pytest.fixture(scope="session")

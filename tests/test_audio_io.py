@@ -1,6 +1,5 @@
 import io
 import os
-import signal
 
 import numpy as np
 import pytest

@@ -24,12 +24,12 @@ def test_long_lists_are_cut_with_a_count():
 
 # --- load_strict: the one loader (check -> cast -> load -> eval) ---------------------------------
 
-import mlx.core as mx  # noqa: E402
-import mlx.nn as nn  # noqa: E402
-import pytest  # noqa: E402
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
 
-from ttscli.checkpoint import load_strict  # noqa: E402
-from ttscli.errors import CheckpointError, UsageError  # noqa: E402
+from ttscli.checkpoint import load_strict
+from ttscli.errors import CheckpointError, UsageError
 
 
 class _Tiny(nn.Module):

@@ -8,7 +8,7 @@ from ttscli import hub
 from ttscli.errors import NotImplementedModelError, UsageError
 from ttscli.models import family_of
 from ttscli.models.base import PREFILL_MODES, LoadOptions, Pipeline
-from ttscli.registry import ModelSpec, Registry, load_registry
+from ttscli.registry import Registry, load_registry
 
 DEFAULT_CACHE_LIMIT = 2 << 30
 

@@ -29,19 +29,19 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
-import reference_stubs  # noqa: E402,F401  (torchaudio extension stub before qwen_tts)
-import torch  # noqa: E402
-from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSTalkerConfig  # noqa: E402
-from qwen_tts.core.models.modeling_qwen3_tts import (  # noqa: E402
+import reference_stubs  # noqa: F401  (torchaudio extension stub before qwen_tts)
+import torch
+from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSTalkerConfig
+from qwen_tts.core.models.modeling_qwen3_tts import (
     Qwen3TTSTalkerRotaryEmbedding,
     apply_multimodal_rotary_pos_emb,
 )
-from transformers import LlamaConfig, LlamaModel, Qwen3Config, Qwen3Model  # noqa: E402
-from transformers.modeling_rope_utils import (  # noqa: E402
+from transformers import LlamaConfig, LlamaModel, Qwen3Config, Qwen3Model
+from transformers.modeling_rope_utils import (
     _compute_default_rope_parameters,
     _compute_llama3_parameters,
 )
-from transformers.models.llama.modeling_llama import (  # noqa: E402
+from transformers.models.llama.modeling_llama import (
     LlamaRotaryEmbedding,
     apply_rotary_pos_emb,
 )

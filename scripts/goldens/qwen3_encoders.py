@@ -29,25 +29,25 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
-import reference_stubs  # noqa: E402
+import reference_stubs
 
 reference_stubs.install()
 
-import torch  # noqa: E402
-from safetensors.torch import load_file, save_file  # noqa: E402
+import torch
+from safetensors.torch import load_file, save_file
 
-from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSSpeakerEncoderConfig  # noqa: E402
-from qwen_tts.core.models.modeling_qwen3_tts import (  # noqa: E402
+from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSSpeakerEncoderConfig
+from qwen_tts.core.models.modeling_qwen3_tts import (
     Qwen3TTSForConditionalGeneration,
     Qwen3TTSSpeakerEncoder,
 )
-from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (  # noqa: E402
+from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (
     Qwen3TTSTokenizerV2Config,
 )
-from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (  # noqa: E402
+from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (
     Qwen3TTSTokenizerV2Model,
 )
-from qwen_tts.inference.qwen3_tts_tokenizer import Qwen3TTSTokenizer  # noqa: E402
+from qwen_tts.inference.qwen3_tts_tokenizer import Qwen3TTSTokenizer
 
 FIX = REPO / "tests" / "fixtures" / "qwen3_tts"
 SR = 24000

@@ -35,16 +35,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "scripts" / "goldens"))
-import reference_stubs  # noqa: E402,F401  (must precede qwen_tts)
+import reference_stubs  # noqa: F401  (must precede qwen_tts)
 
-import torch  # noqa: E402
-from transformers import AutoConfig, AutoProcessor  # noqa: E402
-from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneration, Qwen3TTSProcessor  # noqa: E402
-from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Model  # noqa: E402
-from qwen_tts.inference.qwen3_tts_model import Qwen3TTSModel  # noqa: E402
+import torch
+from transformers import AutoConfig, AutoProcessor
+from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneration, Qwen3TTSProcessor
+from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Model
+from qwen_tts.inference.qwen3_tts_model import Qwen3TTSModel
 
 # capture helpers shared with the tiny-fixture generator
-from qwen3_talker import RecordingDecoder, run_case, talker_prefill, zero_eos  # noqa: E402
+from qwen3_talker import RecordingDecoder, run_case, talker_prefill, zero_eos
 
 
 def default_case(cfg: dict) -> dict:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -33,17 +32,17 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
-import reference_stubs  # noqa: E402,F401
+import reference_stubs  # noqa: F401
 
-import torch  # noqa: E402
-from transformers import AutoConfig, AutoProcessor  # noqa: E402
+import torch
+from transformers import AutoConfig, AutoProcessor
 
-from qwen_tts.core.models import (  # noqa: E402
+from qwen_tts.core.models import (
     Qwen3TTSConfig,
     Qwen3TTSForConditionalGeneration,
     Qwen3TTSProcessor,
 )
-from qwen_tts.inference.qwen3_tts_model import Qwen3TTSModel, VoiceClonePromptItem  # noqa: E402
+from qwen_tts.inference.qwen3_tts_model import Qwen3TTSModel, VoiceClonePromptItem
 
 OUT = ROOT / "tests" / "fixtures" / "qwen3_tts"
 GREEDY_FRAMES = 20

@@ -17,16 +17,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
-import reference_stubs  # noqa: E402
+import reference_stubs
 
 reference_stubs.install()
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
+import numpy as np
+import torch
+from safetensors.torch import save_file
 
-from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSConfig  # noqa: E402
-from qwen_tts.core.models.modeling_qwen3_tts import Qwen3TTSForConditionalGeneration  # noqa: E402
+from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSConfig
+from qwen_tts.core.models.modeling_qwen3_tts import Qwen3TTSForConditionalGeneration
 
 OUT = ROOT / "tests" / "fixtures" / "coreml"
 CKPT = OUT / "qwen3_tts_tiny"

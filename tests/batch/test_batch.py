@@ -14,10 +14,10 @@ import pytest
 import soundfile as sf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from clitools import only_line, ttscli_exe  # noqa: E402
+from clitools import only_line, ttscli_exe
 
-from ttscli.batch.manifest import file_sha256, read_rows, rel_path, row_seed  # noqa: E402
-from ttscli.errors import UsageError  # noqa: E402
+from ttscli.batch.manifest import file_sha256, read_rows, rel_path, row_seed
+from ttscli.errors import UsageError
 
 
 def write_jsonl(path: Path, rows) -> Path:

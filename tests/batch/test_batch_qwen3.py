@@ -13,7 +13,7 @@ import soundfile as sf
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "qwen3_e2e"))
-from e2e_fixture import build  # noqa: E402
+from e2e_fixture import build
 
 CV = "qwen3-tts-1.7b-customvoice"
 

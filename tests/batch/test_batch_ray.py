@@ -16,7 +16,7 @@ import soundfile as sf
 
 ray = pytest.importorskip("ray")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from clitools import ttscli_exe  # noqa: E402
+from clitools import ttscli_exe
 
 N = 10
 

@@ -20,7 +20,7 @@ from ttscli.models.qwen3_tts.loop import LoopConfig, generate_frames
 from ttscli.models.qwen3_tts.prompt import prepare
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "qwen3_e2e"))
-from e2e_fixture import build  # noqa: E402
+from e2e_fixture import build
 
 TEXTS = ["Hi.", "A somewhat longer sentence for the second row.", "Third one, medium length.",
          "The fourth row joins late.", "Five."]

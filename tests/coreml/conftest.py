@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from coreml_common import CAPACITY, CHECKPOINT, FIXTURE, MODEL_ID  # noqa: E402
+from coreml_common import CAPACITY, CHECKPOINT, FIXTURE, MODEL_ID
 
 
 @pytest.fixture(scope="session")

@@ -56,7 +56,7 @@ def test_models_json_shows_the_conversion(converted, run_cli, shared_cache, monk
         assert rows[BASE]["coreml_converted"] == ["code_decoder"]
         assert rows["qwen3-tts-1.7b-base"]["coreml_converted"] == []
         if sys.platform != "darwin":
-            assert rows[BASE]["backends_usable"]["code_decoder"] == ["mlx"]
+            assert rows[BASE]["backends_usable"]["code_decoder"] == ["mlx", "onnx"]   # Core ML: macOS only
     finally:
         shutil.rmtree(target)
 

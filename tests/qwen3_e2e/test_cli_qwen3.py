@@ -8,9 +8,9 @@ import pytest
 import soundfile as sf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from clitools import no_files, only_line  # noqa: E402
+from clitools import no_files, only_line
 
-from e2e_fixture import build  # noqa: E402
+from e2e_fixture import build
 
 CV = "qwen3-tts-1.7b-customvoice"
 BASE = "qwen3-tts-0.6b-base"

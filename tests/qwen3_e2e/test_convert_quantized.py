@@ -10,9 +10,9 @@ import pytest
 import soundfile as sf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from clitools import only_line  # noqa: E402
+from clitools import only_line
 
-from e2e_fixture import FIX, build  # noqa: E402
+from e2e_fixture import FIX, build
 
 CV = "qwen3-tts-1.7b-customvoice"
 

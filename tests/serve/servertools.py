@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from clitools import ttscli_exe  # noqa: E402
+from clitools import ttscli_exe
 
 READY = re.compile(r"serving .* on (http://127\.0\.0\.1:\d+)")
 

@@ -17,7 +17,7 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from servertools import Server  # noqa: E402
+from servertools import Server
 
 KEY = "test-key-123"
 AUTH = {"Authorization": f"Bearer {KEY}"}

@@ -16,8 +16,8 @@ pytest.importorskip("fastapi")
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "qwen3_e2e"))
-from e2e_fixture import build  # noqa: E402
-from servertools import Server  # noqa: E402
+from e2e_fixture import build
+from servertools import Server
 
 CV = "qwen3-tts-1.7b-customvoice"
 

@@ -24,11 +24,11 @@ __all__ = ["CodeDecoder", "ConcatCache", "DecoderLM", "DecoderLayer", "KVCache",
            "graph_primitives", "logit_bias", "make_cache"]
 
 if TYPE_CHECKING:
-    from ttscli.lm.cache import ConcatCache, KVCache, make_cache  # noqa: F401
-    from ttscli.lm.config import LMArgs, RopeArgs  # noqa: F401
-    from ttscli.lm.decoder import CodeDecoder, MLXCodeDecoder, graph_primitives  # noqa: F401
-    from ttscli.lm.model import DecoderLayer, DecoderLM, create_causal_mask, fuse_projections  # noqa: F401
-    from ttscli.lm.sample import KeyStream, SamplingParams, logit_bias  # noqa: F401
+    from ttscli.lm.cache import ConcatCache, KVCache, make_cache
+    from ttscli.lm.config import LMArgs, RopeArgs
+    from ttscli.lm.decoder import CodeDecoder, MLXCodeDecoder, graph_primitives
+    from ttscli.lm.model import DecoderLayer, DecoderLM, create_causal_mask, fuse_projections
+    from ttscli.lm.sample import KeyStream, SamplingParams, logit_bias
 
 
 def __getattr__(name: str) -> Any:

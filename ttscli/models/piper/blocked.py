@@ -233,7 +233,7 @@ def blocked_chain(stages: list[tuple], x: mx.array) -> mx.array:
         try:
             outs[i][j] = _block(fn, lambda lo, hi: source(i, lo, hi), ts[i], halo,
                                 bounds[i][j], bounds[i][j + 1], scale)
-        except BaseException as err:  # noqa: BLE001 - re-raised by whoever reads this piece
+        except BaseException as err:
             outs[i][j] = err
             jobs.stop()
             raise

@@ -40,7 +40,7 @@ def read_onnx_weights(onnx_path: Path) -> tuple[dict[str, np.ndarray], dict[str,
 
     try:
         model = onnx.load(str(onnx_path))
-    except Exception as err:  # noqa: BLE001 - any parse failure means an unusable file
+    except Exception as err:
         raise CheckpointError(f"cannot read Piper model {onnx_path}: {err}") from err
     graph = model.graph
     consumers: dict[str, list] = {}

@@ -48,7 +48,7 @@ def load_converted(out_dir: Path) -> tuple[Vits, dict]:
     try:
         config = json.loads((Path(out_dir) / "config.json").read_text(encoding="utf-8"))
         weights = load_file(str(Path(out_dir) / "model.safetensors"))
-    except Exception as err:  # noqa: BLE001 - any read/parse failure makes the cache unusable
+    except Exception as err:
         raise CheckpointError(f"converted Piper weights in {out_dir} are unreadable: {err}") from err
     if config.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"converted Piper weights in {out_dir} have an old format")
