@@ -7,8 +7,8 @@ Rerun from the repo root, in the throwaway reference venv (../shared/reference/R
 Writes into tests/fixtures/chatterbox/tiny/ the files Engineer A owns, in the published layout
 and under the published names (s3gen.safetensors beside them is written by chatterbox_s3gen.py):
 
-    t3_cfg.safetensors   T3 (Llama blocks, llama3 RoPE) at hidden 64 / 2 layers / head_dim 64 (the real RoPE frequencies), every
-                         vocabulary and special-token id at its real value (704 text, 8194 speech)
+    t3_cfg.safetensors   T3 (Llama blocks, llama3 RoPE) at hidden 64 / 2 layers / head_dim 64 (the real RoPE frequencies),
+                         every vocabulary and special-token id at its real value (704 text, 8194 speech)
     ve.safetensors       VoiceEncoder: 3-layer LSTM over 40 mels, hidden 32, embedding 256
     tokenizer.json       a small HF BPE tokenizer with the real special tokens ([STOP]=0, [START]=255)
     conds.pt             the default voice, saved by upstream ``Conditionals.save`` (a torch pickle)
@@ -172,9 +172,10 @@ def main() -> None:
             tag = f"exag{int(exag * 10)}"
             cond_emb = t3.prepare_conditioning(fresh_cond(exag))
             out[f"cond_emb_{tag}"] = cond_emb[0].numpy()
-            embeds, _ = t3.prepare_input_embeds(t3_cond=fresh_cond(exag), text_tokens=text_tokens,
-                                                speech_tokens=t3.hp.start_speech_token * torch.ones_like(text_tokens[:, :1]),
-                                                cfg_weight=0.5)
+            embeds, _ = t3.prepare_input_embeds(
+                t3_cond=fresh_cond(exag), text_tokens=text_tokens,
+                speech_tokens=t3.hp.start_speech_token * torch.ones_like(text_tokens[:, :1]),
+                cfg_weight=0.5)
             bos = t3.speech_emb(torch.tensor([[t3.hp.start_speech_token]])) + t3.speech_pos_emb.get_fixed_embedding(0)
             inputs = torch.cat([embeds, torch.cat([bos, bos])], dim=1)
             out[f"prefill_embeds_{tag}"] = inputs.numpy()

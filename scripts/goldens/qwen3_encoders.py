@@ -174,7 +174,7 @@ def reinit_mimi(model: Qwen3TTSTokenizerV2Model, wav: np.ndarray, gen: torch.Gen
             p.copy_(torch.randn(p.shape, generator=gen) * math.sqrt(1.5 / fan_in))
         else:
             p.copy_(0.05 * torch.randn(p.shape, generator=gen))
-    for name, p in model.decoder.named_parameters():
+    for _, p in model.decoder.named_parameters():
         p.copy_(0.1 * torch.randn(p.shape, generator=gen))
 
     # Codebooks: drawn per level from the statistics of that level's actual residual on the test signal,

@@ -94,7 +94,8 @@ def write_tokenizer(d: Path) -> None:
                       "single_word": False, "special": sp} for c, (i, sp) in SPECIALS.items()}
     cfg = {
         "add_bos_token": False, "add_prefix_space": False, "added_tokens_decoder": added,
-        "additional_special_tokens": [c for c, (_, sp) in SPECIALS.items() if sp and c not in ("<|endoftext|>", "<tts_text_eod>")],
+        "additional_special_tokens": [c for c, (_, sp) in SPECIALS.items()
+                                      if sp and c not in ("<|endoftext|>", "<tts_text_eod>")],
         "bos_token": None, "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>",
         "errors": "replace", "model_max_length": 131072, "pad_token": "<|endoftext|>",
         "split_special_tokens": False, "tokenizer_class": "Qwen2Tokenizer", "unk_token": None,
@@ -127,7 +128,8 @@ def make_config(kind: str) -> dict:
     talker = dict(
         hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, head_dim=16, vocab_size=3072, text_vocab_size=TEXT_VOCAB, text_hidden_size=32,
-        rope_theta=1000000, rope_scaling={"interleaved": True, "mrope_section": [4, 2, 2], "rope_type": "default", "type": "default"},
+        rope_theta=1000000,
+        rope_scaling={"interleaved": True, "mrope_section": [4, 2, 2], "rope_type": "default", "type": "default"},
         rms_norm_eps=1e-6, attention_bias=False, attention_dropout=0, num_code_groups=16, hidden_act="silu",
         max_position_embeddings=32768, position_id_per_seconds=13, sliding_window=None, use_sliding_window=False,
         code_predictor_config=cp, codec_eos_token_id=2150, codec_pad_id=2148, codec_bos_id=2149,
@@ -309,7 +311,6 @@ def record(name: str, kind: str, seed: int, cases: dict[str, dict], greedy: list
             v = torch.tensor(h)
             model.talker.codec_head.weight[cfg["talker_config"]["codec_eos_token_id"]] = (
                 (4.0 * v / v.norm()).to(torch.bfloat16).float())
-        del saved
     save(d, model, cfg)
     w = load_wrapper(d, model)
     g: dict[str, np.ndarray] = {}
