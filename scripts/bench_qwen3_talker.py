@@ -90,8 +90,9 @@ def main():
     # predictor layers + one head per step, 15 steps) against the measured frame time.
     nbytes = lambda tree: sum(v.nbytes for _, v in tree_flatten(tree))  # noqa: E731
     cp_m = talker.code_predictor
-    per_frame = (nbytes([l.parameters() for l in talker.model.layers]) + talker.codec_head.weight.nbytes
-                 + 15 * nbytes([l.parameters() for l in cp_m.model.layers]) + nbytes([h.parameters() for h in cp_m.lm_head]))
+    per_frame = (nbytes([layer.parameters() for layer in talker.model.layers]) + talker.codec_head.weight.nbytes
+                 + 15 * nbytes([layer.parameters() for layer in cp_m.model.layers])
+                 + nbytes([h.parameters() for h in cp_m.lm_head]))
     res["frame_weight_gb"] = per_frame / 1e9
     res["frame_effective_gb_per_s"] = per_frame / 1e9 / (res["full_frame_ms"] / 1e3)
     print(json.dumps(res, indent=1))

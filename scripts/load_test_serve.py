@@ -167,7 +167,8 @@ def main() -> int:
         wait_idle(url)
         rss_before = rss_mb(proc.pid)
         report = {"url": url, "model": args.model or "(default)", "clients": args.clients, "phases": []}
-        for name, frac, seed in (("all read to the end", 0.0, 1), (f"{args.disconnect:.0%} disconnect", args.disconnect, 2)):
+        for name, frac, seed in (("all read to the end", 0.0, 1),
+                                 (f"{args.disconnect:.0%} disconnect", args.disconnect, 2)):
             t0 = time.perf_counter()
             res = phase(url, args.requests, args.clients, frac, args.timeout, time.monotonic() + args.time_limit, seed)
             s = summarize(name, res, args.requests, wait_idle(url))

@@ -5,8 +5,9 @@
     .venv/bin/python scripts/soak.py piper --n 100 --no-compile   # the same with mx.disable_compile()
 
 (On a Linux CPU the embedded voice defaults to onnxruntime; TTSCLI_PIPER_BACKEND=mlx measures
-the MLX model, whose compiled graphs are what could grow.) Every synthesis gets a different text (so a different length, as a server or a batch run
-sees), and RSS is printed after the 1st, the 10th and every 10th synthesis. A process
+the MLX model, whose compiled graphs are what could grow.) Every synthesis gets a different text
+(so a different length, as a server or a batch run sees), and RSS is printed after the 1st, the 10th
+and every 10th synthesis. A process
 that keeps something per new input shape (compiled graphs, caches) grows here; a bounded one
 levels off after the first few. Growth is reported from the 10th synthesis on, after the
 allocator and MLX's buffer cache have warmed up.

@@ -7,8 +7,8 @@ Rerun from the repo root, in the throwaway reference venv (../shared/reference/R
 Writes into tests/fixtures/chatterbox/tiny/ the files Engineer A owns, in the published layout
 and under the published names (s3gen.safetensors beside them is written by chatterbox_s3gen.py):
 
-    t3_cfg.safetensors   T3 (Llama blocks, llama3 RoPE) at hidden 64 / 2 layers / head_dim 64 (the real RoPE frequencies),
-                         every vocabulary and special-token id at its real value (704 text, 8194 speech)
+    t3_cfg.safetensors   T3 (Llama blocks, llama3 RoPE) at hidden 64 / 2 layers / head_dim 64 (the real RoPE
+                         frequencies), every vocabulary and special-token id at its real value (704 text, 8194 speech)
     ve.safetensors       VoiceEncoder: 3-layer LSTM over 40 mels, hidden 32, embedding 256
     tokenizer.json       a small HF BPE tokenizer with the real special tokens ([STOP]=0, [START]=255)
     conds.pt             the default voice, saved by upstream ``Conditionals.save`` (a torch pickle)
