@@ -158,3 +158,23 @@ def test_same_knob_name_must_have_one_type():
     a = Family(name="a", load=lambda *a: None, knobs=(Knob("temperature", float, "T."),))
     b = dataclasses.replace(a, name="b", knobs=(Knob("temperature", int, "T."),))
     assert any("one CLI option serves both" in p for p in declaration_problems(b, [a, b]))
+
+
+def test_layers_do_not_reach_into_families():
+    """A family never imports another family (what two share lives in a shared module), and the
+    shared layers (nn/, lm/, backends/) import no family."""
+    import re
+
+    root = Path(ttscli.__file__).parent
+    pattern = re.compile(r"(?:from|import)\s+ttscli\.models\.([a-z0-9_]+)")
+    bad = []
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root).parts
+        own = rel[1] if rel[0] == "models" and len(rel) > 2 else None
+        shared = rel[0] in ("nn", "lm", "backends")
+        for name in pattern.findall(path.read_text(encoding="utf-8")):
+            if name == "base":
+                continue
+            if shared or (own is not None and name != own):
+                bad.append(f"{'/'.join(rel)} imports ttscli.models.{name}")
+    assert bad == []
