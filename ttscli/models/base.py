@@ -215,3 +215,34 @@ def sampling_knobs(prefix: str = "", what: str = "", defaults: Mapping[str, Any]
         help_ = f"{k.help[:-1]}; {what}." if what else k.help
         out.append(Knob(prefix + k.name, k.type, help_, d.get(prefix + k.name), k.min, k.max, k.choices, k.commands))
     return tuple(out)
+
+
+def hook(target: str) -> Callable[..., Any]:
+    """A Family hook that imports its module only when called: ``hook("ttscli.models.piper.load:load_pipeline")``.
+    family.py stays light (the CLI reads every family's declaration at start-up)."""
+    module, _, attr = target.partition(":")
+    if not module or not attr:
+        raise ValueError(f"hook target {target!r} is not 'package.module:function'")
+
+    def call(*args, **kwargs):
+        from importlib import import_module
+
+        return getattr(import_module(module), attr)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = attr
+    call.__doc__ = f"{target} (imported on first call)"
+    return call
+
+
+def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` re-exporting ``name -> submodule`` lazily, so importing a family's
+    package does not import its heavy modules."""
+
+    def __getattr__(name: str):
+        if name in exports:
+            from importlib import import_module
+
+            return getattr(import_module(f"{package}.{exports[name]}"), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__

@@ -6,17 +6,12 @@ importing the package (as the CLI does to read the family's knobs) stays light.
 """
 from __future__ import annotations
 
+from ttscli.models.base import lazy_exports
+
 _EXPORTS = {
     "T3": "t3", "T3Args": "config", "VoiceEncoder": "voice_encoder", "VEArgs": "config",
     "EnTokenizer": "tokenizer", "punc_norm": "tokenizer", "Conditionals": "conds",
     "load_t3": "load", "load_voice_encoder": "load", "load_tokenizer": "load", "load_conds": "load",
 }
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        from importlib import import_module
-
-        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

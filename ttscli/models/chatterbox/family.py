@@ -1,31 +1,7 @@
 """The chatterbox family's declaration (light: heavy imports happen inside the hooks)."""
 from __future__ import annotations
 
-from ttscli.models.base import Family, Knob, sampling_knobs
-
-
-def _load(spec, checkpoint, options):
-    from .load import load_pipeline
-
-    return load_pipeline(spec, checkpoint, options)
-
-
-def _convert_mlx(*args, **kwargs):
-    from .convert import convert_mlx
-
-    return convert_mlx(*args, **kwargs)
-
-
-def _convert_coreml(*args, **kwargs):
-    from .coreml_export import convert_coreml
-
-    return convert_coreml(*args, **kwargs)
-
-
-def _parity(*args, **kwargs):
-    from .parity import parity_checks
-
-    return parity_checks(*args, **kwargs)
+from ttscli.models.base import Family, Knob, hook, sampling_knobs
 
 
 def _bench_components(pipe, req):
@@ -44,7 +20,7 @@ def _voices(spec, checkpoint):
 
 FAMILY = Family(
     name="chatterbox",
-    load=_load,
+    load=hook("ttscli.models.chatterbox.load:load_pipeline"),
     knobs=(
         Knob("exaggeration", float, "Emotion exaggeration fed to T3's conditioning (0.5: neutral; "
              "upstream suggests >= 0.7 for expressive speech).", 0.5, min=0.0, max=2.0),
@@ -56,11 +32,12 @@ FAMILY = Family(
                         names=("temperature", "min_p", "top_p", "repetition_penalty")),
     ),
     voices=_voices,
-    convert={"mlx": _convert_mlx, "coreml": _convert_coreml},
+    convert={"mlx": hook("ttscli.models.chatterbox.convert:convert_mlx"),
+             "coreml": hook("ttscli.models.chatterbox.coreml_export:convert_coreml")},
     bench_components=_bench_components,
     bench_rows=(("t3_prefill_s", "T3 prefill (s)", "{:.3f}"),
                 ("t3_tokens_per_s", "T3 tokens/s (CFG: 2 rows)", "{:.1f}"),
                 ("s3gen_s_per_audio_s", "S3Gen s per audio s", "{:.3f}")),
-    parity_checks=_parity,
+    parity_checks=hook("ttscli.models.chatterbox.parity:parity_checks"),
     honours=frozenset({"voice", "ref_audio", "save_voice", "max_frames", "stream"}),
 )
