@@ -15,7 +15,7 @@ def ttscli_exe() -> list[str]:
 
 
 def only_line(err: str) -> str:
-    lines = [l for l in err.strip().splitlines() if l.strip()]
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
     assert len(lines) == 1, f"expected one line on stderr, got: {err!r}"
     assert "Traceback" not in err
     return lines[0]

@@ -100,7 +100,7 @@ def test_play_without_portaudio_or_device_is_one_line(run_cli, tmp_path):
         import pytest
 
         pytest.skip("this machine has PortAudio and an output device")
-    except Exception:
+    except Exception:  # noqa: BLE001 - probe: no sounddevice, no PortAudio (OSError) or no device all mean "go on"
         pass
     p = run_cli("speak", "Hello.", "--play")
     assert p.returncode == 1

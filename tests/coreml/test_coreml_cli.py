@@ -35,7 +35,8 @@ def test_convert_writes_what_the_manifest_says(converted):
     assert m["model"] == BASE and m["family"] == "qwen3_tts"
     spec = load_registry().resolve(BASE)
     assert set(m["components"]) == {c for c, names in spec.backends.items() if "coreml" in names}
-    assert sorted(p.name for p in out.iterdir()) == sorted(["manifest.json"] + [e["path"] for e in m["components"].values()])
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["manifest.json"] + [e["path"] for e in m["components"].values()])
     raw = (root / TINY_BASE / "model.safetensors").read_bytes()
     assert m["source"]["files"]["model.safetensors"] == {"sha256": hashlib.sha256(raw).hexdigest(), "size": len(raw)}
     entry = m["components"]["code_decoder"]
