@@ -345,21 +345,18 @@ BATCH_ROWS = (("step_ms_p50", "batched frame step, p50 (ms)", "{:.1f}"),
 
 
 def bench_batches(spec, req: BenchRequest, text: str, registry, console=None) -> dict:
-    """--batch 1,4,16: the family's batched generator (``models/<family>/batched.py``) side by side."""
-    import importlib
-
+    """--batch 1,4,16: the family's batched generator (``Family.batched["bench_batch"]``) side by side."""
     import mlx.core as mx
 
-    try:
-        batched = importlib.import_module(f"ttscli.models.{spec.family}.batched")
-    except ModuleNotFoundError:
-        raise UsageError(f"{spec.id} has no batched generation; drop --batch") from None
+    bench_batch = family_of(spec).batched.get("bench_batch")
+    if bench_batch is None:
+        raise UsageError(f"{spec.id} has no batched generation; drop --batch")
     if any(b < 1 for b in req.batch):
         raise UsageError("--batch sizes must be at least 1")
     backends = {"code_decoder": (req.backends or ["mlx"])[0]} if "code_decoder" in spec.backends else {}
     pipe = load(spec.id, model_dir=req.model_dir, registry=registry,
                 options=LoadOptions(dtype=req.dtype, backends=backends, random_weights=req.random_weights))
-    variants = batched.bench_batch(pipe, req.batch, req.max_frames or 20, text, req.seed, req.warmup)
+    variants = bench_batch(pipe, req.batch, req.max_frames or 20, text, req.seed, req.warmup)
     for v in variants.values():
         v["mlx_peak_mb"] = mx.get_peak_memory() / 2**20
     report = {"model": spec.id, "random_weights": req.random_weights, "text_chars": len(text),

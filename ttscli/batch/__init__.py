@@ -158,22 +158,18 @@ def attempt(pipe, row: Row, job: BatchJob) -> tuple[bool, dict]:
         return True, write_row(pipe, row, job)
     except (KeyboardInterrupt, SystemExit):
         raise
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - one row's failure never stops the run: recorded in the errors file
         return False, error_entry(row, e)
 
 
 def batched_synthesis(pipe):
-    """The family's ``synthesize_many`` (several requests through one batched generator) when
-    it has one and this pipeline's code decoder is MLX; else None (rows go one at a time)."""
-    import importlib
+    """The family's ``synthesize_many`` (``Family.batched``: several requests through one batched
+    generator) when it has one and this pipeline's code decoder is MLX; else None (rows go one at a time)."""
+    from ttscli.models import family_of
 
     if pipe.spec is None or pipe.backends.get("code_decoder") != "mlx":
         return None
-    try:
-        mod = importlib.import_module(f"ttscli.models.{pipe.spec.family}.batched")
-    except ModuleNotFoundError:
-        return None
-    return getattr(mod, "synthesize_many", None)
+    return family_of(pipe.spec).batched.get("synthesize_many")
 
 
 def run_local(pending: list[Row], job: BatchJob, pipe=None) -> Iterator[tuple[bool, dict]]:
@@ -195,7 +191,7 @@ def run_local(pending: list[Row], job: BatchJob, pipe=None) -> Iterator[tuple[bo
                 req = build_request(pipe, row, job)
             except (KeyboardInterrupt, SystemExit):
                 raise
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - one row's failure never stops the run: recorded in the errors file
                 failed.append((False, error_entry(row, e)))
                 continue
             rows[k] = (row, req)
@@ -211,7 +207,7 @@ def run_local(pending: list[Row], job: BatchJob, pipe=None) -> Iterator[tuple[bo
             yield True, write_audio(pipe, row, job, req, [out])
         except (KeyboardInterrupt, SystemExit):
             raise
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - one row's failure never stops the run: recorded in the errors file
             yield False, error_entry(row, e)
     yield from _pop_all(failed)
 

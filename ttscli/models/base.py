@@ -19,6 +19,7 @@ What the engine calls, all through :class:`Family`:
   family's figures; ``peers[name](spec, checkpoint, text, repeats) -> dict`` for ``--peer``.
 - ``parity_checks(spec, checkpoint, *, golden, against, frames, backend) -> list[Check]`` and
   ``parity_against``, the names ``--against`` accepts.
+- ``batched[...]``: continuous batching for ``ttscli batch``, ``serve`` and ``bench --batch``.
 
 What the engine reads from a pipeline is the :class:`Pipeline` base class below; every
 family's pipeline subclasses it.
@@ -133,6 +134,10 @@ class Family:
     peers: Mapping[str, Callable[..., dict[str, float]]] = field(default_factory=dict)
     parity_checks: Callable[..., list] | None = None
     parity_against: tuple[str, ...] = ()
+    # continuous batching (several requests through one forward per frame), by name:
+    #   synthesize_many(pipe, requests, max_batch) (ttscli batch), stream_many(pipe, source, drop, ...)
+    #   (ttscli serve), bench_batch(pipe, sizes, frames, text, seed, warmup) (ttscli bench --batch)
+    batched: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     # what the request may carry besides text, and which common fields the family honours
     honours: frozenset[str] = frozenset()    # of: voice, instruct, language, speed, ref_audio, stream,
     #                                          max_frames, save_voice (the engine refuses the rest)

@@ -51,17 +51,13 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def batched_stream(pipeline):
-    """The family's batched streaming generator for this pipeline (``models/<family>/batched.py``
-    ``stream_many``, MLX code decoder only), else None: requests then run one at a time."""
-    import importlib
+    """The family's batched streaming generator for this pipeline (``Family.batched["stream_many"]``,
+    MLX code decoder only), else None: requests then run one at a time."""
+    from ttscli.models import family_of
 
     if pipeline.spec is None or pipeline.backends.get("code_decoder") != "mlx":
         return None
-    try:
-        mod = importlib.import_module(f"ttscli.models.{pipeline.spec.family}.batched")
-    except ModuleNotFoundError:
-        return None
-    return getattr(mod, "stream_many", None)
+    return family_of(pipeline.spec).batched.get("stream_many")
 
 
 def run_request(pipeline, request):

@@ -24,5 +24,7 @@ FAMILY = Family(
                 ("code_predictor_frame_ms", "code predictor, 15 steps (ms)", "{:.2f}")),
     parity_checks=hook("ttscli.models.qwen3_tts.parity:parity_checks"),
     parity_against=("mlx", "coreml", "onnx", "onnx-f32", "onnx-int8", "onnx-int4"),
+    batched={name: hook(f"ttscli.models.qwen3_tts.batched:{name}")
+             for name in ("synthesize_many", "stream_many", "bench_batch")},
     honours=frozenset({"voice", "instruct", "language", "ref_audio", "save_voice", "max_frames", "stream"}),
 )
