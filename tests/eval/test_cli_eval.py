@@ -140,7 +140,8 @@ def test_missing_extra_is_one_line_naming_it(monkeypatch, capsys, tmp_path):
     from ttscli import cli
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "faster_whisper" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "faster_whisper" else real(name, *a))
     (tmp_path / "t.txt").write_text(FOX + "\n")
     rc = cli.main(["eval", "--texts", str(tmp_path / "t.txt"), "-q"])
     assert rc == 1
@@ -170,7 +171,8 @@ def test_audio_from_a_batch_folder_takes_its_manifest(run_cli, tmp_path):
     out = tmp_path / "out"
     (out / "00").mkdir(parents=True)
     shutil.copy(FIX / "espeak.wav", out / "00" / "a.wav")
-    entry = {"id": "a", "path": "00/a.wav", "text": "A rainbow is a division of white light into many beautiful colors."}
+    entry = {"id": "a", "path": "00/a.wav",
+             "text": "A rainbow is a division of white light into many beautiful colors."}
     (out / "manifest.jsonl").write_text(json.dumps(entry) + "\n")
     before = (out / "manifest.jsonl").read_bytes()
     p = run_cli("eval", "--audio", "out", "--language", "en", "--json", "-q")

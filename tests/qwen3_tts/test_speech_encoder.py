@@ -1,4 +1,5 @@
-"""Qwen3-TTS speech-tokenizer encoder vs goldens from the upstream Qwen3TTSTokenizer (scripts/goldens/qwen3_encoders.py)."""
+"""Qwen3-TTS speech-tokenizer encoder vs goldens from the upstream Qwen3TTSTokenizer
+(scripts/goldens/qwen3_encoders.py)."""
 from __future__ import annotations
 
 import json
@@ -176,7 +177,8 @@ def test_gelu_erf_matches_exact_gelu():
     assert np.abs(out - ref).max() < 1e-6
 
 
-@pytest.mark.parametrize("in_ch,k,s,d", [(8, 3, 2, 1), (8, 4, 2, 1), (8, 3, 1, 2), (2, 7, 1, 1), (16, 1, 1, 1), (8, 10, 5, 1)])
+@pytest.mark.parametrize("in_ch,k,s,d",
+                         [(8, 3, 2, 1), (8, 4, 2, 1), (8, 3, 1, 2), (2, 7, 1, 1), (16, 1, 1, 1), (8, 10, 5, 1)])
 def test_causal_conv_forms_and_chunking(in_ch, k, s, d):
     from ttscli.models.qwen3_tts.speech_tokenizer.encoder import CausalConv1d
 
@@ -190,7 +192,8 @@ def test_causal_conv_forms_and_chunking(in_ch, k, s, d):
     left, right = (k - 1) * d + 1 - s, -(-n // s) * s - n
     xp = np.pad(x[0], ((left, right), (0, 0)))
     w = np.array(conv.conv.weight)
-    ref = np.stack([sum(xp[t * s + j * d] @ w[:, j].T for j in range(k)) for t in range(-(-n // s))]) + np.array(conv.conv.bias)
+    ref = (np.stack([sum(xp[t * s + j * d] @ w[:, j].T for j in range(k)) for t in range(-(-n // s))])
+           + np.array(conv.conv.bias))
     out = np.array(conv(mx.array(x))[0])
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
     # chunks of a whole number of strides with carried context give the same result

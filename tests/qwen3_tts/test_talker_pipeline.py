@@ -71,7 +71,8 @@ def test_saved_icl_voice_reproduces_upstream_greedy_codes(tmp_path):
     cases = json.loads((FIX / "tiny-base.cases.json").read_text())
     case = cases["cases"]["icl"]
     g = np.load(FIX / "tiny-base.goldens.npz")
-    voice = VoicePrompt(mx.array(np.array(case["x_vector"], np.float32)), mx.array(np.array(case["ref_code"], np.int32)),
+    voice = VoicePrompt(mx.array(np.array(case["x_vector"], np.float32)),
+                        mx.array(np.array(case["ref_code"], np.int32)),
                         case["ref_text"], p.tokenizer.encode(ref_text_template(case["ref_text"])))
     path = save_voice(tmp_path / "v.safetensors", voice, "tiny-base", p.args.tts_model_size)
     r = Request(text=case["text"], voice=str(path), language=case["language"], max_frames=20, knobs=GREEDY)

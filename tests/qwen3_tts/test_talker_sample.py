@@ -16,7 +16,8 @@ def kept(x):
 def test_top_k_top_p_min_p_keep_the_right_ids():
     logits = mx.array([[4.0, 3.0, 2.0, 1.0, 0.0, -1.0]])
     assert kept(filter_logits(logits, SamplingParams(top_k=3))) == {0, 1, 2}
-    p = np.exp([4, 3, 2, 1, 0, -1.0]); p /= p.sum()          # 0.64, 0.24, 0.09, ...
+    p = np.exp([4, 3, 2, 1, 0, -1.0])
+    p /= p.sum()                                             # 0.64, 0.24, 0.09, ...
     assert kept(filter_logits(logits, SamplingParams(top_p=0.7))) == {0, 1}
     assert kept(filter_logits(logits, SamplingParams(top_p=0.5))) == {0}
     assert kept(filter_logits(logits, SamplingParams(min_p=0.2))) == {0, 1}
