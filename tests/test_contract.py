@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import ttscli  # noqa: F401  (BLAS preload before mlx)
+import ttscli  # BLAS preload before mlx
 import numpy as np
 import pytest
 
