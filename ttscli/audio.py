@@ -160,7 +160,7 @@ def _libsndfile_failure(sf_file, path: Path, err: Exception) -> Exception:
         import soundfile as sf
 
         detail = sf._ffi.string(sf._snd.sf_strerror(sf_file._file)).decode("utf-8", "replace")
-    except Exception:
+    except Exception:  # noqa: BLE001 - best effort: reads libsndfile's message through soundfile's private handles
         pass
     text = detail.split(":", 1)[-1].strip().rstrip(".") if "System error" in detail else ""
     by_text = {os.strerror(n): n for n in errno.errorcode}
@@ -199,7 +199,7 @@ class FileSink(Sink):
         major, subtype = FORMATS[fmt]
         try:
             self.f = sf.SoundFile(self.tmp, "w", samplerate=sample_rate, channels=1, format=major, subtype=subtype)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - soundfile/libsndfile raise many types; OSError is sorted out below
             self._discard()
             if isinstance(e, OSError) and os_error(e, self.path):
                 raise os_error(e, self.path) from None
@@ -213,7 +213,7 @@ class FileSink(Sink):
     def write(self, chunk: np.ndarray) -> None:
         try:
             self.f.write(np.clip(np.asarray(chunk, dtype=np.float32), -1.0, 1.0))
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - soundfile/libsndfile raise many types; all become one output error
             raise _libsndfile_failure(self.f, self.path, e) from None
         self.frames += len(chunk)
 
@@ -237,7 +237,7 @@ class FileSink(Sink):
     def abort(self) -> None:
         try:
             self.f.close()
-        except Exception:
+        except Exception:  # noqa: BLE001 - cleanup on abort: the data is thrown away anyway
             pass  # the data is being thrown away; a failed header update does not matter
         finally:
             self._discard()
@@ -345,8 +345,9 @@ class PlaySink(Sink):
         try:
             self.stream = sd.OutputStream(samplerate=sample_rate, channels=1, dtype="float32")
             self.stream.start()
-        except Exception as e:
-            raise BackendUnavailableError(f"--play: no usable audio output device ({e}); write a file with -o") from None
+        except Exception as e:  # noqa: BLE001 - PortAudio/sounddevice raise many types; all mean no usable device
+            raise BackendUnavailableError(
+                f"--play: no usable audio output device ({e}); write a file with -o") from None
 
     def write(self, chunk: np.ndarray) -> None:
         self.stream.write(np.ascontiguousarray(chunk, dtype=np.float32).reshape(-1, 1))
@@ -376,7 +377,7 @@ class MultiSink(Sink):
         for s in self.sinks:
             try:
                 s.abort()
-            except Exception:
+            except Exception:  # noqa: BLE001 - cleanup on abort: every sink gets its chance
                 pass
 
 
@@ -455,7 +456,7 @@ def read_reference(path: str | Path, max_seconds: float = 30.0, min_seconds: flo
         data, sr = sf.read(str(path), dtype="float32", always_2d=True)
     except AudioInputError:
         raise
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - soundfile/libsndfile raise many types; all mean an unreadable file
         raise AudioInputError(f"cannot read reference audio {path}: {str(e).splitlines()[0]}") from None
     mono = data.mean(axis=1)
     if len(mono) / sr < min_seconds:

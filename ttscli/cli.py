@@ -287,13 +287,16 @@ def speak(
     run_synthesis(pipe, request, output, fmt, play, workers)
 
 
-@app.command(epilog="Example: [bold]ttscli clone \"Hello there.\" --ref me.wav --ref-text \"What I said.\" -o out.wav[/bold]")
+@app.command(epilog="Example: [bold]ttscli clone \"Hello there.\" --ref me.wav "
+                     "--ref-text \"What I said.\" -o out.wav[/bold]")
 @with_knobs("clone")
 def clone(
     text: Optional[str] = typer.Argument(None, help="Text to speak in the reference voice; - reads stdin."),
     ref: Optional[Path] = typer.Option(None, "--ref", help="Reference audio (any format soundfile reads)."),
-    ref_text: Optional[str] = typer.Option(None, "--ref-text", help="Transcript of the reference (in-context cloning)."),
-    save_voice: Optional[Path] = typer.Option(None, "--save-voice", help="Store the voice prompt in a .safetensors file."),
+    ref_text: Optional[str] = typer.Option(
+        None, "--ref-text", help="Transcript of the reference (in-context cloning)."),
+    save_voice: Optional[Path] = typer.Option(
+        None, "--save-voice", help="Store the voice prompt in a .safetensors file."),
     file: Optional[Path] = typer.Option(None, "-f", "--file", help="Read the text from a UTF-8 file."),
     model: Optional[str] = Model,
     model_dir: Optional[Path] = ModelDir,
@@ -406,10 +409,12 @@ def convert(
     note(f"wrote {out}")
 
 
-@app.command(epilog="Example: [bold]ttscli bench qwen3-tts-0.6b-base --random-weights --prefill-mode batched,sequential[/bold]")
+@app.command(epilog="Example: [bold]ttscli bench qwen3-tts-0.6b-base --random-weights "
+                     "--prefill-mode batched,sequential[/bold]")
 def bench(
     model: Optional[str] = typer.Argument(None, help="Model id or alias (default: the embedded voice)."),
-    random_weights: bool = typer.Option(False, "--random-weights", help="Real dimensions, random weights: no download."),
+    random_weights: bool = typer.Option(
+        False, "--random-weights", help="Real dimensions, random weights: no download."),
     text: Optional[str] = typer.Option(None, "--text", help="Text to speak (default: a fixed paragraph)."),
     file: Optional[Path] = typer.Option(None, "-f", "--file"),
     repeats: int = typer.Option(3, "-n", "--repeats", min=1),
@@ -424,10 +429,12 @@ def bench(
     stream: bool = typer.Option(False, "--stream", help="Measure time to first audio when streaming."),
     max_frames: Optional[int] = MaxFrames,
     prompt_tokens: int = typer.Option(200, "--prompt-tokens", min=1, help="Prefill length for prefill timing."),
-    batch: Optional[str] = typer.Option(None, "--batch", help="Rows generated at once, side by side, e.g. 1,4,16 (codec LMs)."),
+    batch: Optional[str] = typer.Option(
+        None, "--batch", help="Rows generated at once, side by side, e.g. 1,4,16 (codec LMs)."),
     json_out: bool = typer.Option(False, "--json", help="Figures and environment as JSON on stdout."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="PNG of per-frame latency (needs matplotlib)."),
-    quality: bool = typer.Option(False, "--quality", help="Add WER/CER and DNSMOS of the audio (as `ttscli eval`; needs ttscli[eval])."),
+    quality: bool = typer.Option(
+        False, "--quality", help="Add WER/CER and DNSMOS of the audio (as `ttscli eval`; needs ttscli[eval])."),
     model_dir: Optional[Path] = ModelDir,
     dtype: Optional[str] = Dtype,
     registry: Optional[List[Path]] = Registry,
@@ -488,20 +495,26 @@ def eval_cmd(
     model: Optional[str] = Model,
     model_dir: Optional[Path] = ModelDir,
     audio: Optional[List[Path]] = typer.Option(
-        None, "--audio", help="Score these files (a folder's in name order; a `ttscli batch` folder by its manifest) instead of synthesizing; repeatable."),
+        None, "--audio", help="Score these files (a folder's in name order; a `ttscli batch` folder by its manifest) "
+                              "instead of synthesizing; repeatable."),
     voice: Optional[str] = typer.Option(None, "--voice", help="Preset voice name, or a saved voice .safetensors."),
     instruct: Optional[str] = typer.Option(None, "--instruct", help="Style instruction or voice description."),
     language: Optional[str] = typer.Option(None, "--language", help="Language of the texts; also given to the ASR."),
     seed: int = typer.Option(0, "--seed", help="Seed of line 1 (line n uses seed + n - 1)."),
     ref: Optional[Path] = typer.Option(None, "--ref", help="Reference voice: cloned from, and compared with."),
     ref_text: Optional[str] = typer.Option(None, "--ref-text", help="Transcript of --ref (in-context cloning)."),
-    max_wer: Optional[float] = typer.Option(None, "--max-wer", min=0.0, help="Fail (exit 1) above this corpus WER (0.1 = 10%)."),
-    min_mos: Optional[float] = typer.Option(None, "--min-mos", min=1.0, max=5.0, help="Fail below this mean DNSMOS OVRL."),
-    min_sim: Optional[float] = typer.Option(None, "--min-sim", min=-1.0, max=1.0, help="Fail below this mean speaker similarity to --ref."),
+    max_wer: Optional[float] = typer.Option(
+        None, "--max-wer", min=0.0, help="Fail (exit 1) above this corpus WER (0.1 = 10%)."),
+    min_mos: Optional[float] = typer.Option(
+        None, "--min-mos", min=1.0, max=5.0, help="Fail below this mean DNSMOS OVRL."),
+    min_sim: Optional[float] = typer.Option(
+        None, "--min-sim", min=-1.0, max=1.0, help="Fail below this mean speaker similarity to --ref."),
     json_out: bool = typer.Option(False, "--json", help="Figures as JSON on stdout."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="PNG of WER and DNSMOS per line (needs matplotlib)."),
-    asr_model_dir: Optional[Path] = typer.Option(None, "--asr-model-dir", help="A CTranslate2 Whisper folder instead of the packaged one.", file_okay=False),
-    speaker_model: Optional[Path] = typer.Option(None, "--speaker-model", help="Resemblyzer weights file instead of the packaged one.", dir_okay=False),
+    asr_model_dir: Optional[Path] = typer.Option(
+        None, "--asr-model-dir", help="A CTranslate2 Whisper folder instead of the packaged one.", file_okay=False),
+    speaker_model: Optional[Path] = typer.Option(
+        None, "--speaker-model", help="Resemblyzer weights file instead of the packaged one.", dir_okay=False),
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
     knobs: Optional[dict] = None,
@@ -512,8 +525,9 @@ def eval_cmd(
 
     if audio and (model or model_dir or voice or instruct or ref_text or knobs):
         raise UsageError("--audio scores existing files: drop -m/--model-dir/--voice/--instruct/--ref-text/knobs")
-    req = EvalRequest(texts=read_texts(texts) if texts is not None else [], language=language, model=model, model_dir=model_dir, voice=voice,
-                      instruct=instruct, seed=seed, ref=ref, ref_text=ref_text, audio=list(audio) if audio else None,
+    req = EvalRequest(texts=read_texts(texts) if texts is not None else [], language=language, model=model,
+                      model_dir=model_dir, voice=voice, instruct=instruct, seed=seed, ref=ref, ref_text=ref_text,
+                      audio=list(audio) if audio else None,
                       asr_model_dir=asr_model_dir, speaker_model=speaker_model, max_wer=max_wer, min_mos=min_mos,
                       min_sim=min_sim, plot=plot, knobs=knobs or {})
     prog, cb = progress_callback("scoring")
@@ -532,7 +546,8 @@ def eval_cmd(
 
 @app.command(epilog="Example: [bold]ttscli serve -m piper-joe --port 8000[/bold], then POST /v1/audio/speech")
 def serve(
-    model: Optional[List[str]] = typer.Option(None, "-m", "--model", help="Model to serve (repeatable; default: the registry default)."),
+    model: Optional[List[str]] = typer.Option(
+        None, "-m", "--model", help="Model to serve (repeatable; default: the registry default)."),
     model_dir: Optional[Path] = ModelDir,
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (default: loopback only)."),
     port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port (0: any free one)."),
@@ -540,7 +555,8 @@ def serve(
                                           help="Require Authorization: Bearer KEY (or $TTSCLI_API_KEY)."),
     max_queue: int = typer.Option(16, "--max-queue", min=1, help="Requests waiting per model; more get 503."),
     max_batch: int = typer.Option(16, "--max-batch", min=1,
-                                  help="Requests generated together by models with batched generation (Qwen3-TTS, MLX)."),
+                                  help="Requests generated together by models with batched generation "
+                                       "(Qwen3-TTS, MLX)."),
     voices_dir: Optional[Path] = typer.Option(None, "--voices-dir", file_okay=False,
                                               help="Saved voices (NAME.safetensors) that `voice` can name."),
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
@@ -577,17 +593,21 @@ def serve(
         raise Interrupted("stopped") from None
 
 
-@app.command(epilog="Example: [bold]ttscli batch lines.jsonl -o corpus/ --seed 1[/bold] (re-run the same command to resume)")
+@app.command(epilog="Example: [bold]ttscli batch lines.jsonl -o corpus/ --seed 1[/bold] "
+                     "(re-run the same command to resume)")
 def batch(
     manifest: Path = typer.Argument(..., help="Rows to speak: .jsonl or .csv with id, text and optional "
                                     "voice, ref_audio, ref_text, instruct, language, seed, knobs."),
-    output: Path = typer.Option(..., "-o", "--output", help="Output folder: DIR/<shard>/<id>.<fmt>, DIR/manifest.jsonl, DIR/errors.jsonl."),
+    output: Path = typer.Option(
+        ..., "-o", "--output", help="Output folder: DIR/<shard>/<id>.<fmt>, DIR/manifest.jsonl, DIR/errors.jsonl."),
     model: Optional[str] = Model,
     model_dir: Optional[Path] = ModelDir,
     fmt: str = typer.Option("wav", "--format", help="wav, flac, ogg or mp3."),
-    seed: int = typer.Option(0, "--seed", min=0, max=2**32 - 1, help="Base of the per-row seeds (rows without their own)."),
+    seed: int = typer.Option(
+        0, "--seed", min=0, max=2**32 - 1, help="Base of the per-row seeds (rows without their own)."),
     engine: str = typer.Option("local", "--engine", help="local (this process) or ray (a Ray cluster)."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster to join (default: start a local one)."),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray-address", help="Ray cluster to join (default: start a local one)."),
     ray_workers: int = typer.Option(2, "--ray-workers", min=1, help="Ray actors, one model each."),
     batch_size: int = typer.Option(16, "--batch-size", min=1,
                                    help="Rows generated at once by models with batched generation (Qwen3-TTS, MLX)."),
@@ -733,7 +753,7 @@ def _dispatch(args: list) -> int:
             _quiet_stdout()
             return 141
         return e.code if isinstance(e.code, int) else 1
-    except Exception as e:  # a bug: one line unless --debug
+    except Exception as e:  # noqa: BLE001 - a bug: one line unless --debug
         if State.debug:
             err.print_exception()
         # a full disk, read-only path or permission is the machine's state, not a bug

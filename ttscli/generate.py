@@ -142,7 +142,8 @@ def crossfade_join(pieces: Iterator[tuple[int, np.ndarray]], n_fade: int) -> Ite
         if head_needed:
             k = min(head_needed, len(x))
             start = len(held) - head_needed
-            w = fade_in[start:start + k] if len(held) == n_fade else np.linspace(0, 1, len(held), dtype=np.float32)[start:start + k]
+            w = (fade_in[start:start + k] if len(held) == n_fade
+                 else np.linspace(0, 1, len(held), dtype=np.float32)[start:start + k])
             held[start:start + k] = held[start:start + k] * (1 - w) + x[:k] * w
             head_needed -= k
             x = x[k:]
@@ -198,7 +199,7 @@ def _run_workers(generate: Callable[[Request], Iterator[np.ndarray]], reqs: list
                         return
                     queues[i].put(x)
                 queues[i].put(DONE)
-            except BaseException as e:  # handed to the consumer, raised in order
+            except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised in order
                 queues[i].put(e)
                 return
 

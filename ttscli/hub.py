@@ -69,8 +69,9 @@ def from_hf(spec: ModelSpec, download: bool = True) -> Path:
             raise ModelNotFoundError(f"{spec.id}: {repo} lacks {', '.join(missing)}")
         except ModelNotFoundError:
             raise
-        except Exception as e:  # network, auth, gated repo: all end the same way for the user
-            reason = ("the hub could not be reached" if isinstance(e, (LocalEntryNotFoundError, ConnectionError, OSError))
+        except Exception as e:  # noqa: BLE001 - network, auth, gated repo: all end the same way for the user
+            reason = ("the hub could not be reached"
+                      if isinstance(e, (LocalEntryNotFoundError, ConnectionError, OSError))
                       else type(e).__name__)
             raise ModelNotFoundError(
                 f"{spec.id}: weights not in the Hugging Face cache ({where}) and download of {repo} failed "

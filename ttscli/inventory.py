@@ -63,7 +63,8 @@ def inventory(registry: Registry) -> list[dict]:
     return rows
 
 
-SHORT_CAPS = {"speak": "speak", "clone": "clone", "voice_design": "design", "instruct": "instruct", "streaming": "stream"}
+SHORT_CAPS = {"speak": "speak", "clone": "clone", "voice_design": "design", "instruct": "instruct",
+              "streaming": "stream"}
 
 
 def render_table(rows: list[dict]):
@@ -135,7 +136,8 @@ def render_details(info: dict):
     t.add_row("can", ", ".join(info["capabilities"]) or "-")
     t.add_row("voices", ", ".join(info["voices"]) or "-")
     t.add_row("languages", ", ".join(info["languages"]) or "-")
-    t.add_row("options", ", ".join("--" + h.replace("_", "-").replace("ref-audio", "ref") for h in info["honours"]) or "-")
+    t.add_row("options",
+              ", ".join("--" + h.replace("_", "-").replace("ref-audio", "ref") for h in info["honours"]) or "-")
     t.add_row("backends", "; ".join(f"{c}: {', '.join(b) or '-'}" for c, b in info["backends_usable"].items()) or "-")
     t.add_row("convert --to", ", ".join(info["converts_to"]) or "-")
     t.add_row("bench --peer", ", ".join(info["peers"]) or "-")

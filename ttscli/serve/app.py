@@ -140,7 +140,7 @@ def create_app(cfg: ServeConfig) -> FastAPI:
             model_id, req, fmt, sse = await build_request(cfg, fields_, upload)
         except HTTPFailure:
             raise
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - every request error becomes an HTTP status through status_for
             raise HTTPFailure(status_for(e), one_line(e)) from None
         worker = cfg.workers[model_id]
         try:
@@ -276,7 +276,7 @@ async def _form(request, body: bytes):
 
     try:
         form = await Request(request.scope, replay).form(max_files=1, max_fields=64)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - Starlette's multipart parser raises many types; all mean a malformed body
         raise HTTPFailure(400, f"malformed multipart body: {getattr(e, 'detail', e)}") from None
     data, upload = {}, None
     for key, value in form.multi_items():

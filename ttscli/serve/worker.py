@@ -123,7 +123,7 @@ class ModelWorker:
     def _main(self) -> None:
         try:
             self.pipeline = self._load()
-        except BaseException as e:  # handed to start(); the thread ends
+        except BaseException as e:  # noqa: BLE001 - handed to start(), which raises it; the thread ends
             self._load_error = e
             self._ready.set()
             return
@@ -179,7 +179,7 @@ class ModelWorker:
             try:
                 self._batched_pass(many, source, drop, started)
                 left = None
-            except Exception as e:  # a failed batch fails its rows, never the worker
+            except Exception as e:  # noqa: BLE001 - a failed batch fails its rows, never the worker
                 left = e
             with self._cond:
                 stale = list(self.active)
@@ -215,12 +215,12 @@ class ModelWorker:
                 return "cancelled"
             job.put(DONE)
             return "served"
-        except BaseException as e:  # the client gets it as an error response / event
+        except BaseException as e:  # noqa: BLE001 - handed to the client as an error response / event
             job.put(e)
             return "failed"
         finally:
             if gen is not None and hasattr(gen, "close"):
                 try:
                     gen.close()  # run the pipeline's own clean-up for an abandoned generation
-                except Exception:
+                except Exception:  # noqa: BLE001 - cleanup of an abandoned generation
                     pass
