@@ -72,8 +72,8 @@ def parity_checks(spec, checkpoint: Path | None, *, golden: Path | None = None, 
             checks.append(Check("CFG prefill logits vs golden (cosine, worst row)", cos, 0.99999, ">=",
                                 f"{got.shape[0]} row(s)"))
         seq, _ = MLXCodeDecoder(t3, sequential=True).prefill(embeds, t3.new_cache())
-        checks.append(Check("internal: batched vs sequential prefill (max abs)", max_abs(np.array(logits), np.array(seq)),
-                            1e-4, "<="))
+        checks.append(Check("internal: batched vs sequential prefill (max abs)",
+                            max_abs(np.array(logits), np.array(seq)), 1e-4, "<="))
         if "t3/greedy_tokens" in g:
             ref = [int(t) for t in g["t3/greedy_tokens"]][:frames]
             s = T3Sampling(temperature=0.0, min_p=_scalar(g, "t3/min_p", 0.05), top_p=_scalar(g, "t3/top_p", 1.0),

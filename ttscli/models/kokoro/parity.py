@@ -112,7 +112,8 @@ def compare(model, refs: list[dict]) -> list[Check]:
     for r in refs:
         tokens, style, ref, q = r["tokens"], r["style"], r["twin"], r["int8"]
         o = ours.run(tokens, style)
-        same = o["durations"].size == ref["durations"].size and np.array_equal(o["durations"], ref["durations"].reshape(-1))
+        same = (o["durations"].size == ref["durations"].size
+                and np.array_equal(o["durations"], ref["durations"].reshape(-1)))
         dur_same += int(np.sum(o["durations"] == ref["durations"].reshape(-1)))
         dur_total += o["durations"].size
         o_tw = o if same else ours.run(tokens, style, ref["durations"])
@@ -178,8 +179,8 @@ def golden_checks(model, golden: Path) -> list[Check]:
     mx.eval(dur)
     checks = []
     if "durations" in g:
-        checks.append(Check("durations equal golden (tokens)", float(np.sum(np.array(dur) == g["durations"].reshape(-1))),
-                            float(len(tokens)), "=="))
+        checks.append(Check("durations equal golden (tokens)",
+                            float(np.sum(np.array(dur) == g["durations"].reshape(-1))), float(len(tokens)), "=="))
         dur = mx.array(np.asarray(g["durations"], np.float32).reshape(-1))
     p = model.prosody(mx.array(tokens, dtype=mx.int32), mx.array(style), d, np.array(dur))
     _, feats = model.source(p.f0)
@@ -208,4 +209,5 @@ def parity_checks(spec, checkpoint: Path | None, *, golden: Path | None = None, 
     if golden is not None:
         return golden_checks(model, Path(golden))
     info = describe(checkpoint)
-    return onnx_checks(model, onnx_path_of(checkpoint, _cache(spec)), load_voices(checkpoint), read_vocab(info["vocab"]))
+    return onnx_checks(model, onnx_path_of(checkpoint, _cache(spec)), load_voices(checkpoint),
+                       read_vocab(info["vocab"]))

@@ -168,7 +168,8 @@ def convert_onnx(onnx_path: Path, out_dir: Path, progress: Callable[[str], None]
     except (OSError, ValueError) as err:
         raise CheckpointError(f"cannot read {voice_json}: {err}") from err
     if voice.get("phoneme_type", "espeak") != "espeak":
-        raise CheckpointError(f"{onnx_path.name}: phoneme_type {voice.get('phoneme_type')!r} is not supported (espeak only)")
+        raise CheckpointError(f"{onnx_path.name}: phoneme_type {voice.get('phoneme_type')!r} "
+                              "is not supported (espeak only)")
     if int(voice.get("num_speakers", 1)) > 1:
         raise CheckpointError(f"{onnx_path.name}: multi-speaker Piper voices are not supported yet")
 

@@ -43,7 +43,8 @@ class DDSConv(nn.Module):
 
     def __init__(self, channels: int, kernel_size: int, n_layers: int):
         super().__init__()
-        self.convs_sep = [DepthwiseConv1d(channels, kernel_size, kernel_size ** i, kernel_size ** i * (kernel_size - 1) // 2)
+        self.convs_sep = [DepthwiseConv1d(channels, kernel_size, kernel_size ** i,
+                                          kernel_size ** i * (kernel_size - 1) // 2)
                           for i in range(n_layers)]
         self.convs_1x1 = [Conv1d(channels, channels, 1) for _ in range(n_layers)]
         self.norms_1 = [LayerNorm(channels) for _ in range(n_layers)]

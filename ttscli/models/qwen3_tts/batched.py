@@ -225,7 +225,7 @@ def bench_batch(pipe, sizes: list[int], frames: int, text: str, seed: int = 0, w
     cfg = pipe.loop_config(r)
     out = {}
     for B in sizes:
-        for rep in range(warmup + 1):
+        for _ in range(warmup + 1):
             stats: dict = {}
             items = [Item(key=i, prompt=prompt, cfg=cfg, seed=seed + i) for i in range(B)]
             t0 = time.perf_counter()
@@ -323,7 +323,7 @@ def synthesize_many(pipe, requests: Iterable[tuple[Any, Any]], max_batch: int = 
                     st["voice"][i] = voice
                     st["frames"][i] = []
                     items.append(Item(key=(key, i), prompt=prompt, cfg=cfg, seed=r.seed))
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - a request's failure is handed to its caller, never stops the batch
                 ready.append((key, e))
                 continue
             state[key] = st
@@ -347,7 +347,7 @@ def synthesize_many(pipe, requests: Iterable[tuple[Any, Any]], max_batch: int = 
             continue
         try:
             st["audio"][i] = decode(pipe, st["frames"].pop(i), st["voice"][i])
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - a request's failure is handed to its caller, never stops the batch
             st["failed"] = True
             del state[key]
             yield key, e
@@ -445,7 +445,7 @@ def stream_many(pipe, source: Callable[[int], list[tuple[Any, Any]]], drop: Call
                           "join": Joiner(n_fade)}
                     take.append(item_for(key, st))
                     state[key] = st
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001 - a request's failure is handed to its caller, never stops the batch
                     out.append((key, e))
         return take
 
@@ -474,7 +474,7 @@ def stream_many(pipe, source: Callable[[int], list[tuple[Any, Any]]], drop: Call
                         out += [(key, y) for y in st["join"].finish()]
                         out.append((key, DONE))
                         del state[key]
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - a request's failure is handed to its caller, never stops the batch
                 fail(key, e)
         while out:
             yield out.pop(0)

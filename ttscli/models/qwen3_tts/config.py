@@ -79,7 +79,8 @@ class ModelArgs(BaseArgs):
         if self.model_type != "qwen3_tts":
             raise CheckpointError(f"config.json: model_type is {self.model_type!r}, expected 'qwen3_tts'")
         if self.tokenizer_type != "qwen3_tts_tokenizer_12hz":
-            raise CheckpointError(f"config.json: tokenizer_type {self.tokenizer_type!r} is not supported (only the 12 Hz family)")
+            raise CheckpointError(f"config.json: tokenizer_type {self.tokenizer_type!r} is not supported "
+                                  "(only the 12 Hz family)")
         if self.tts_model_type not in ("base", "custom_voice", "voice_design"):
             raise CheckpointError(f"config.json: unknown tts_model_type {self.tts_model_type!r}")
         scaling = self.talker_config.rope_scaling or {}

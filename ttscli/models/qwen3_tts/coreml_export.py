@@ -65,7 +65,8 @@ def export_coreml(checkpoint: Path, out_dir: Path, *, model_id: str, capacity: i
     try:
         cfg = json.loads((checkpoint / "config.json").read_text())
     except FileNotFoundError:
-        raise CheckpointError(f"{checkpoint / 'config.json'} is missing; point at a Qwen3-TTS checkpoint folder") from None
+        raise CheckpointError(f"{checkpoint / 'config.json'} is missing; "
+                              "point at a Qwen3-TTS checkpoint folder") from None
     except ValueError as e:
         raise CheckpointError(f"{checkpoint / 'config.json'} is not valid JSON ({e})") from None
     record = {"checkpoint": str(checkpoint.resolve()), "files": source_files(checkpoint, SOURCE_FILES)}

@@ -69,7 +69,7 @@ def load_tokenizer(path: Path) -> TextTokenizer:
     except FileNotFoundError as e:
         raise CheckpointError(f"{path}: text tokenizer file missing ({Path(e.filename).name}); "
                               "the checkpoint folder needs vocab.json and merges.txt") from e
-    merges = [tuple(l.split(" ")) for l in lines if l and not l.startswith("#version")]
+    merges = [tuple(ln.split(" ")) for ln in lines if ln and not ln.startswith("#version")]
     tok = Tokenizer(BPE(vocab=vocab, merges=merges, unk_token=None, continuing_subword_prefix="",
                         end_of_word_suffix="", fuse_unk=False, byte_fallback=False))
     tok.normalizer = normalizers.NFC()
@@ -103,7 +103,8 @@ def load_model(path: Path, dtype: str | None = None) -> tuple[Qwen3TTSModel, Gen
     st = path / "model.safetensors"
     if not st.exists():
         if (path / "model.safetensors.index.json").exists():
-            raise CheckpointError(f"{path}: sharded checkpoints are not published for Qwen3-TTS; expected one model.safetensors")
+            raise CheckpointError(f"{path}: sharded checkpoints are not published for Qwen3-TTS; "
+                                  "expected one model.safetensors")
         raise CheckpointError(f"{st} is missing; pass the checkpoint folder in its Hugging Face layout")
     weights = read_safetensors(st)
     quantize.prepare(model, config, weights, str(st))  # checkpoints written by `ttscli convert -q`
@@ -143,6 +144,6 @@ def check_components(args: ModelArgs, decoder_args, checkpoint: Path | None = No
     if isinstance(enc_groups, int) and enc_groups != talker.num_code_groups:
         problems.append(f"the speech encoder keeps {enc_groups} codebooks but the talker uses {talker.num_code_groups}")
     if problems:
-        raise CheckpointError(f"{where}the talker (config.json) and the speech tokenizer (speech_tokenizer/config.json) "
-                              "do not match: "
+        raise CheckpointError(f"{where}the talker (config.json) and the speech tokenizer "
+                              "(speech_tokenizer/config.json) do not match: "
                               + "; ".join(problems))

@@ -203,8 +203,8 @@ def golden_checks(checkpoint: Path, golden: Path, frames: int, backend: str | No
             ours.append(np.array(prompt.tts_pad).reshape(-1))
         err = max(max_abs(o, r) for o, r in zip(ours, ref))
         shapes = " + ".join(f"{list(r.shape)}" for r in ref)
-        checks.append(Check("prompt embeddings vs golden (max abs)", err, EXACT_TOL, "<=",
-                            f"{', '.join(k.split('/')[1] for k in ('prompt/embeds', 'prompt/trailing', 'prompt/tts_pad') if k in g)}: {shapes}"))
+        parts = ", ".join(k.split("/")[1] for k in ("prompt/embeds", "prompt/trailing", "prompt/tts_pad") if k in g)
+        checks.append(Check("prompt embeddings vs golden (max abs)", err, EXACT_TOL, "<=", f"{parts}: {shapes}"))
     embeds = None
     if "prefill/embeds" in g:
         embeds = mx.array(_shape(g, "prefill/embeds", (None, H), golden).astype(np.float32))[None]

@@ -66,7 +66,8 @@ class Qwen3TTSPipeline(Pipeline):
             from ttscli.models.qwen3_tts.speech_tokenizer.encoder import load_speech_encoder
 
             if self.checkpoint is None:
-                raise UsageError("in-context clone needs the real speech tokenizer; use --x-vector-only with random weights")
+                raise UsageError("in-context clone needs the real speech tokenizer; "
+                                 "use --x-vector-only with random weights")
             self._speech_encoder = load_speech_encoder(self.checkpoint / "speech_tokenizer")
         return self._speech_encoder
 
@@ -80,7 +81,8 @@ class Qwen3TTSPipeline(Pipeline):
         if r.ref_audio is None:
             if self.random_weights:  # bench: any speaker vector will do
                 return VoicePrompt(mx.random.normal((enc_dim,), key=mx.random.key(0)))
-            raise UsageError("Base models clone a voice: give reference audio (--ref) or a saved voice (--voice x.safetensors)")
+            raise UsageError("Base models clone a voice: give reference audio (--ref) "
+                             "or a saved voice (--voice x.safetensors)")
         wav = np.asarray(r.ref_audio, np.float32).reshape(-1)
         # Every text chunk of one request carries the same reference: encode it once.
         digest = hashlib.blake2b(wav.tobytes(), digest_size=16).hexdigest()
@@ -129,7 +131,8 @@ class Qwen3TTSPipeline(Pipeline):
                          speaker=speaker, instruct=r.instruct, voice=voice,
                          non_streaming=r.knobs.get("non_streaming_mode"))
         if prompt.embeds.shape[1] > MAX_PROMPT:
-            raise InputTooLongError(f"the prompt is {prompt.embeds.shape[1]} tokens, over the {MAX_PROMPT}-token limit; "
+            raise InputTooLongError(f"the prompt is {prompt.embeds.shape[1]} tokens, "
+                                    f"over the {MAX_PROMPT}-token limit; "
                                     "shorten the text chunk, instruction or reference audio")
         it = generate_frames(self.model.talker, self.code_decoder, prompt, self.loop_config(r),
                              seed=r.seed, stats=self.stats)

@@ -51,7 +51,8 @@ class SpeakerEncoderConfig(BaseArgs):
         n = len(self.enc_channels)
         if len(self.enc_kernel_sizes) != n or len(self.enc_dilations) != n or n < 3:
             raise CheckpointError(
-                "speaker_encoder_config: enc_channels, enc_kernel_sizes and enc_dilations must have the same length (>= 3)"
+                "speaker_encoder_config: enc_channels, enc_kernel_sizes and enc_dilations "
+                "must have the same length (>= 3)"
             )
 
 
