@@ -39,7 +39,7 @@ _lib: ctypes.CDLL | None = None
 why: str = ""        # how the choice was made, for bench reports
 
 # CPU vendor -> the BLAS measured faster for MLX's work there (see the module docstring)
-MEASURED = {"AuthenticAMD": "mkl", "GenuineIntel": "mkl"}
+MEASURED = {"AuthenticAMD": "mkl"}
 MEASURE_FILE = "blas.json"
 
 

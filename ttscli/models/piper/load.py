@@ -95,10 +95,11 @@ def random_model(args: ModelArgs | None = None, seed: int = 0) -> Vits:
 
 
 BACKEND_ENV = "TTSCLI_PIPER_BACKEND"
-# Measured with `ttscli bench piper-joe --peer piper-tts` (docs/parity.md, "ONNX"): on the 2-core
-# AMD EPYC (Zen 3) the published graph on onnxruntime runs at piper-tts's own speed while our
-# MLX VITS is 1.5-2x slower on either BLAS; on Apple silicon MLX runs on the GPU.
-MEASURED_DEFAULT = {("linux", "AuthenticAMD"): "onnx", ("linux", "GenuineIntel"): "onnx", ("darwin", ""): "mlx"}
+# Measured with `ttscli bench piper-joe --peer piper-tts` (README, "CPU backend"): on the 2-core
+# AMD EPYC (Zen 3) the published graph on onnxruntime ran 1.07-1.34x faster than piper-tts in the
+# same run, our MLX VITS 1.5x slower; on Apple silicon MLX runs on the GPU. Elsewhere on Linux
+# (unmeasured) onnxruntime too: it is the graph piper-tts itself runs.
+MEASURED_DEFAULT = {("linux", "AuthenticAMD"): "onnx", ("darwin", ""): "mlx"}
 
 
 def cpu_vendor() -> str:
