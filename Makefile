@@ -1,6 +1,6 @@
 # Two commands set everything up from nothing:
 #   make speak TEXT="Hello"   creates .venv, installs ttscli, speaks with the embedded voice -> speech.wav
-#   make test                 creates .venv, installs ttscli with its test extras, runs the tests
+#   make test                 creates .venv, installs ttscli with its test extras, lints (ruff), runs the tests
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -25,6 +25,7 @@ speak: $(STAMP)
 	$(BIN)/ttscli speak "$(TEXT)" -o $(OUT)
 
 test: $(STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 blas:
