@@ -123,7 +123,7 @@ def run_once(pipe, request: Request, workers: int = 1) -> dict:
         out["prefill_tokens_per_s"] = s.prefill_tokens / s.prefill_s
     for k, v in s.extra.items():
         if isinstance(v, (int, float)):
-            out[k] = v
+            out.setdefault(k, v)      # a family's extra never overrides the measured figures
     return out
 
 

@@ -56,7 +56,6 @@ class PiperPipeline(Pipeline):
         sentences = text_to_ids(request.text, self.id_map, self.espeak_voice)
         stats.extra["phonemize_s"] = time.perf_counter() - t0
         stats.extra["sentences"] = len(sentences)
-        stats.extra["audio_s"] = 0.0
         for ids in sentences:
             key, k_dur, k_prior = mx.random.split(key, 3)
             t1 = time.perf_counter()
@@ -78,7 +77,6 @@ class PiperPipeline(Pipeline):
             stats.decoder_s += t3 - t2
             stats.frames += int(z.shape[1])
             stats.decoder_frames += int(z.shape[1])
-            stats.extra["audio_s"] += audio.size / self.sample_rate
             if stats.first_audio_s is None:
                 stats.first_audio_s = time.perf_counter() - t0
             yield audio
