@@ -12,7 +12,7 @@ import coremltools as ct
 
 import ttscli
 from ttscli.backends.coreml.export import describe_spec
-from ttscli.backends.coreml.lm import stack_shapes
+from ttscli.lm.config import stack_shapes
 from ttscli.backends.coreml.manifest import read_manifest
 from ttscli.backends.coreml.weights import RandomWeights, SafeTensors
 from ttscli.errors import CheckpointError

@@ -6,7 +6,7 @@ import pytest
 from mil_interp import InterpretedModel
 
 from ttscli.backends.coreml.decoder import CoreMLCodeDecoder
-from ttscli.backends.coreml.lm import stack_shapes
+from ttscli.lm.config import stack_shapes
 from ttscli.errors import CheckpointError
 from ttscli.lm.config import LMArgs
 from ttscli.lm.rope import inv_freq

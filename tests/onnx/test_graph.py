@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import ttscli  # noqa: F401  (BLAS preload before mlx)
-from ttscli.backends.onnx.graph import Quant, block_quantize, build_graph, stack_shapes
+from ttscli.backends.onnx.graph import Quant, block_quantize, build_graph
+from ttscli.lm.config import stack_shapes
 from ttscli.backends.onnx.runtime import OnnxLM
 from ttscli.errors import CheckpointError, UsageError
 from ttscli.lm.config import LMArgs

@@ -17,7 +17,7 @@ from coremltools.converters.mil import Builder as mb
 from coremltools.converters.mil.mil import types
 
 from ttscli.errors import CheckpointError
-from ttscli.lm.config import LMArgs, RopeArgs
+from ttscli.lm.config import LMArgs, RopeArgs, stack_shapes
 from ttscli.lm.rope import inv_freq
 
 # Additive mask value: large enough to zero a softmax term, small enough to stay finite in fp16.
@@ -26,29 +26,6 @@ MASK_NEG = -30000.0
 
 def f32(a) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(a, dtype=np.float32))
-
-
-def stack_shapes(args: LMArgs) -> dict[str, tuple[int, ...]]:
-    """Every tensor the program reads, by its name relative to the stack, with its shape."""
-    h, hd, inter = args.hidden_size, args.head_dim, args.intermediate_size
-    q, kv = args.num_attention_heads * hd, args.num_key_value_heads * hd
-    out: dict[str, tuple[int, ...]] = {"norm.weight": (h,)}
-    for i in range(args.num_hidden_layers):
-        p = f"layers.{i}."
-        out.update({p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
-                    p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (kv, h),
-                    p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, q),
-                    p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
-                    p + "mlp.down_proj.weight": (h, inter)})
-        if args.qk_norm:
-            out.update({p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)})
-        if args.attention_bias:
-            out.update({p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
-                        p + "self_attn.v_proj.bias": (kv,), p + "self_attn.o_proj.bias": (h,)})
-        if args.mlp_bias:
-            out.update({p + "mlp.gate_proj.bias": (inter,), p + "mlp.up_proj.bias": (inter,),
-                        p + "mlp.down_proj.bias": (h,)})
-    return out
 
 
 def cache_shape(args: LMArgs, capacity: int) -> tuple[int, int, int, int]:

@@ -24,37 +24,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ttscli.errors import CheckpointError, UsageError
-from ttscli.lm.config import LMArgs
+from ttscli.lm.config import LMArgs, stack_shapes
 from ttscli.lm.rope import inv_freq
 
 MS = "com.microsoft"
 OPSET = 17
 PRECISIONS = ("float32", "int8", "int4")
 BLOCK_SIZES = (16, 32, 64, 128)
-
-
-def stack_shapes(args: LMArgs) -> dict[str, tuple[int, ...]]:
-    """Every tensor the graph reads, by its name relative to the stack (the Core ML export's
-    list: the two backends take the same tensors)."""
-    h, hd, inter = args.hidden_size, args.head_dim, args.intermediate_size
-    q, kv = args.num_attention_heads * hd, args.num_key_value_heads * hd
-    out: dict[str, tuple[int, ...]] = {"norm.weight": (h,)}
-    for i in range(args.num_hidden_layers):
-        p = f"layers.{i}."
-        out.update({p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
-                    p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (kv, h),
-                    p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, q),
-                    p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
-                    p + "mlp.down_proj.weight": (h, inter)})
-        if args.qk_norm:
-            out.update({p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)})
-        if args.attention_bias:
-            out.update({p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
-                        p + "self_attn.v_proj.bias": (kv,), p + "self_attn.o_proj.bias": (h,)})
-        if args.mlp_bias:
-            out.update({p + "mlp.gate_proj.bias": (inter,), p + "mlp.up_proj.bias": (inter,),
-                        p + "mlp.down_proj.bias": (h,)})
-    return out
 
 
 def rope_cache(args: LMArgs, positions: int) -> tuple[np.ndarray, np.ndarray]:

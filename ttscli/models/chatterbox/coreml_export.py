@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ttscli.backends.coreml.decoder import CODE_DECODER
-from ttscli.backends.coreml.lm import stack_shapes
+from ttscli.lm.config import stack_shapes
 from ttscli.backends.coreml.manifest import source_files, write_manifest
 from ttscli.backends.coreml.weights import SafeTensors, take
 from ttscli.errors import UsageError

@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 
 from ttscli.backends.coreml.decoder import CODE_DECODER
-from ttscli.backends.coreml.lm import stack_shapes
+from ttscli.lm.config import stack_shapes
 from ttscli.backends.coreml.manifest import MANIFEST, source_files, write_manifest
 from ttscli.backends.coreml.weights import ArrayWeights, SafeTensors, take
 from ttscli.errors import CheckpointError, UsageError

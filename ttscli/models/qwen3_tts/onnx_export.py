@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from ttscli.backends.coreml.weights import ArrayWeights, SafeTensors, take
-from ttscli.backends.onnx.graph import Quant, stack_shapes
+from ttscli.backends.onnx.graph import Quant
+from ttscli.lm.config import stack_shapes
 from ttscli.backends.onnx.manifest import (
     MANIFEST,
     current,
