@@ -262,11 +262,12 @@ def effective_workers(pipeline, requested: int) -> tuple[int, str | None]:
     return requested, None
 
 
-def render(pipeline, request: Request, sink, workers: int = 1, on_chunk=None) -> int:
-    """Synthesize into a Sink; commits only when everything succeeded. Returns samples written."""
+def write_all(chunks: Iterator[np.ndarray], sink) -> int:
+    """Write audio chunks into a Sink; commits only when everything succeeded (and something was
+    spoken), else aborts it. Returns samples written."""
     n = 0
     try:
-        for x in synthesize(pipeline, request, workers=workers, on_chunk=on_chunk):
+        for x in chunks:
             sink.write(x)
             n += len(x)
     except BaseException:
@@ -279,3 +280,8 @@ def render(pipeline, request: Request, sink, workers: int = 1, on_chunk=None) ->
         raise UsageError("the text has nothing the voice can speak (only punctuation or symbols?)")
     sink.close()
     return n
+
+
+def render(pipeline, request: Request, sink, workers: int = 1, on_chunk=None) -> int:
+    """Synthesize into a Sink; commits only when everything succeeded. Returns samples written."""
+    return write_all(synthesize(pipeline, request, workers=workers, on_chunk=on_chunk), sink)

@@ -124,23 +124,12 @@ def write_row(pipe, row: Row, job: BatchJob) -> dict:
 def write_audio(pipe, row: Row, job: BatchJob, req, audio) -> dict:
     """Audio chunks of a row into its file (renamed into place only when complete); its entry."""
     from ttscli.audio import FileSink
+    from ttscli.generate import write_all
 
     rel = rel_path(row.id, job.fmt)
     path = job.out / rel
     path.parent.mkdir(parents=True, exist_ok=True)
-    sink = FileSink(path, pipe.sample_rate, job.fmt)
-    n = 0
-    try:
-        for x in audio:
-            sink.write(x)
-            n += len(x)
-    except BaseException:
-        sink.abort()
-        raise
-    if n == 0:
-        sink.abort()
-        raise UsageError("the text has nothing the voice can speak (only punctuation or symbols?)")
-    sink.close()
+    n = write_all(audio, FileSink(path, pipe.sample_rate, job.fmt))
     return {"id": row.id, "path": rel, "duration": round(n / pipe.sample_rate, 4), "samples": n,
             "sample_rate": pipe.sample_rate, "model": pipe.spec.id, "seed": req.seed, "text": row.text,
             "bytes": path.stat().st_size, "sha256": file_sha256(path),
