@@ -4,43 +4,22 @@ llama3 RoPE scaling) and a Qwen3-style one, run through the saved package's MIL 
 import numpy as np
 import pytest
 from mil_interp import InterpretedModel
+from random_lm import LLAMA, QWEN3, random_stack
 
 from ttscli.backends.coreml.decoder import CoreMLCodeDecoder
-from ttscli.lm.config import stack_shapes
 from ttscli.errors import CheckpointError
-from ttscli.lm.config import LMArgs
+from ttscli.lm.config import LMArgs, stack_shapes
 from ttscli.lm.rope import inv_freq
 
 mx = pytest.importorskip("mlx.core")
 
-LLAMA = {"model_type": "llama", "hidden_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 64, "rms_norm_eps": 1e-5,
-         "attention_bias": True, "rope_theta": 500000.0,
-         # a short original context puts the 8 rotary pairs in all three llama3 bands
-         "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                          "original_max_position_embeddings": 64}}
-QWEN3 = {"model_type": "qwen3", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-         "num_key_value_heads": 1, "head_dim": 8, "intermediate_size": 40, "rms_norm_eps": 1e-6,
-         "rope_theta": 1000000.0}
+QWEN3 = {**QWEN3, "hidden_size": 32, "head_dim": 8, "intermediate_size": 40}
 VOCAB, CAPACITY, POSITIONS = 40, 24, 20
 
 
 def mlx_stack(args: LMArgs, seed: int):
-    """DecoderLM with random weights rounded to fp16 (what the package stores), and a head."""
-    from mlx.utils import tree_flatten
-
-    from ttscli.lm.model import DecoderLM
-
-    lm = DecoderLM(args, embed_tokens=False)
-    rng = np.random.default_rng(seed)
-    w = {}
-    for k, v in tree_flatten(lm.parameters()):
-        scale = 0.3 if v.ndim == 1 and not k.endswith("bias") else 1 / np.sqrt(v.shape[-1])
-        centre = 1.0 if k.endswith("norm.weight") or k.endswith("layernorm.weight") else 0.0
-        w[k] = (centre + scale * rng.standard_normal(v.shape)).astype(np.float16).astype(np.float32)
-    lm.load_weights([(k, mx.array(v)) for k, v in w.items()])
-    head = (rng.standard_normal((VOCAB, args.hidden_size)) / np.sqrt(args.hidden_size)).astype(np.float16)
-    return lm, w, head.astype(np.float32)
+    """Weights rounded to fp16: what the package stores."""
+    return random_stack(args, seed, VOCAB, np.float16)
 
 
 @pytest.mark.parametrize("config", [LLAMA, QWEN3], ids=["llama3-rope-no-qk-norm-bias", "qwen3"])

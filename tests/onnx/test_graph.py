@@ -4,43 +4,22 @@ and a Qwen3-style one (q/k norm, grouped KV), prefill + steps through the shared
 including a buffer that grows mid-request; int8/int4 weights against float32."""
 import numpy as np
 import pytest
+from random_lm import LLAMA, QWEN3, random_stack
 
 import ttscli  # noqa: F401  (BLAS preload before mlx)
 from ttscli.backends.onnx.graph import Quant, block_quantize, build_graph
-from ttscli.lm.config import stack_shapes
 from ttscli.backends.onnx.runtime import OnnxLM
 from ttscli.errors import CheckpointError, UsageError
-from ttscli.lm.config import LMArgs
+from ttscli.lm.config import LMArgs, stack_shapes
 
 mx = pytest.importorskip("mlx.core")
 pytest.importorskip("onnxruntime")
 
-LLAMA = {"model_type": "llama", "hidden_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 64, "rms_norm_eps": 1e-5,
-         "attention_bias": True, "rope_theta": 500000.0,
-         "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                          "original_max_position_embeddings": 64}}
-QWEN3 = {"model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-         "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 96, "rms_norm_eps": 1e-6,
-         "rope_theta": 1000000.0}
 VOCAB, POSITIONS = 40, 24
 
 
 def mlx_stack(args: LMArgs, seed: int):
-    from mlx.utils import tree_flatten
-
-    from ttscli.lm.model import DecoderLM
-
-    lm = DecoderLM(args, embed_tokens=False)
-    rng = np.random.default_rng(seed)
-    w = {}
-    for k, v in tree_flatten(lm.parameters()):
-        scale = 0.3 if v.ndim == 1 and not k.endswith("bias") else 1 / np.sqrt(v.shape[-1])
-        centre = 1.0 if k.endswith(("norm.weight", "layernorm.weight")) else 0.0
-        w[k] = (centre + scale * rng.standard_normal(v.shape)).astype(np.float32)
-    lm.load_weights([(k, mx.array(v)) for k, v in w.items()])
-    head = (rng.standard_normal((VOCAB, args.hidden_size)) / np.sqrt(args.hidden_size)).astype(np.float32)
-    return lm, w, head
+    return random_stack(args, seed, VOCAB)
 
 
 def saved(tmp_path, args, w, head, quant=None, block=8, name="lm"):

@@ -14,28 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from ttscli.backends.decoder import CODE_DECODER, ConvertedCodeDecoder
 from ttscli.errors import CheckpointError, GenerationError
 
-from .manifest import component, for_checkpoint, read_manifest
+from .manifest import RECORD, for_checkpoint
 from .runtime import CoreMLModel, require_coreml
 
-CODE_DECODER = "code_decoder"
-
-
-def _np(x) -> np.ndarray:
-    if type(x).__module__.startswith("mlx"):
-        import mlx.core as mx
-
-        x = x.astype(mx.float32)   # numpy has no bfloat16
-    return np.asarray(x, dtype=np.float32)
-
-
-def _like(a: np.ndarray, ref):
-    if type(ref).__module__.startswith("mlx"):
-        import mlx.core as mx
-
-        return mx.array(a)
-    return a
+__all__ = ["CODE_DECODER", "CoreMLCache", "CoreMLCodeDecoder", "open_code_decoder"]
 
 
 @dataclass
@@ -47,7 +32,9 @@ class CoreMLCache:
     offset: int = 0
 
 
-class CoreMLCodeDecoder:
+class CoreMLCodeDecoder(ConvertedCodeDecoder):
+    record = RECORD
+
     def __init__(self, model, entry: dict):
         """``model``: a loaded package (:class:`CoreMLModel`) or anything with ``new_state()`` and
         ``predict(inputs, state)`` (tests run the package's MIL program with numpy);
@@ -63,8 +50,10 @@ class CoreMLCodeDecoder:
     def open(cls, folder: Path, name: str = CODE_DECODER, compute_units: str = "all",
              manifest: dict | None = None, model=None) -> "CoreMLCodeDecoder":
         """Component ``name`` of the converted folder ``folder`` (loaded by Core ML unless ``model``)."""
-        manifest = manifest or read_manifest(folder)
-        entry = component(manifest, name, folder)
+        return super().open(folder, name, manifest, compute_units=compute_units, model=model)
+
+    @classmethod
+    def from_entry(cls, folder: Path, entry: dict, compute_units: str = "all", model=None) -> "CoreMLCodeDecoder":
         return cls(model or CoreMLModel(folder, entry, compute_units), entry)
 
     def new_cache(self) -> CoreMLCache:
@@ -84,20 +73,15 @@ class CoreMLCodeDecoder:
         cache.offset += 1
         return out["logits"].reshape(1, -1), out["hidden"].reshape(1, -1)
 
-    def prefill(self, embeds, cache: CoreMLCache):
-        """``embeds [1, L, H]`` -> (logits ``[1, V]``, hidden ``[1, H]``) of the last position."""
-        e = _np(embeds).reshape(-1, self.hidden_size)
-        if not e.shape[0]:
-            raise ValueError("prefill needs at least one position")
+    def _prefill(self, x: np.ndarray, cache: CoreMLCache) -> tuple[np.ndarray, np.ndarray]:
+        e = x.reshape(-1, self.hidden_size)
         self.ensure_fits(cache, e.shape[0], "prompt")
         for row in e:
             logits, hidden = self._one(row, cache)
-        return _like(logits, embeds), _like(hidden, embeds)
+        return logits, hidden
 
-    def step(self, embed, cache: CoreMLCache):
-        """One position ``[1, 1, H]`` or ``[1, H]`` -> (logits ``[1, V]``, hidden ``[1, H]``)."""
-        logits, hidden = self._one(_np(embed).reshape(self.hidden_size), cache)
-        return _like(logits, embed), _like(hidden, embed)
+    def _step(self, x: np.ndarray, cache: CoreMLCache) -> tuple[np.ndarray, np.ndarray]:
+        return self._one(x.reshape(self.hidden_size), cache)
 
 
 def open_code_decoder(checkpoint: Path, compute_units: str = "all", name: str = CODE_DECODER) -> CoreMLCodeDecoder:

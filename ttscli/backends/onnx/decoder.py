@@ -17,32 +17,20 @@ from typing import Any
 
 import numpy as np
 
+from ttscli.backends.decoder import CODE_DECODER, ConvertedCodeDecoder, to_numpy
 from ttscli.errors import UsageError
 
-from .manifest import component, read_manifest
+from .manifest import RECORD
 from .runtime import LMCache, OnnxLM
 
-CODE_DECODER = "code_decoder"
+__all__ = ["CODE_DECODER", "PREFILL", "OnnxCodeDecoder"]
+
 PREFILL = ("onnx", "mlx")
 
 
-def to_numpy(x) -> np.ndarray:
-    if type(x).__module__.startswith("mlx"):
-        import mlx.core as mx
+class OnnxCodeDecoder(ConvertedCodeDecoder):
+    record = RECORD
 
-        x = x.astype(mx.float32)   # numpy has no bfloat16
-    return np.asarray(x, dtype=np.float32)
-
-
-def like(a: np.ndarray, ref):
-    if type(ref).__module__.startswith("mlx"):
-        import mlx.core as mx
-
-        return mx.array(a)
-    return a
-
-
-class OnnxCodeDecoder:
     def __init__(self, lm: OnnxLM, head: str = "logits", mlx_model: Any = None, prefill: str = "onnx"):
         """``lm``: the loaded graph; ``head``: its logits output; ``mlx_model``: the same LM on MLX
         (``new_cache()`` and ``__call__(embeds, cache) -> (logits, hidden)``) for ``prefill="mlx"``."""
@@ -57,22 +45,22 @@ class OnnxCodeDecoder:
         self.hidden_size = lm.hidden_size
 
     @classmethod
-    def open(cls, folder: Path, name: str = CODE_DECODER, manifest: dict | None = None, **kw) -> OnnxCodeDecoder:
-        manifest = manifest or read_manifest(folder)
-        entry = component(manifest, name, folder)
+    def from_entry(cls, folder: Path, entry: dict, **kw) -> OnnxCodeDecoder:
         return cls(OnnxLM(folder, entry), entry["heads"][0], **kw)
 
     def new_cache(self) -> LMCache:
         return self.lm.new_cache()
 
     def prefill(self, embeds, cache: LMCache):
-        """``embeds [1, L, H]`` -> (logits ``[1, V]``, hidden ``[1, H]``) of the last position."""
-        if embeds.shape[1] < 1:
-            raise ValueError("prefill needs at least one position")
-        if self.prefill_on == "mlx" and cache.offset == 0:
+        if self.prefill_on == "mlx" and cache.offset == 0 and embeds.shape[1] >= 1:
             return self._prefill_mlx(embeds, cache)
-        logits, hidden = self.lm.run(to_numpy(embeds), cache, (self.head, "hidden"))
-        return like(logits, embeds), like(hidden, embeds)
+        return super().prefill(embeds, cache)
+
+    def _prefill(self, x: np.ndarray, cache: LMCache) -> tuple[np.ndarray, np.ndarray]:
+        return tuple(self.lm.run(x, cache, (self.head, "hidden")))
+
+    def _step(self, x: np.ndarray, cache: LMCache) -> tuple[np.ndarray, np.ndarray]:
+        return tuple(self.lm.run(x.reshape(1, 1, -1), cache, (self.head, "hidden")))
 
     def _prefill_mlx(self, embeds, cache: LMCache):
         import mlx.core as mx
@@ -89,9 +77,3 @@ class OnnxCodeDecoder:
         if isinstance(embeds, mx.array):
             return logits.astype(mx.float32), hidden.astype(mx.float32)
         return to_numpy(logits), to_numpy(hidden)
-
-    def step(self, embed, cache: LMCache):
-        """One position ``[1, 1, H]`` or ``[1, H]`` -> (logits ``[1, V]``, hidden ``[1, H]``)."""
-        x = to_numpy(embed).reshape(1, 1, -1)
-        logits, hidden = self.lm.run(x, cache, (self.head, "hidden"))
-        return like(logits, embed), like(hidden, embed)
