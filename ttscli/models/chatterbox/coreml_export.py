@@ -13,11 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from ttscli.backends.coreml.decoder import CODE_DECODER
-from ttscli.lm.config import stack_shapes
-from ttscli.backends.coreml.manifest import source_files, write_manifest
-from ttscli.backends.coreml.weights import SafeTensors, take
-from ttscli.errors import UsageError
+from ttscli.backends.coreml.convert import convert_code_decoder, export_code_decoder, lm_with_head
+from ttscli.backends.coreml.manifest import source_files
+from ttscli.backends.coreml.weights import SafeTensors
 from ttscli.models.chatterbox.config import T3Args
 
 FAMILY = "chatterbox"
@@ -26,27 +24,20 @@ SOURCE_FILES = ("t3_cfg.safetensors",)
 
 
 def t3_weights(source, args: T3Args) -> tuple[Any, dict[str, np.ndarray], np.ndarray]:
-    lm = args.lm_args()
-    w = take(source, "tfmr.", stack_shapes(lm))
-    head = take(source, "", {"speech_head.weight": (args.speech_vocab, args.hidden_size)})
-    return lm, w, head["speech_head.weight"]
+    return lm_with_head(source, args.lm_args(), "tfmr.", "speech_head.weight", args.speech_vocab)
 
 
 def export_coreml(checkpoint: Path, out_dir: Path, *, model_id: str, capacity: int = 1024,
                   weights_8bit: bool = False, precision: str = "float16") -> dict:
-    from ttscli.backends.coreml.export import export_lm
     from ttscli.checkpoint import read_safetensors, shapes
 
     checkpoint = Path(checkpoint)
     path = checkpoint / "t3_cfg.safetensors"
     args = T3Args.from_weights(shapes(read_safetensors(path)), str(path))
-    lm, w, head = t3_weights(SafeTensors(path), args)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    entry = export_lm(lm, w, out_dir, T3_FILE, capacity=capacity, head=head, weights_8bit=weights_8bit,
-                      precision=precision)
     record = {"checkpoint": str(checkpoint.resolve()), "files": source_files(checkpoint, SOURCE_FILES)}
-    return write_manifest(out_dir, model=model_id, family=FAMILY, components={CODE_DECODER: entry}, source=record)
+    return export_code_decoder(t3_weights(SafeTensors(path), args), out_dir, T3_FILE, model_id=model_id,
+                               family=FAMILY, source=record, capacity=capacity, weights_8bit=weights_8bit,
+                               precision=precision)
 
 
 def convert_coreml(spec, checkpoint: Path, out_dir: Path, *, capacity: int = 1024, quantize: bool = False,
@@ -54,14 +45,8 @@ def convert_coreml(spec, checkpoint: Path, out_dir: Path, *, capacity: int = 102
                    dtype: str | None = None, progress: Callable[..., None] | None = None, **_unused) -> None:
     """``ttscli convert chatterbox --to coreml``. ``capacity``: conditioning (34) + text + 2 +
     speech tokens; the default 1024 covers ~20 s of speech per chunk."""
-    if quantize and q_bits != 8:
-        raise UsageError("Core ML weights quantize to 8 bits only; use -q --q-bits 8")
-    if dtype not in (None, "float16"):
-        raise UsageError("Core ML packages compute in float16; drop --dtype or use --dtype float16")
-    say = progress or (lambda done, total, what="": None)
-    say(0, 1, "Core ML: T3 (code decoder)")
-    export_coreml(checkpoint, out_dir, model_id=spec.id, capacity=capacity, weights_8bit=quantize or weights_8bit)
-    say(1, 1, "Core ML: T3 done")
+    convert_code_decoder(export_coreml, spec, checkpoint, out_dir, "T3", capacity=capacity, quantize=quantize,
+                         q_bits=q_bits, weights_8bit=weights_8bit, dtype=dtype, progress=progress)
 
 
 class RowwiseDecoder:

@@ -15,11 +15,10 @@ from typing import Callable
 
 import numpy as np
 
-from ttscli.backends.coreml.decoder import CODE_DECODER
-from ttscli.lm.config import stack_shapes
-from ttscli.backends.coreml.manifest import MANIFEST, source_files, write_manifest
-from ttscli.backends.coreml.weights import ArrayWeights, SafeTensors, take
-from ttscli.errors import CheckpointError, UsageError
+from ttscli.backends.coreml.convert import convert_code_decoder, export_code_decoder, lm_with_head
+from ttscli.backends.coreml.manifest import MANIFEST, source_files
+from ttscli.backends.coreml.weights import ArrayWeights, SafeTensors
+from ttscli.errors import CheckpointError
 from ttscli.lm.config import LMArgs
 
 FAMILY = "qwen3_tts"
@@ -38,24 +37,16 @@ def talker_args(cfg: dict) -> LMArgs:
 def talker_weights(source, cfg: dict) -> tuple[LMArgs, dict[str, np.ndarray], np.ndarray]:
     """(args, stack tensors, codec head ``[vocab, H]``) from a source with the checkpoint's names."""
     args = talker_args(cfg)
-    w = take(source, "talker.model.", stack_shapes(args))
-    head = take(source, "talker.", {"codec_head.weight": (args.vocab_size, args.hidden_size)})
-    return args, w, head["codec_head.weight"]
+    return lm_with_head(source, args, "talker.model.", "talker.codec_head.weight", args.vocab_size)
 
 
 def export_talker(source, cfg: dict, out_dir: Path, *, model_id: str, source_record: dict,
                   capacity: int = 256, weights_8bit: bool = False, precision: str = "float16") -> dict:
     """Talker package + manifest into ``out_dir``; returns the manifest."""
-    from ttscli.backends.coreml.export import export_lm
-
-    args, w, head = talker_weights(source, cfg)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    entry = export_lm(args, w, out_dir, TALKER_FILE, capacity=capacity, head=head,
-                      weights_8bit=weights_8bit, precision=precision)
-    return write_manifest(out_dir, model=model_id, family=FAMILY, components={CODE_DECODER: entry},
-                          source={**source_record, "tts_model_type": cfg.get("tts_model_type"),
-                                  "tts_model_size": cfg.get("tts_model_size")})
+    return export_code_decoder(talker_weights(source, cfg), out_dir, TALKER_FILE, model_id=model_id, family=FAMILY,
+                               source={**source_record, "tts_model_type": cfg.get("tts_model_type"),
+                                       "tts_model_size": cfg.get("tts_model_size")},
+                               capacity=capacity, weights_8bit=weights_8bit, precision=precision)
 
 
 def export_coreml(checkpoint: Path, out_dir: Path, *, model_id: str, capacity: int = 256,
@@ -77,19 +68,9 @@ def export_coreml(checkpoint: Path, out_dir: Path, *, model_id: str, capacity: i
 def convert_coreml(spec, checkpoint: Path, out_dir: Path, *, capacity: int = 256, quantize: bool = False,
                    q_bits: int = 8, q_group_size: int | None = None, weights_8bit: bool = False,
                    dtype: str | None = None, progress: Callable[..., None] | None = None) -> None:
-    """The family hook of ``ttscli convert MODEL --to coreml`` (see ttscli/convert.py).
-
-    ``quantize`` (with ``q_bits`` 8) or ``weights_8bit``: int8 linear weights, one scale per
-    output row (``q_group_size`` belongs to MLX's grouped quantization and is not used).
-    """
-    if quantize and q_bits != 8:
-        raise UsageError("Core ML weights quantize to 8 bits only; use -q --q-bits 8")
-    if dtype not in (None, "float16"):
-        raise UsageError("Core ML packages compute in float16; drop --dtype or use --dtype float16")
-    say = progress or (lambda done, total, what="": None)
-    say(0, 1, "Core ML: talker (code decoder)")
-    export_coreml(checkpoint, out_dir, model_id=spec.id, capacity=capacity, weights_8bit=quantize or weights_8bit)
-    say(1, 1, "Core ML: talker done")
+    """The family hook of ``ttscli convert MODEL --to coreml``: the talker's package."""
+    convert_code_decoder(export_coreml, spec, checkpoint, out_dir, "talker", capacity=capacity, quantize=quantize,
+                         q_bits=q_bits, weights_8bit=weights_8bit, dtype=dtype, progress=progress)
 
 
 def _fingerprint(params: dict, capacity: int) -> str:
