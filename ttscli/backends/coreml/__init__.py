@@ -9,9 +9,9 @@
     decoder.py   CoreMLCodeDecoder: new_cache / prefill / step over a converted LM package
 
 A family converts by choosing its LM's ``LMArgs`` and tensors (``convert.lm_with_head``) and
-calling ``convert.export_code_decoder``; its pipeline opens the code decoder with ``decoder.open_code_decoder(checkpoint)``.
-lm.py and export.py import coremltools; the rest does not, so `ttscli models` and the runtime
-checks stay light.
+calling ``convert.export_code_decoder``; its pipeline opens the code decoder with
+``decoder.open_code_decoder(checkpoint)``. lm.py and export.py import coremltools; the rest
+does not, so `ttscli models` and the runtime checks stay light.
 """
 from .runtime import COMPUTE_UNITS, CoreMLModel, coreml_available, load_package, require_coreml
 
