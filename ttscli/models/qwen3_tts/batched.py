@@ -18,7 +18,7 @@ import mlx.core as mx
 import numpy as np
 
 from ttscli.errors import GenerationError
-from ttscli.lm import ConcatCache, KeyStream, logit_bias
+from ttscli.lm import KeyStream, logit_bias
 from ttscli.lm.batch import RowBatch, sample_rows
 from ttscli.models.qwen3_tts.loop import LoopConfig
 from ttscli.models.qwen3_tts.prompt import Prompt
@@ -46,20 +46,8 @@ class _Row:
 
 def predictor_frame(cp, hidden: mx.array, c0_embed: mx.array, params: list, keys: mx.array):
     """:meth:`CodePredictor.frame` for ``B`` rows, each drawing with its own keys ``[B, 15, 2]``."""
-    cache = [ConcatCache() for _ in cp.model.layers]
-    x = mx.stack([hidden, c0_embed], axis=1)
-    total = c0_embed
-    codes = []
-    n = len(cp.lm_head)
-    for j in range(n):
-        h = cp.model(cache=cache, input_embeddings=cp.project(x))[:, -1, :]
-        code = sample_rows(cp.lm_head[j](h), params, [keys[i, j] for i in range(len(params))])
-        codes.append(code)
-        e = cp.model.codec_embedding[j](code)
-        total = total + e
-        if j + 1 < n:
-            x = e[:, None, :]
-    return mx.stack(codes, axis=1), total
+    return cp.frame_with(hidden, c0_embed,
+                         lambda j, logits: sample_rows(logits, params, [keys[i, j] for i in range(len(params))]))
 
 
 class _Compiled:
@@ -247,28 +235,8 @@ def bench_batch(pipe, sizes: list[int], frames: int, text: str, seed: int = 0, w
 
 
 def row_prompt(pipe, r):
-    """A chunk request's prompt, voice and loop config, with the checks of ``Qwen3TTSPipeline.frames``."""
-    from ttscli.errors import InputTooLongError, UsageError
-    from ttscli.models.qwen3_tts.pipeline import MAX_PROMPT
-    from ttscli.models.qwen3_tts.prompt import prepare
-    from ttscli.models.qwen3_tts.voice import is_voice_file
-
-    args = pipe.args
-    if args.is_base and r.voice and not is_voice_file(r.voice):
-        raise UsageError(f"Base models have no preset voices ({r.voice!r}); clone one with --ref or pass a "
-                         "saved voice .safetensors")
-    if not args.is_base and (is_voice_file(r.voice) or r.ref_audio is not None):
-        raise UsageError("voice cloning (reference audio or a saved voice file) needs a Base model, "
-                         "e.g. qwen3-tts-0.6b-base")
-    voice = pipe.voice_prompt(r)
-    speaker = None if is_voice_file(r.voice) or args.is_base else r.voice
-    if args.tts_model_type == "custom_voice" and not speaker:
-        speaker = (getattr(pipe.spec, "defaults", {}) or {}).get("voice")
-    prompt = prepare(pipe.model.talker, args, pipe.tokenizer, r.text, language=r.language, speaker=speaker,
-                     instruct=r.instruct, voice=voice, non_streaming=r.knobs.get("non_streaming_mode"))
-    if prompt.embeds.shape[1] > MAX_PROMPT:
-        raise InputTooLongError(f"the prompt is {prompt.embeds.shape[1]} tokens, over the {MAX_PROMPT}-token limit; "
-                                "shorten the text chunk, instruction or reference audio")
+    """A chunk request's prompt, voice and loop config, as ``Qwen3TTSPipeline.frames`` builds them."""
+    prompt, voice = pipe.prompt_for(r)
     return prompt, voice, pipe.loop_config(r)
 
 

@@ -64,6 +64,13 @@ class CodePredictor(nn.Module):
         embedding; ``keys [15, 2]`` one PRNG key per draw (ignored when greedy).
         Returns ``codes [B, 15] int32`` and ``frame_embed [B, H]`` (lazy).
         """
+        return self.frame_with(hidden, c0_embed,
+                               lambda j, logits: sample(logits, params, None if keys is None else keys[j]))
+
+    def frame_with(self, hidden: mx.array, c0_embed: mx.array,
+                   draw: Callable[[int, mx.array], mx.array]) -> tuple[mx.array, mx.array]:
+        """:meth:`frame` with ``draw(j, logits [B, V]) -> codes [B]`` choosing codebook ``j + 1``
+        (batched rows each sample with their own params and keys)."""
         cache = [ConcatCache() for _ in self.model.layers]
         x = mx.stack([hidden, c0_embed], axis=1)
         total = c0_embed
@@ -71,7 +78,7 @@ class CodePredictor(nn.Module):
         n = len(self.lm_head)
         for j in range(n):
             h = self.model(cache=cache, input_embeddings=self.project(x))[:, -1, :]
-            code = sample(self.lm_head[j](h), params, None if keys is None else keys[j])
+            code = draw(j, self.lm_head[j](h))
             codes.append(code)
             e = self.model.codec_embedding[j](code)
             total = total + e

@@ -22,7 +22,7 @@ from ttscli.models.base import Pipeline
 from ttscli.models.qwen3_tts.config import GenerationConfig
 from ttscli.models.qwen3_tts.loop import LoopConfig, generate_frames
 from ttscli.models.qwen3_tts.model import Qwen3TTSModel
-from ttscli.models.qwen3_tts.prompt import VoicePrompt, prepare, ref_text_template
+from ttscli.models.qwen3_tts.prompt import Prompt, VoicePrompt, prepare, ref_text_template
 from ttscli.models.qwen3_tts.voice import is_voice_file, load_voice, save_voice
 
 SAMPLE_RATE = 24000
@@ -116,7 +116,9 @@ class Qwen3TTSPipeline(Pipeline):
         cfg.ignore_eos = r.ignore_eos
         return cfg
 
-    def frames(self, r: Request) -> tuple[Iterator[np.ndarray], VoicePrompt | None]:
+    def prompt_for(self, r: Request) -> tuple[Prompt, VoicePrompt | None]:
+        """The talker prompt of one chunk request and its clone voice (None without one), after
+        the checks of what this model can do; the one prompt builder of single and batched rows."""
         if self.args.is_base and r.voice and not is_voice_file(r.voice):
             raise UsageError(f"Base models have no preset voices ({r.voice!r}); clone one with --ref or pass a "
                              "saved voice .safetensors")
@@ -134,6 +136,10 @@ class Qwen3TTSPipeline(Pipeline):
             raise InputTooLongError(f"the prompt is {prompt.embeds.shape[1]} tokens, "
                                     f"over the {MAX_PROMPT}-token limit; "
                                     "shorten the text chunk, instruction or reference audio")
+        return prompt, voice
+
+    def frames(self, r: Request) -> tuple[Iterator[np.ndarray], VoicePrompt | None]:
+        prompt, voice = self.prompt_for(r)
         it = generate_frames(self.model.talker, self.code_decoder, prompt, self.loop_config(r),
                              seed=r.seed, stats=self.stats)
         return it, voice
