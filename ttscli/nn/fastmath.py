@@ -12,6 +12,8 @@ from functools import lru_cache
 
 import mlx.core as mx
 
+from ttscli.nn.compiled import compile_bounded
+
 _LOG2E = 1.4426950408889634
 _LN2_HI = 0.693145751953125          # few mantissa bits: n * _LN2_HI is exact for |n| < 2^11
 _LN2_LO = 1.4286068203094173e-06
@@ -95,13 +97,13 @@ def fast_sigmoid(x: mx.array) -> mx.array:
     return 1.0 / (1.0 + fast_exp(-x))
 
 
-@mx.compile
+@compile_bounded  # not shapeless: fast_exp reinterprets bits (a View); one trace per shape grows a server
 def swiglu(gate: mx.array, up: mx.array) -> mx.array:
     """silu(gate) * up, the SwiGLU product."""
     return gate * fast_sigmoid(gate) * up
 
 
-@mx.compile
+@compile_bounded
 def softmax(x: mx.array) -> mx.array:
     """Softmax over the last axis (masked entries may be -inf).
 

@@ -13,6 +13,7 @@ import math
 import mlx.core as mx
 from mlx import nn
 
+from ttscli.nn.compiled import compile_shapeless
 from ttscli.nn.conv import Conv1d, ConvState, ConvTranspose1d, DepthwiseConv1d
 
 
@@ -76,7 +77,7 @@ _ROUND = 12582912.0
 _SIN_COEFFS = [(-1) ** i / math.factorial(2 * i + 1) for i in range(6, 0, -1)]   # r^13 ... r^3
 
 
-@mx.compile
+@compile_shapeless  # elementwise: one trace for every length (a trace per length grows a server)
 def _snake_poly(x: mx.array, alpha: mx.array, inv_beta: mx.array) -> mx.array:
     u = x * alpha
     k = (u * (1.0 / math.pi) + _ROUND) - _ROUND
@@ -89,7 +90,7 @@ def _snake_poly(x: mx.array, alpha: mx.array, inv_beta: mx.array) -> mx.array:
     return x + inv_beta * (s * s)
 
 
-@mx.compile
+@compile_shapeless
 def _snake_sin(x: mx.array, alpha: mx.array, inv_beta: mx.array) -> mx.array:
     s = mx.sin(x * alpha)
     return x + inv_beta * (s * s)
