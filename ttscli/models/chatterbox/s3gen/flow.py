@@ -20,7 +20,11 @@ import mlx.core as mx
 import numpy as np
 from mlx import nn
 
+from ttscli.nn.compiled import compile_bounded
 from ttscli.nn.conv import Conv1d, pad_time
+from ttscli.nn.fastmath import fast_exp, fast_sigmoid, on_cpu
+from ttscli.nn.fastmath import softmax as fast_softmax
+from ttscli.nn.layers import attention
 
 # ----------------------------------------------------------------------------- config
 
@@ -44,6 +48,51 @@ class FlowArgs:
     dec_n_blocks: int = 4
     dec_mid_blocks: int = 12
     inference_cfg_rate: float = 0.7
+
+
+# ----------------------------------------------------------------------------- activations
+# MLX's CPU exp/tanh/erf are scalar loops (~30 ns per element here); the flow applies them to
+# every element of the estimator's 56 blocks x 10 Euler steps x 2 CFG rows, where they cost more
+# than all the GEMMs. On the CPU they are built from fast_exp's multiply-adds instead.
+
+# Abramowitz & Stegun 7.1.26: erfc(z) = t P(t) exp(-z^2), t = 1 / (1 + p z), z >= 0, |error| <= 1.5e-7
+_ERF_P = 0.3275911
+_ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+@compile_bounded   # not shapeless: fast_exp reinterprets bits
+def _gelu_cpu(x: mx.array) -> mx.array:
+    z = mx.abs(x) * (1.0 / math.sqrt(2.0))
+    t = 1.0 / (1.0 + _ERF_P * z)
+    poly = t * (_ERF_A[0] + t * (_ERF_A[1] + t * (_ERF_A[2] + t * (_ERF_A[3] + t * _ERF_A[4]))))
+    q = poly * fast_exp(-z * z)                  # erfc(|x| / sqrt 2)
+    return 0.5 * x * mx.where(x >= 0, 2.0 - q, q)
+
+
+def gelu(x: mx.array) -> mx.array:
+    """The exact (erf) GELU, as diffusers' ``GELU(approximate="none")``."""
+    return _gelu_cpu(x) if on_cpu() else nn.gelu(x)
+
+
+@compile_bounded
+def _mish_cpu(x: mx.array) -> mx.array:
+    # tanh(log(1 + n)) = (n^2 + 2n) / (n^2 + 2n + 2) with n = e^x; past x = 20 the ratio is 1 in float32
+    n = fast_exp(mx.minimum(x, 20.0))
+    num = n * (n + 2.0)
+    return x * num / (num + 2.0)
+
+
+def mish(x: mx.array) -> mx.array:
+    return _mish_cpu(x) if on_cpu() else x * mx.tanh(nn.softplus(x))
+
+
+@compile_bounded
+def _silu_cpu(x: mx.array) -> mx.array:
+    return x * fast_sigmoid(x)
+
+
+def silu(x: mx.array) -> mx.array:
+    return _silu_cpu(x) if on_cpu() else nn.silu(x)
 
 
 # ----------------------------------------------------------------------------- encoder
@@ -102,7 +151,8 @@ class RelPositionMultiHeadedAttention(nn.Module):
         # relative shift: query i, key j reads relative position j - i, stored at t-1-i+j
         idx = (t - 1) - mx.arange(t)[:, None] + mx.arange(t)[None, :]
         bd = mx.take_along_axis(bd, mx.broadcast_to(idx, (b, h, t, t)), axis=-1)
-        attn = mx.softmax((ac + bd) * (1.0 / math.sqrt(dk)), axis=-1, precise=True)
+        scores = (ac + bd) * (1.0 / math.sqrt(dk))
+        attn = fast_softmax(scores) if on_cpu() else mx.softmax(scores, axis=-1, precise=True)
         y = (attn @ v).transpose(0, 2, 1, 3).reshape(b, t, h * dk)
         return self.linear_out(y)
 
@@ -114,7 +164,7 @@ class PositionwiseFeedForward(nn.Module):
         self.w_2 = nn.Linear(hidden, dim)
 
     def __call__(self, x: mx.array) -> mx.array:
-        return self.w_2(nn.silu(self.w_1(x)))
+        return self.w_2(silu(self.w_1(x)))
 
 
 class ConformerEncoderLayer(nn.Module):
@@ -184,10 +234,6 @@ class UpsampleConformerEncoder(nn.Module):
 # ----------------------------------------------------------------------------- estimator
 
 
-def mish(x: mx.array) -> mx.array:
-    return x * mx.tanh(nn.softplus(x))
-
-
 class _Act(nn.Module):
     """A parameterless slot of an upstream ``nn.Sequential`` (keeps the checkpoint's indices)."""
 
@@ -241,8 +287,7 @@ class Attention(nn.Module):
         def heads(y):
             return y.reshape(b, t, self.heads, -1).transpose(0, 2, 1, 3)
 
-        y = mx.fast.scaled_dot_product_attention(heads(self.to_q(x)), heads(self.to_k(x)), heads(self.to_v(x)),
-                                                 scale=self.scale)
+        y = attention(heads(self.to_q(x)), heads(self.to_k(x)), heads(self.to_v(x)), self.scale)
         return self.to_out[0](y.transpose(0, 2, 1, 3).reshape(b, t, -1))
 
 
@@ -252,7 +297,7 @@ class GELUProj(nn.Module):
         self.proj = nn.Linear(dim, hidden)
 
     def __call__(self, x: mx.array) -> mx.array:
-        return nn.gelu(self.proj(x))
+        return gelu(self.proj(x))
 
 
 class BasicTransformerBlock(nn.Module):
@@ -284,7 +329,7 @@ class TimestepEmbedding(nn.Module):
         self.linear_2 = nn.Linear(dim, dim)
 
     def __call__(self, x: mx.array) -> mx.array:
-        return self.linear_2(nn.silu(self.linear_1(x)))
+        return self.linear_2(silu(self.linear_1(x)))
 
 
 def timestep_features(t: mx.array, dim: int, scale: float = 1000.0) -> mx.array:
