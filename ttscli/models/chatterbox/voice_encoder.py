@@ -15,6 +15,7 @@ from mlx import nn
 
 from ttscli.errors import AudioInputError
 from ttscli.models.chatterbox.config import VEArgs
+from ttscli.nn.lstm import LSTM
 
 
 def trim_silence(wav: np.ndarray, top_db: float, frame: int = 2048, hop: int = 512) -> np.ndarray:
@@ -57,41 +58,6 @@ def partials(mel: np.ndarray, a: VEArgs) -> np.ndarray:
     return np.stack([mel[i * step: i * step + win] for i in range(n)])
 
 
-class LSTM(nn.Module):
-    """PyTorch's stacked LSTM (gate order i, f, g, o; two bias vectors), batch first."""
-
-    def __init__(self, input_size: int, hidden: int, layers: int):
-        super().__init__()
-        self.hidden, self.layers = hidden, layers
-        for k in range(layers):
-            fan_in = input_size if k == 0 else hidden
-            setattr(self, f"weight_ih_l{k}", mx.zeros((4 * hidden, fan_in)))
-            setattr(self, f"weight_hh_l{k}", mx.zeros((4 * hidden, hidden)))
-            setattr(self, f"bias_ih_l{k}", mx.zeros((4 * hidden,)))
-            setattr(self, f"bias_hh_l{k}", mx.zeros((4 * hidden,)))
-
-    def __call__(self, x: mx.array) -> mx.array:
-        """``x [B, T, in]`` -> final hidden state of the last layer ``[B, hidden]``."""
-        B, T, _ = x.shape
-        H = self.hidden
-        for k in range(self.layers):
-            w_hh = getattr(self, f"weight_hh_l{k}").T
-            xs = x @ getattr(self, f"weight_ih_l{k}").T + (getattr(self, f"bias_ih_l{k}")
-                                                            + getattr(self, f"bias_hh_l{k}"))
-            h = mx.zeros((B, H), x.dtype)
-            c = mx.zeros((B, H), x.dtype)
-            outs = []
-            for t in range(T):
-                g = xs[:, t] + h @ w_hh
-                i, f = mx.sigmoid(g[:, :H]), mx.sigmoid(g[:, H:2 * H])
-                gg, o = mx.tanh(g[:, 2 * H:3 * H]), mx.sigmoid(g[:, 3 * H:])
-                c = f * c + i * gg
-                h = o * mx.tanh(c)
-                outs.append(h)
-            x = mx.stack(outs, axis=1)
-        return h
-
-
 class VoiceEncoder(nn.Module):
     def __init__(self, a: VEArgs):
         super().__init__()
@@ -104,7 +70,7 @@ class VoiceEncoder(nn.Module):
 
     def __call__(self, mels: mx.array) -> mx.array:
         """Partials ``[B, frames, mels]`` -> L2-normalised embeddings ``[B, embed]``."""
-        e = nn.relu(self.proj(self.lstm(mels)))
+        e = nn.relu(self.proj(self.lstm(mels)[:, -1]))     # the last layer's final state
         return e / mx.linalg.norm(e, axis=1, keepdims=True)
 
     def embed(self, wav16k: np.ndarray) -> np.ndarray:

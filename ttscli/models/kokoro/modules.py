@@ -7,12 +7,12 @@ names, so every checkpoint layout converts to one set of names (convert.py).
 from __future__ import annotations
 
 import math
-from functools import cache
 
 import mlx.core as mx
 from mlx import nn
 
 from ttscli.nn.conv import Conv1d, pad_time
+from ttscli.nn.lstm import LSTM
 
 RSQRT2 = 1.0 / math.sqrt(2.0)
 
@@ -21,53 +21,11 @@ def leaky_relu(x: mx.array, slope: float) -> mx.array:
     return mx.maximum(x, slope * x)
 
 
-@cache
-def _lstm_step(hidden: int):
-    @mx.compile
-    def step(xg, h, c, whh):
-        # xg [2, 4H] (input projection + both biases), h/c [2, H], whh [2, H, 4H]; torch gate order i, f, g, o
-        g = xg + (h[:, None, :] @ whh)[:, 0, :]
-        i = mx.sigmoid(g[:, :hidden])
-        f = mx.sigmoid(g[:, hidden:2 * hidden])
-        gg = mx.tanh(g[:, 2 * hidden:3 * hidden])
-        o = mx.sigmoid(g[:, 3 * hidden:])
-        c = f * c + i * gg
-        return o * mx.tanh(c), c
-    return step
-
-
-class BiLSTM(nn.Module):
-    """``nn.LSTM(in, H, bidirectional=True, batch_first=True)``, one layer, zero initial state.
-
-    Both directions run in one loop as a batch of two: the reverse direction reads the sequence
-    flipped, with its own weights."""
+class BiLSTM(LSTM):
+    """``nn.LSTM(in, H, bidirectional=True, batch_first=True)``, one layer: every LSTM of the text side."""
 
     def __init__(self, input_size: int, hidden: int):
-        super().__init__()
-        self.hidden = hidden
-        for sfx in ("_l0", "_l0_reverse"):
-            setattr(self, "weight_ih" + sfx, mx.zeros((4 * hidden, input_size)))
-            setattr(self, "weight_hh" + sfx, mx.zeros((4 * hidden, hidden)))
-            setattr(self, "bias_ih" + sfx, mx.zeros((4 * hidden,)))
-            setattr(self, "bias_hh" + sfx, mx.zeros((4 * hidden,)))
-
-    def __call__(self, x: mx.array) -> mx.array:
-        """``x [T, in]`` -> ``[T, 2H]`` (forward ‖ backward)."""
-        t, hdim = x.shape[0], self.hidden
-        wih = mx.stack([self.weight_ih_l0.T, self.weight_ih_l0_reverse.T])
-        bias = mx.stack([self.bias_ih_l0 + self.bias_hh_l0, self.bias_ih_l0_reverse + self.bias_hh_l0_reverse])
-        whh = mx.stack([self.weight_hh_l0.T, self.weight_hh_l0_reverse.T])
-        xs = mx.stack([x, x[::-1]])                                  # [2, T, in]
-        xg = xs @ wih + bias[:, None, :]                             # [2, T, 4H]
-        step = _lstm_step(hdim)
-        h = mx.zeros((2, hdim), x.dtype)
-        c = mx.zeros((2, hdim), x.dtype)
-        outs = []
-        for k in range(t):
-            h, c = step(xg[:, k], h, c, whh)
-            outs.append(h)
-        y = mx.stack(outs, axis=1)                                   # [2, T, H]
-        return mx.concatenate([y[0], y[1][::-1]], axis=-1)
+        super().__init__(input_size, hidden, bidirectional=True)
 
 
 class Linear(nn.Module):
