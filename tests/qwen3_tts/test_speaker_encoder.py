@@ -88,12 +88,12 @@ def test_parameter_names_match_real_layout():
 
     model = SpeakerEncoder(SpeakerEncoderConfig(enc_dim=1024))
     shapes = {k: tuple(v.shape) for k, v in tree_flatten(model.parameters())}
-    # a few keys from the published 0.6B-Base layout (PyTorch [out, in, k] -> ours [out, k, in])
-    assert shapes["blocks.0.conv.weight"] == (512, 5, 128)
-    assert shapes["blocks.3.res2net_block.blocks.6.conv.weight"] == (64, 3, 64)
-    assert shapes["blocks.2.se_block.conv2.weight"] == (512, 1, 128)
-    assert shapes["asp.tdnn.conv.weight"] == (128, 1, 4608)
-    assert shapes["fc.weight"] == (1024, 1, 3072) and shapes["fc.bias"] == (1024,)
+    # a few keys from the published 0.6B-Base layout (convs in PyTorch layout [out, in, k], as published)
+    assert shapes["blocks.0.conv.weight"] == (512, 128, 5)
+    assert shapes["blocks.3.res2net_block.blocks.6.conv.weight"] == (64, 64, 3)
+    assert shapes["blocks.2.se_block.conv2.weight"] == (512, 128, 1)
+    assert shapes["asp.tdnn.conv.weight"] == (128, 4608, 1)
+    assert shapes["fc.weight"] == (1024, 3072, 1) and shapes["fc.bias"] == (1024,)
     assert len(shapes) == 2 + 3 * (4 + 14 + 4) + 2 + 4 + 2  # 76 tensors as in LAYOUT.md
 
 
@@ -136,12 +136,16 @@ def test_config_without_speaker_encoder_is_rejected(tmp_path):
         load_speaker_encoder(path)
 
 
-def test_sanitize_is_idempotent(model):
+def test_parameters_are_the_published_tensors(model):
+    """Convs keep the checkpoint's PyTorch layout [out, in, k]: every tensor loads as published."""
     from mlx.utils import tree_flatten
 
-    params = dict(tree_flatten(model.parameters()))
-    again = model.sanitize(params)
-    assert all(again[k] is params[k] for k in params)
+    published = {k[len("speaker_encoder."):]: v.shape for k, v in mx.load(str(FIX / "model.safetensors")).items()
+                 if k.startswith("speaker_encoder.")}
+    ours = {k: v.shape for k, v in tree_flatten(model.parameters())}
+    assert ours == published
+    c = model.config
+    assert ours["blocks.0.conv.weight"] == (c.enc_channels[0], c.mel_dim, c.enc_kernel_sizes[0])   # [out, in, k]
 
 
 def test_random_real_dims_shape():

@@ -144,14 +144,14 @@ def test_published_config_defaults_and_layout():
     assert args == defaults  # the published values are the defaults
     assert args.downsample_kernel == 4 and args.head_dim == 64
     shapes = {k: tuple(v.shape) for k, v in tree_flatten(SpeechEncoder(args).parameters())}
-    # keys/shapes from LAYOUT.md (PyTorch conv [out, in, k] -> ours [out, k, in])
-    assert shapes["encoder.layers.0.conv.weight"] == (64, 7, 1)
-    assert shapes["encoder.layers.12.conv.weight"] == (1024, 16, 512)
-    assert shapes["encoder.layers.14.conv.weight"] == (512, 3, 1024)
-    assert shapes["downsample.conv.weight"] == (512, 4, 512)
+    # keys/shapes from LAYOUT.md (convs in PyTorch layout [out, in, k], as published)
+    assert shapes["encoder.layers.0.conv.weight"] == (64, 1, 7)
+    assert shapes["encoder.layers.12.conv.weight"] == (1024, 512, 16)
+    assert shapes["encoder.layers.14.conv.weight"] == (512, 1024, 3)
+    assert shapes["downsample.conv.weight"] == (512, 512, 4)
     assert shapes["encoder_transformer.layers.7.mlp.fc1.weight"] == (2048, 512)
     assert shapes["quantizer.acoustic_residual_vector_quantizer.layers.30.codebook.embed_sum"] == (2048, 256)
-    assert shapes["quantizer.semantic_residual_vector_quantizer.input_proj.weight"] == (256, 1, 512)
+    assert shapes["quantizer.semantic_residual_vector_quantizer.input_proj.weight"] == (256, 512, 1)
     n_seanet = 2 + 4 * (4 + 2) + 2  # first conv, 4 x (resblock 2 convs + down conv), last conv; w+b
     n_tf = 8 * 12
     n_rvq = 32 * 3 + 4
@@ -184,7 +184,7 @@ def test_causal_conv_forms_and_chunking(in_ch, k, s, d):
 
     rng = np.random.default_rng(k * 10 + s)
     conv = CausalConv1d(in_ch, 5, k, stride=s, dilation=d)
-    conv.conv.weight = mx.array(rng.standard_normal((5, k, in_ch)).astype(np.float32))
+    conv.conv.weight = mx.array(rng.standard_normal((5, in_ch, k)).astype(np.float32))   # [out, in, k]
     conv.conv.bias = mx.array(rng.standard_normal(5).astype(np.float32))
     n = 61
     x = rng.standard_normal((1, n, in_ch)).astype(np.float32)
@@ -192,7 +192,7 @@ def test_causal_conv_forms_and_chunking(in_ch, k, s, d):
     left, right = (k - 1) * d + 1 - s, -(-n // s) * s - n
     xp = np.pad(x[0], ((left, right), (0, 0)))
     w = np.array(conv.conv.weight)
-    ref = (np.stack([sum(xp[t * s + j * d] @ w[:, j].T for j in range(k)) for t in range(-(-n // s))])
+    ref = (np.stack([sum(xp[t * s + j * d] @ w[:, :, j].T for j in range(k)) for t in range(-(-n // s))])
            + np.array(conv.conv.bias))
     out = np.array(conv(mx.array(x))[0])
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)

@@ -4,5 +4,4 @@ from ttscli.nn.layers import (  # noqa: F401
     Attention,
     RMSNorm,
     RoPE,
-    conv_weights_to_mlx,
 )

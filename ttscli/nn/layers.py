@@ -132,23 +132,3 @@ class MLP(nn.Module):
     def __call__(self, x: mx.array) -> mx.array:
         g, u = self.gate_proj(x), self.up_proj(x)
         return self.down_proj(swiglu(g, u) if on_cpu() else nn.silu(g) * u)
-
-
-def conv_weights_to_mlx(module: nn.Module, weights: dict) -> dict:
-    """PyTorch conv1d weights [out, in, k] -> MLX [out, k, in] for the keys of ``module``.
-
-    Tensors already in MLX layout are left alone (recognised by shape; where the kernel size
-    equals the input width the two layouts look alike and the PyTorch layout is assumed).
-    """
-    from mlx.utils import tree_flatten
-
-    expected = dict(tree_flatten(module.parameters()))
-    out = {}
-    for key, value in weights.items():
-        want = expected.get(key)
-        if want is not None and value.ndim == 3 and want.ndim == 3:
-            o, k, i = want.shape
-            if tuple(value.shape) == (o, i, k):
-                value = value.transpose(0, 2, 1)
-        out[key] = value
-    return out

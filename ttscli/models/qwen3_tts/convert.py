@@ -33,16 +33,6 @@ def keep(path: str, module: nn.Module) -> bool:
     return not isinstance(module, nn.Linear) or any(k in path for k in KEEP)
 
 
-def _to_published_layout(weights: dict[str, mx.array]) -> dict[str, mx.array]:
-    """Our speaker encoder holds convs as MLX [out, k, in]; the published file has [out, in, k]."""
-    out = {}
-    for k, v in weights.items():
-        if k.startswith("speaker_encoder.") and k.endswith(".weight") and v.ndim == 3:
-            v = mx.swapaxes(v, 1, 2)
-        out[k] = v
-    return out
-
-
 def convert_mlx(spec, checkpoint: Path, out_dir: Path, *, quantize: bool, q_bits: int, q_group_size: int,
                 dtype: str | None, progress=None) -> None:
     from ttscli.models.qwen3_tts.loader import load_model
@@ -57,7 +47,7 @@ def convert_mlx(spec, checkpoint: Path, out_dir: Path, *, quantize: bool, q_bits
     progress(1, 4, "quantizing" if quantize else "casting")
     if quantize:
         config[MARKER] = quantize_layers(model, bits=q_bits, group_size=q_group_size, keep=keep)
-    weights = _to_published_layout(dict(tree_flatten(model.parameters())))
+    weights = dict(tree_flatten(model.parameters()))    # the published names and layouts
     progress(2, 4, "saving")
     out_dir.mkdir(parents=True, exist_ok=True)
     mx.save_safetensors(str(out_dir / "model.safetensors"), weights, metadata={"format": "pt"})

@@ -27,21 +27,11 @@ class Qwen3TTSModel(nn.Module):
             self.speaker_encoder = SpeakerEncoder(SpeakerEncoderConfig.from_dict(
                 args.speaker_encoder_config or {}, where="speaker_encoder_config."))
 
-    def sanitize(self, weights: dict[str, mx.array]) -> dict[str, mx.array]:
-        """Checkpoint names already match the module tree; only the speaker encoder's conv
-        layout (PyTorch [out, in, k]) is converted, by that module's own ``sanitize``."""
-        if not self.args.is_base:
-            return weights
-        se = {k[len("speaker_encoder."):]: v for k, v in weights.items() if k.startswith("speaker_encoder.")}
-        rest = {k: v for k, v in weights.items() if not k.startswith("speaker_encoder.")}
-        rest.update({f"speaker_encoder.{k}": v for k, v in self.speaker_encoder.sanitize(se).items()})
-        return rest
-
     def expected_shapes(self) -> dict[str, tuple[int, ...]]:
         return shapes(dict(tree_flatten(self.parameters())))
 
     def load_checkpoint_weights(self, weights: dict[str, mx.array], dtype, source: str) -> None:
-        load_strict(self, self.sanitize(dict(weights)), dtype=dtype, source=source)
+        load_strict(self, dict(weights), dtype=dtype, source=source)
         self.talker.code_predictor.reset_compiled()
 
 

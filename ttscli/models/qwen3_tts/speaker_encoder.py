@@ -1,8 +1,8 @@
 """Qwen3-TTS speaker encoder (Base models): 24 kHz log-mel -> ECAPA-TDNN x-vector of size enc_dim.
 
 Parameter names follow the checkpoint keys after the ``speaker_encoder.`` prefix of the root
-model.safetensors. Activations are channels-last ``[B, T, C]``; conv weights are kept in MLX layout
-``[out, k, in]`` (``sanitize`` transposes the PyTorch ``[out, in, k]`` tensors). Every conv is
+model.safetensors. Activations are channels-last ``[B, T, C]``; conv weights keep the checkpoint's
+PyTorch layout ``[out, in, k]`` (ttscli.nn.conv's Conv1d derives its GEMM layout). Every conv is
 computed as one matmul over stacked taps, because MLX's CPU conv1d takes a slow generic path for
 dilated kernels and the "same" reflect padding is not a conv1d option anyway.
 """
@@ -21,7 +21,8 @@ from ttscli import dsp
 from ttscli.checkpoint import load_strict, read_component
 from ttscli.config import BaseArgs, read_json
 from ttscli.errors import AudioInputError, CheckpointError
-from ttscli.nn.conv import DerivedLayouts, conv1d_im2col, pad_time, resolve_padding, tap_weights
+from ttscli.nn import conv
+from ttscli.nn.conv import pad_time
 
 # Fixed in upstream extract_speaker_embedding (not read from the config).
 SAMPLE_RATE = 24000
@@ -97,22 +98,17 @@ def mel_spectrogram(wav_24k) -> mx.array:
 
 # ----------------------------------------------------------------------------- layers
 
-class Conv1d(DerivedLayouts):
-    """Conv1d with torch's ``padding="same", padding_mode="reflect"``; weight in MLX layout [out, k, in]."""
+class Conv1d(conv.Conv1d):
+    """Conv1d with torch's ``padding="same", padding_mode="reflect"``, always one GEMM over stacked
+    taps (a few hundred frames of 512 channels: weight-bound)."""
 
     def __init__(self, in_ch: int, out_ch: int, kernel_size: int = 1, dilation: int = 1):
-        super().__init__()
+        super().__init__(in_ch, out_ch, kernel_size, dilation=dilation, padding="same", pad_mode="reflect")
         scale = 1.0 / math.sqrt(in_ch * kernel_size)
-        self.weight = mx.random.uniform(-scale, scale, (out_ch, kernel_size, in_ch))
-        self.bias = mx.zeros((out_ch,))
-        self.kernel_size = kernel_size
-        self.dilation = dilation
+        self.weight = mx.random.uniform(-scale, scale, (out_ch, in_ch, kernel_size))
 
     def __call__(self, x: mx.array) -> mx.array:
-        # one GEMM over stacked taps: a few hundred frames of 512 channels, weight-bound
-        left, right = resolve_padding("same", self.kernel_size, self.dilation)
-        taps = self._derived("taps", lambda w: tap_weights(w.transpose(0, 2, 1)))
-        return conv1d_im2col(pad_time(x, left, right, "reflect"), taps, self.bias, self.dilation)
+        return self.im2col(x)
 
 
 class TimeDelayNetBlock(nn.Module):
@@ -225,16 +221,6 @@ class SpeakerEncoder(nn.Module):
                                   f"need at least {max(min_samples, (N_FFT - HOP) // 2 + 1)})")
         return self(mel_spectrogram(wav_24k)[None])[0]
 
-    def sanitize(self, weights: dict) -> dict:
-        """PyTorch conv weights [out, in, k] -> MLX [out, k, in]; keys without the ``speaker_encoder.`` prefix.
-
-        Tensors already in MLX layout are left alone (recognised by shape; where kernel size equals
-        the input width the two layouts look alike and PyTorch layout is assumed).
-        """
-        from ttscli.nn import conv_weights_to_mlx
-
-        return conv_weights_to_mlx(self, weights)
-
 
 def load_speaker_encoder(path: Path, dtype="float32") -> SpeakerEncoder:
     """Speaker encoder from a Qwen3-TTS Base folder (config.json + model.safetensors, ``speaker_encoder.*``)."""
@@ -245,7 +231,7 @@ def load_speaker_encoder(path: Path, dtype="float32") -> SpeakerEncoder:
     model = SpeakerEncoder(SpeakerEncoderConfig.from_dict(
         config["speaker_encoder_config"], source=str(path / "config.json"), where="speaker_encoder_config."))
     weights, source = read_component(path, PREFIX)
-    return load_strict(model, model.sanitize(weights), dtype=dtype, source=source, where=PREFIX,
+    return load_strict(model, weights, dtype=dtype, source=source, where=PREFIX,
                        hint="is this a Qwen3-TTS Base checkpoint?")
 
 

@@ -6,8 +6,8 @@ RVQ (1 semantic + N-1 acoustic levels, each half projecting the same input). Onl
 ``encoder_valid_num_quantizers`` levels are kept, as upstream does. Voice cloning uses it once per
 reference clip.
 
-Parameter names follow ``speech_tokenizer/model.safetensors`` after the ``encoder.`` prefix. Conv
-weights are kept in MLX layout ``[out, k, in]``. On the Linux CPU every conv runs as BLAS GEMMs
+Parameter names and shapes follow ``speech_tokenizer/model.safetensors`` after the ``encoder.``
+prefix (convs in PyTorch layout, ttscli.nn.conv's modules). On the Linux CPU every conv runs as BLAS GEMMs
 (ttscli.nn.conv: shifted per-tap products; strided kernels over blocks of ``stride`` frames), ELU/GELU run
 in numpy (MLX's CPU exp/erf are scalar and slow), and the first SEANet stages run in short chunks
 with carried causal context. The upstream sliding window (250) is not applied, as in upstream's
@@ -28,7 +28,7 @@ from ttscli.checkpoint import load_strict, read_component
 from ttscli.config import BaseArgs, read_json
 from ttscli.errors import AudioInputError, CheckpointError
 from ttscli.nn import Attention
-from ttscli.nn.conv import DerivedLayouts, conv1d_accumulate, conv1d_im2col, pad_time, tap_weights
+from ttscli.nn.conv import Conv1d, conv1d_accumulate, conv1d_im2col, pad_time
 
 PREFIX = "encoder."
 IGNORED_PREFIXES = ("decoder.",)
@@ -100,29 +100,13 @@ class EncoderArgs(BaseArgs):
 
 # ----------------------------------------------------------------------------- SEANet
 
-class _ConvWeights(DerivedLayouts):
-    """A conv's ``weight [out, k, in]`` (MLX layout, set by ``sanitize``) and ``bias``."""
-
-    def __init__(self, in_ch: int, out_ch: int, kernel_size: int, bias: bool):
-        super().__init__()
-        scale = 1.0 / math.sqrt(in_ch * kernel_size)
-        self.weight = mx.random.uniform(-scale, scale, (out_ch, kernel_size, in_ch))
-        if bias:
-            self.bias = mx.zeros((out_ch,))
-
-    def taps(self) -> mx.array:
-        """``[k, in, out]``, kept per weight (slicing taps out of ``[out, k, in]`` on every call
-        costs a slow strided copy)."""
-        return self._derived("taps", lambda w: tap_weights(w.transpose(0, 2, 1)))
-
-
 class CausalConv1d(nn.Module):
     """MimiConv1d, causal: left pad (k_eff - stride), right pad up to a whole number of strides."""
 
     def __init__(self, in_ch: int, out_ch: int, kernel_size: int, stride: int = 1, dilation: int = 1,
                  bias: bool = True, pad_mode: str = "constant"):
         super().__init__()
-        self.conv = _ConvWeights(in_ch, out_ch, kernel_size, bias)
+        self.conv = Conv1d(in_ch, out_ch, kernel_size, bias=bias)    # weights and taps; padding is ours
         self.kernel_size, self.stride, self.dilation = kernel_size, stride, dilation
         if pad_mode not in ("constant", "replicate"):
             raise CheckpointError(f"speech_tokenizer: unsupported pad_mode {pad_mode!r} (constant or replicate)")
@@ -349,13 +333,13 @@ class ResidualVectorQuantizer(nn.Module):
         vq_dim = args.vector_quantization_hidden_dimension
         self.layers = [VectorQuantization(args.codebook_size, args.codebook_dim) for _ in range(num_quantizers)]
         if vq_dim != args.hidden_size:
-            self.input_proj = _ConvWeights(args.hidden_size, vq_dim, 1, bias=False)
-            self.output_proj = _ConvWeights(vq_dim, args.hidden_size, 1, bias=False)
+            self.input_proj = Conv1d(args.hidden_size, vq_dim, 1, bias=False)
+            self.output_proj = Conv1d(vq_dim, args.hidden_size, 1, bias=False)
 
     def encode(self, x: mx.array, n: int) -> mx.array:
         """``x [T, hidden]`` -> codes ``[T, n]``: greedy nearest codeword on the running residual."""
         if "input_proj" in self:
-            x = x @ self.input_proj.weight[:, 0].T
+            x = x @ self.input_proj.weight[:, :, 0].T
         codes = []
         for layer in self.layers[:n]:
             embed = layer.codebook.embed()
@@ -413,20 +397,13 @@ class SpeechEncoder(nn.Module):
         frames = -(-n // self.args.encode_downsample_rate)
         return np.array(codes[:frames].astype(mx.int32))
 
-    def sanitize(self, weights: dict) -> dict:
-        """PyTorch conv weights [out, in, k] -> MLX [out, k, in] (keys without the ``encoder.`` prefix)."""
-        from ttscli.nn import conv_weights_to_mlx
-
-        return conv_weights_to_mlx(self, weights)
-
 
 def load_speech_encoder(path: Path, dtype: str = "float32") -> SpeechEncoder:
     """Encoder half of ``speech_tokenizer/`` (config.json + model.safetensors): strict on ``encoder.*``."""
     path = Path(path)
     model = SpeechEncoder(EncoderArgs.from_config(read_json(path / "config.json"), source=str(path / "config.json")))
     weights, source = read_component(path, PREFIX, others=IGNORED_PREFIXES)
-    return load_strict(model, model.sanitize(weights), dtype=dtype, source=source, where=PREFIX,
-                       hint="re-download the checkpoint")
+    return load_strict(model, weights, dtype=dtype, source=source, where=PREFIX, hint="re-download the checkpoint")
 
 
 def build_random_speech_encoder(seed: int = 0, args: EncoderArgs | None = None) -> SpeechEncoder:
