@@ -8,12 +8,12 @@ from typing import Iterator
 import mlx.core as mx
 import numpy as np
 
-from ttscli.errors import UsageError
 from ttscli.generate import Request
 from ttscli.models.base import Pipeline
 
 from .model import Vits
 from .phonemize import text_to_ids
+from .settings import scales, sentence_audio
 
 
 class PiperPipeline(Pipeline):
@@ -30,18 +30,7 @@ class PiperPipeline(Pipeline):
     def settings(self, request: Request) -> dict:
         """Inference scales: the voice's defaults, then the request's knobs, then speed."""
         a = self.model.args
-        s = request.knobs
-        speed = 1.0 if request.speed is None else float(request.speed)
-        if speed <= 0:
-            raise UsageError(f"--speed must be positive, got {speed}")
-        out = {
-            "noise_scale": float(s.get("noise_scale", a.noise_scale)),
-            "noise_w": float(s.get("noise_w", a.noise_w)),
-            "length_scale": float(s.get("length_scale", a.length_scale)) / speed,
-        }
-        if out["length_scale"] <= 0 or out["noise_scale"] < 0 or out["noise_w"] < 0:
-            raise UsageError(f"Piper settings out of range: {out}")
-        return out
+        return scales({"noise_scale": a.noise_scale, "noise_w": a.noise_w, "length_scale": a.length_scale}, request)
 
     def generate(self, request: Request) -> Iterator[np.ndarray]:
         """Yield audio per sentence (piper synthesises sentence by sentence), as piper-tts does:
@@ -65,13 +54,7 @@ class PiperPipeline(Pipeline):
             audio = self.model.decode(z)[0]
             mx.eval(audio)
             t3 = time.perf_counter()
-            audio = np.array(audio, dtype=np.float32)
-            if normalize:
-                peak = float(np.max(np.abs(audio))) if audio.size else 0.0
-                audio = audio / peak if peak >= 1e-8 else np.zeros_like(audio)
-            if volume != 1.0:
-                audio = audio * volume
-            audio = np.clip(audio, -1.0, 1.0).astype(np.float32)
+            audio = sentence_audio(np.array(audio, dtype=np.float32), normalize, volume)
             stats.prefill_tokens += len(ids)
             stats.prefill_s += t2 - t1
             stats.decoder_s += t3 - t2
