@@ -1,5 +1,6 @@
 import io
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -156,3 +157,54 @@ def test_special_file_kinds(tmp_path):
     assert special_file("/dev/null") == "a device"
     assert special_file(str(tmp_path / "r.wav")) is None and special_file("-") is None
     assert format_for("/dev/null", None) == "wav" and format_for(str(tmp_path / "f"), "pcm") == "pcm"
+
+
+def test_file_sink_writes_through_a_symlink(tmp_path):
+    """-o LINK: the write lands in the link's final target (temp file beside the target, renamed
+    onto it); the links stay links."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    target = b / "t.wav"
+    target.write_bytes(b"old")
+    (a / "l1.wav").symlink_to(target)
+    (a / "l2.wav").symlink_to("l1.wav")                    # relative, and a chain
+    s = FileSink(a / "l2.wav", 16000, "wav")
+    s.write(np.zeros(800, np.float32))
+    assert [p.name for p in a.iterdir() if p.name.endswith(".part")] == []
+    assert len([p for p in b.iterdir() if p.name.endswith(".part")]) == 1
+    s.close()
+    assert (a / "l2.wav").is_symlink() and os.readlink(a / "l2.wav") == "l1.wav"
+    assert (a / "l1.wav").is_symlink() and Path(os.readlink(a / "l1.wav")) == target
+    assert sf.info(str(target)).frames == 800 and sorted(p.name for p in b.iterdir()) == ["t.wav"]
+
+
+def test_file_sink_through_a_symlink_aborts_cleanly(tmp_path):
+    target = tmp_path / "t.wav"
+    target.write_bytes(b"old")
+    (tmp_path / "l.wav").symlink_to(target)
+    s = FileSink(tmp_path / "l.wav", 16000, "wav")
+    s.write(np.zeros(10, np.float32))
+    s.abort()
+    assert target.read_bytes() == b"old" and (tmp_path / "l.wav").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l.wav", "t.wav"]
+
+
+def test_dangling_and_looping_symlinks(tmp_path):
+    from ttscli.audio import check_output
+    from ttscli.errors import UsageError
+
+    (tmp_path / "d.wav").symlink_to(tmp_path / "new.wav")      # dangling: the target is created
+    s = FileSink(tmp_path / "d.wav", 16000, "wav")
+    s.write(np.zeros(10, np.float32))
+    s.close()
+    assert (tmp_path / "d.wav").is_symlink() and sf.info(str(tmp_path / "new.wav")).frames == 10
+    (tmp_path / "x.wav").symlink_to(tmp_path / "nowhere" / "x.wav")
+    with pytest.raises(UsageError, match="output folder .*nowhere does not exist"):
+        check_output(str(tmp_path / "x.wav"))              # before any model work
+    (tmp_path / "p.wav").symlink_to("q.wav")
+    (tmp_path / "q.wav").symlink_to("p.wav")
+    with pytest.raises(UsageError, match=r"p.wav is a symlink that cannot be followed"):
+        check_output(str(tmp_path / "p.wav"))
+    with pytest.raises(UsageError, match=r"p.wav is a symlink that cannot be followed"):
+        FileSink(tmp_path / "p.wav", 16000, "wav")

@@ -49,6 +49,22 @@ def special_file(path: str) -> str | None:
     return None
 
 
+def write_target(path: str | Path) -> Path:
+    """The file a write to ``path`` lands in: ``path`` itself, or for a symlink its final target
+    (as open() would write; a dangling link's target is created), so the temp file goes beside
+    the target and the rename replaces the target, never the link."""
+    path = Path(path)
+    if not path.is_symlink():
+        return path
+    try:
+        return Path(os.path.realpath(path, strict=True))
+    except FileNotFoundError:
+        return Path(os.path.realpath(path))
+    except OSError as e:
+        raise UsageError(f"output {path} is a symlink that cannot be followed ({e.strerror}); "
+                         "point -o at a file") from None
+
+
 def format_for(path: str, fmt: str | None) -> str:
     """The output format: --format if given, else the file extension."""
     kind = "stdout" if path == "-" else special_file(path)
@@ -177,12 +193,13 @@ def _libsndfile_failure(sf_file, path: Path, err: Exception) -> Exception:
 
 
 class FileSink(Sink):
-    """Writes to a temp file beside the target, renamed into place only on close()."""
+    """Writes to a temp file beside the target, renamed into place only on close(); a symlink's
+    target is the target (:func:`write_target`)."""
 
     def __init__(self, path: str | Path, sample_rate: int, fmt: str):
         import soundfile as sf
 
-        self.path = Path(path)
+        self.path = write_target(path)
         folder = self.path.parent if str(self.path.parent) else Path(".")
         if not folder.is_dir():
             raise UsageError(f"output folder {folder} does not exist")
@@ -393,7 +410,7 @@ def check_output(output: str | None, fmt: str | None = None) -> None:
     if kind == "a socket":
         raise UsageError(f"output {output} is a socket; give a file, a FIFO, a device or -")
     if output != "-" and kind is None:
-        path = Path(output)
+        path = write_target(output)
         folder = path.parent if str(path.parent) else Path(".")
         if not folder.is_dir():
             raise UsageError(f"output folder {folder} does not exist")
