@@ -242,11 +242,7 @@ def row_prompt(pipe, r):
 
 def decode(pipe, frames: list[np.ndarray], voice) -> np.ndarray:
     """Codes -> audio as ``Qwen3TTSPipeline.generate`` decodes a one-shot chunk."""
-    from ttscli.models.qwen3_tts.speech_tokenizer import StreamingDecoder
-
-    sd = StreamingDecoder(pipe.speech_decoder, 50, 50)
-    if voice is not None and voice.ref_codes is not None:
-        mx.eval(pipe.speech_decoder(voice.ref_codes.astype(mx.int32), sd.cache))
+    sd = pipe.speech_stream(voice)
     out = [c for codes in frames for c in sd.push(codes)]
     tail = sd.flush()
     if tail is not None and len(tail):

@@ -144,20 +144,24 @@ class Qwen3TTSPipeline(Pipeline):
                              seed=r.seed, stats=self.stats)
         return it, voice
 
-    def generate(self, request: Request) -> Iterator[np.ndarray]:
+    def speech_stream(self, voice: VoicePrompt | None, first_frames: int = 50, chunk_frames: int = 50):
+        """The speech decoder for one chunk's frames (a ``StreamingDecoder``: exact, bounded
+        chunks); an in-context voice's reference frames are already its left context (upstream
+        decodes ref + generated in one pass and cuts the reference audio off)."""
         from ttscli.models.qwen3_tts.speech_tokenizer import StreamingDecoder
 
+        sd = StreamingDecoder(self.speech_decoder, first_frames, chunk_frames)
+        if voice is not None and voice.ref_codes is not None:
+            mx.eval(self.speech_decoder(voice.ref_codes.astype(mx.int32), sd.cache))
+        return sd
+
+    def generate(self, request: Request) -> Iterator[np.ndarray]:
         t0 = time.perf_counter()
         frames, voice = self.frames(request)
-        dec = self.speech_decoder
         if request.stream:
-            sd = StreamingDecoder(dec, max(1, request.first_chunk_frames), max(1, request.chunk_frames))
+            sd = self.speech_stream(voice, max(1, request.first_chunk_frames), max(1, request.chunk_frames))
         else:  # one-shot output, decoded in bounded chunks through one exact cache
-            sd = StreamingDecoder(dec, 50, 50)
-        if voice is not None and voice.ref_codes is not None:
-            # ICL: the reference frames are the decoder's left context (upstream decodes
-            # ref + generated in one pass and cuts the reference audio off).
-            mx.eval(dec(voice.ref_codes.astype(mx.int32), sd.cache))
+            sd = self.speech_stream(voice)
         collected = []
         for codes in frames:
             td = time.perf_counter()
