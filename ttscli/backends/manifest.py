@@ -56,6 +56,15 @@ def built_from(manifest: dict, checkpoint: Path) -> bool:
     return all(sha256(p) == files[rel]["sha256"] for rel, p in paths.items())
 
 
+def converted_folders(variant: str) -> list[Path]:
+    """Every folder of ttscli's converted-weights cache (``paths.converted_dir(model, variant)``)
+    that holds a manifest, in name order."""
+    from ttscli.paths import converted_dir
+
+    store = converted_dir("_", variant).parent.parent
+    return sorted(p.parent for p in store.glob(f"*/{variant}/{MANIFEST}"))
+
+
 class ManifestFormat:
     """One backend's manifest. A subclass sets the class attributes and says which tool versions
     it records (:meth:`tools`) and which file of an entry is missing (:meth:`missing`)."""

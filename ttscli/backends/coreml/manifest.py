@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
-from ttscli.backends.manifest import MANIFEST, ManifestFormat, built_from, source_files
+from ttscli.backends.manifest import MANIFEST, ManifestFormat, built_from, converted_folders, source_files
 from ttscli.errors import CheckpointError
 
 VARIANT = "coreml"          # paths.converted_dir(model_id, VARIANT)
@@ -35,21 +35,14 @@ FORMAT, FORMAT_VERSION = RECORD.format, RECORD.version
 write_manifest, read_manifest, component = RECORD.write, RECORD.read, RECORD.component
 
 __all__ = ["MANIFEST", "FORMAT", "FORMAT_VERSION", "VARIANT", "RECORD", "built_from", "component", "for_checkpoint",
-           "for_model", "manifests", "read_manifest", "source_files", "store", "write_manifest"]
-
-
-def store() -> Path:
-    """The folder holding every converted model (``paths.converted_dir``'s parent)."""
-    from ttscli.paths import converted_dir
-
-    return converted_dir("_", VARIANT).parent.parent
+           "for_model", "manifests", "read_manifest", "source_files", "write_manifest"]
 
 
 def manifests() -> Iterator[tuple[Path, dict]]:
     """(folder, manifest) of every valid Core ML conversion in ttscli's cache."""
-    for p in sorted(store().glob(f"*/{VARIANT}/{MANIFEST}")):
+    for folder in converted_folders(VARIANT):
         try:
-            yield p.parent, read_manifest(p.parent)
+            yield folder, read_manifest(folder)
         except CheckpointError:
             continue
 

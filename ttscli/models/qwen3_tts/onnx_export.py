@@ -27,8 +27,8 @@ import numpy as np
 from ttscli.backends.coreml.weights import ArrayWeights, SafeTensors, take
 from ttscli.backends.onnx.graph import Quant
 from ttscli.lm.config import stack_shapes
+from ttscli.backends.manifest import MANIFEST, converted_folders
 from ttscli.backends.onnx.manifest import (
-    MANIFEST,
     current,
     source_files,
     variant,
@@ -135,12 +135,6 @@ def convert_onnx(spec, checkpoint: Path, out_dir: Path, *, quantize: bool = Fals
                       progress=progress)
 
 
-def _store() -> Path:
-    from ttscli.paths import converted_dir
-
-    return converted_dir("_", "_").parent.parent
-
-
 def find_or_build(checkpoint: Path, quant: Quant, model_id: str | None = None) -> Path:
     """The folder converted from ``checkpoint`` at this precision: ttscli's cache is searched by
     source hashes; when nothing matches, it is built (once) into ``converted_dir(model_id)``."""
@@ -149,7 +143,7 @@ def find_or_build(checkpoint: Path, quant: Quant, model_id: str | None = None) -
     checkpoint = Path(checkpoint)
     var = variant(quant.precision)
     want = converted_dir(model_id or checkpoint.name, var)
-    for folder in [want] + sorted(p.parent for p in _store().glob(f"*/{var}/{MANIFEST}")):
+    for folder in [want] + converted_folders(var):
         m = current(folder, checkpoint)
         if m is not None and (m["components"][CODE_DECODER].get("block_size") in (None, quant.block_size)):
             return folder
