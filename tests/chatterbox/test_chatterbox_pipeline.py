@@ -143,3 +143,17 @@ def test_watermark_knob(parts, monkeypatch):
     assert seen["sr"] == 24000 and np.array_equal(marked, plain + 1.0)
     with pytest.raises(UsageError, match="cannot be combined with --stream"):
         list(pipe.generate(Request(text="hello", stream=True, knobs={"watermark": True})))
+
+
+def test_mlx_audio_peer_needs_its_interpreter(monkeypatch):
+    """`ttscli bench chatterbox --peer mlx-audio` says how to provide mlx-audio instead of failing."""
+    from ttscli.models.chatterbox.mlx_audio_peer import ENV, bench_peer
+
+    monkeypatch.delenv(ENV, raising=False)
+    with pytest.raises(UsageError, match=ENV):
+        bench_peer(None, None, "Hi.", 1, max_frames=5, random_weights=True)
+    monkeypatch.setenv(ENV, "/nonexistent/python")
+    with pytest.raises(UsageError, match="cannot run"):
+        bench_peer(None, None, "Hi.", 1, max_frames=5, random_weights=True)
+    with pytest.raises(UsageError, match="random-weights"):
+        bench_peer(None, None, "Hi.", 1, max_frames=5, random_weights=False)

@@ -59,3 +59,21 @@ def test_steps_and_noise_matter(flow, golden):
 def test_partial_drops_the_lookahead_frames(flow, golden):
     mel = _mel(flow, golden, noise=mx.array(golden["noise"].T), finalize=False)
     assert mel.shape[0] == 2 * (len(golden["token"]) - 3)
+
+
+def test_cpu_activations_match_float64():
+    """GELU (erf), Mish and SiLU as the CPU runs them (from fast_exp) against float64 formulas."""
+    import math
+
+    from ttscli.models.chatterbox.s3gen.flow import gelu, mish, silu
+
+    x = np.linspace(-30, 30, 120001).astype(np.float32)
+    xd = x.astype(np.float64)
+    erf = np.vectorize(math.erf)
+    softplus = np.where(xd > 30, xd, np.log1p(np.exp(np.minimum(xd, 30))))
+    refs = {gelu: 0.5 * xd * (1 + erf(xd / math.sqrt(2))), mish: xd * np.tanh(softplus),
+            silu: xd / (1 + np.exp(-xd))}
+    for fn, ref in refs.items():
+        got = np.array(fn(mx.array(x))).astype(np.float64)
+        # absolute near 0, relative for large |x| (float32 rounding of x itself is ~1e-7 relative)
+        assert np.all(np.abs(got - ref) <= 1e-6 + 1e-6 * np.abs(ref)), fn.__name__

@@ -39,5 +39,6 @@ FAMILY = Family(
                 ("t3_tokens_per_s", "T3 tokens/s (CFG: 2 rows)", "{:.1f}"),
                 ("s3gen_s_per_audio_s", "S3Gen s per audio s", "{:.3f}")),
     parity_checks=hook("ttscli.models.chatterbox.parity:parity_checks"),
+    peers={"mlx-audio": hook("ttscli.models.chatterbox.mlx_audio_peer:bench_peer")},
     honours=frozenset({"voice", "ref_audio", "save_voice", "max_frames", "stream"}),
 )
