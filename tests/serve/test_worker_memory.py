@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import sys
+import time
 import weakref
 
 import numpy as np
@@ -44,18 +45,19 @@ def test_answered_requests_leave_nothing_behind(monkeypatch):
     try:
         reqs = [1000 + 17 * i for i in range(30)] + ["fail"]
         refs = asyncio.run(serve_all(w, reqs, cancel_every=7))
-        deadline = 200
-        while (w.status()["active"] or w.status()["queued"]) and deadline:
-            asyncio.run(asyncio.sleep(0.01))
-            deadline -= 1
-        gc.collect()
-        alive = [r() for r in refs if r() is not None]
+        # the thread drops its last request just after answering it: give it a moment to get there
+        for _ in range(500):
+            gc.collect()
+            alive = [r() for r in refs if r() is not None]
+            if not alive and not w.status()["active"] and len(trims) > 1:
+                break
+            time.sleep(0.01)
         assert alive == [], f"{len(alive)} answered requests still referenced"
         s = w.status()
         assert (s["queued"], s["active"], s["failed"]) == (0, 0, 1)
         assert s["served"] + s["cancelled"] + s["failed"] == len(reqs)
-        # once after loading, then once per request taken off the queue (not those cancelled in it)
-        assert 1 + s["served"] + s["failed"] <= len(trims) <= 1 + len(reqs)
+        # after loading, then whenever the queue ran dry (at most once per request; at least at the end)
+        assert 2 <= len(trims) <= 1 + len(reqs)
     finally:
         w.stop()
 

@@ -8,10 +8,10 @@ HTTP side only submits jobs and reads their audio: a job's chunks travel to the 
 through ``call_soon_threadsafe``, and a client that goes away cancels its job, which frees its
 place in the queue at once (or stops its generation at the next chunk if it was running).
 
-After a request (or, batched, once no row is left) the thread hands freed heap pages back to
-the OS: glibc keeps what a request freed in its arenas, so without that a long-running server's
-RSS sits at the high-water mark of the longest request it has served (measured: +86 MB over
-warm-up with the embedded voice, README "Serve").
+When it runs out of work the thread hands freed heap pages back to the OS: glibc keeps what a
+request freed in its arenas, so without that an idle server's RSS stays at the high-water mark
+of the longest request it has served (README "Serve" has the measurements). Not after every
+request: a trim costs 50-130 ms here, and the pages come back on the next request anyway.
 """
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ def _malloc_trim():
 
 
 def release_memory() -> bool:
-    """Return the heap pages freed so far to the OS (glibc's ``malloc_trim``; every thread's
-    arena, ~1 ms); False where the C library has no such call (macOS, musl)."""
+    """Return the heap pages freed so far to the OS (glibc's ``malloc_trim``, every thread's
+    arena); False where the C library has no such call (macOS, musl)."""
     trim = _malloc_trim()
     if trim is None:
         return False
@@ -171,8 +171,9 @@ class ModelWorker:
             t0 = time.monotonic()
             outcome = self._serve(job)
             self._finish(job, outcome, t0)
-            del job
-            release_memory()
+            del job  # nothing of an answered request outlives it (the idle wait would hold it)
+            if not self._pending:
+                release_memory()
 
     def _finish(self, job: Job, outcome: str, t0: float) -> None:
         with self._cond:
@@ -232,7 +233,8 @@ class ModelWorker:
                 job.put(DONE)
                 outcome = "served"
             self._finish(job, "cancelled" if job.cancelled.is_set() else outcome, started.pop(job, time.monotonic()))
-            if not self.active:
+            del job, x  # the generator may now wait for work: hold nothing of an answered request
+            if not self.active and not self._pending:
                 release_memory()
 
     def _serve(self, job: Job) -> str:
