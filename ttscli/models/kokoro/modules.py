@@ -43,35 +43,39 @@ class Linear(nn.Module):
         return x @ self.weight.T
 
 
-class AdaLayerNorm(nn.Module):
-    """LayerNorm over channels (no affine, eps 1e-5), then ``(1 + gamma) x + beta`` from the style."""
+class _StyleNorm(nn.Module):
+    """A norm without affine parameters (:meth:`norm`), then ``(1 + gamma) x + beta`` with gamma
+    and beta projected from the style by ``fc``."""
 
     def __init__(self, style_dim: int, channels: int, eps: float = 1e-5):
         super().__init__()
         self.channels, self.eps = channels, eps
         self.fc = Linear(style_dim, 2 * channels)
 
+    def norm(self, x: mx.array) -> mx.array:
+        raise NotImplementedError
+
     def __call__(self, x: mx.array, s: mx.array) -> mx.array:
         h = self.fc(s)
         gamma, beta = h[: self.channels], h[self.channels:]
-        return (1 + gamma) * mx.fast.layer_norm(x, None, None, self.eps) + beta
+        return (1 + gamma) * self.norm(x) + beta
 
 
-class AdaIN1d(nn.Module):
+class AdaLayerNorm(_StyleNorm):
+    """LayerNorm over channels (no affine, eps 1e-5), then the style's scale and shift."""
+
+    def norm(self, x: mx.array) -> mx.array:
+        return mx.fast.layer_norm(x, None, None, self.eps)
+
+
+class AdaIN1d(_StyleNorm):
     """InstanceNorm over time (biased variance, eps 1e-5, no affine: hexgrad's checkpoint has none),
-    then ``(1 + gamma) x + beta`` from the style."""
+    then the style's scale and shift."""
 
-    def __init__(self, style_dim: int, channels: int, eps: float = 1e-5):
-        super().__init__()
-        self.channels, self.eps = channels, eps
-        self.fc = Linear(style_dim, 2 * channels)
-
-    def __call__(self, x: mx.array, s: mx.array) -> mx.array:
-        h = self.fc(s)
-        gamma, beta = h[: self.channels], h[self.channels:]
+    def norm(self, x: mx.array) -> mx.array:
         mean = mx.mean(x, axis=0, keepdims=True)
         var = mx.mean(mx.square(x - mean), axis=0, keepdims=True)
-        return (1 + gamma) * ((x - mean) * mx.rsqrt(var + self.eps)) + beta
+        return (x - mean) * mx.rsqrt(var + self.eps)
 
 
 class UpsamplePool(nn.Module):
