@@ -16,7 +16,6 @@ no ``module.`` prefix. Layouts read:
 """
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -208,11 +207,3 @@ def fix_layouts(weights: dict[str, np.ndarray], expected: dict[str, tuple]) -> d
 def source_fingerprint(path: Path) -> str:
     st = Path(path).stat()
     return f"{Path(path).name}:{st.st_size}:{int(st.st_mtime)}"
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
