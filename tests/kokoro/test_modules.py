@@ -1,6 +1,7 @@
 """Kokoro's building blocks against direct float64 numpy versions of PyTorch's definitions."""
 import numpy as np
 import pytest
+from lstm_reference import lstm_direction
 
 # ttscli before mlx: importing it loads a fast BLAS
 from ttscli.models.kokoro import convert
@@ -8,23 +9,6 @@ from ttscli.nn.spectral import istft, stft_features
 from ttscli.models.kokoro.modules import BiLSTM, UpsamplePool
 
 mx = pytest.importorskip("mlx.core")
-
-
-def _sig(x):
-    return 1 / (1 + np.exp(-x))
-
-
-def _lstm_np(x, wih, whh, bih, bhh):
-    h = np.zeros(whh.shape[1])
-    c = np.zeros(whh.shape[1])
-    out = []
-    for xt in x:
-        g = wih @ xt + bih + whh @ h + bhh
-        i, f, gg, o = np.split(g, 4)
-        c = _sig(f) * c + _sig(i) * np.tanh(gg)
-        h = _sig(o) * np.tanh(c)
-        out.append(h)
-    return np.array(out)
 
 
 def test_bilstm_is_torchs():
@@ -39,8 +23,9 @@ def test_bilstm_is_torchs():
     m.load_weights([(k, mx.array(v.astype(np.float32))) for k, v in p.items()], strict=True)
     x = rng.standard_normal((9, 12))
     got = np.array(m(mx.array(x.astype(np.float32))))
-    fwd = _lstm_np(x, *(p[k + "_l0"] for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")))
-    bwd = _lstm_np(x[::-1], *(p[k + "_l0_reverse"] for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")))[::-1]
+    names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+    fwd = lstm_direction(x, *(p[k + "_l0"] for k in names))
+    bwd = lstm_direction(x[::-1], *(p[k + "_l0_reverse"] for k in names))[::-1]
     np.testing.assert_allclose(got, np.concatenate([fwd, bwd], axis=1), atol=2e-5)
 
 

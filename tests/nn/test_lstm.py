@@ -2,6 +2,7 @@
 bidirectional, batched and unbatched input; the compiled step's traces do not grow with length."""
 import numpy as np
 import pytest
+from lstm_reference import lstm_direction
 
 import ttscli  # noqa: F401  (BLAS preload before mlx)
 
@@ -10,30 +11,13 @@ mx = pytest.importorskip("mlx.core")
 from ttscli.nn.lstm import LSTM, _step
 
 
-def _sig(x):
-    return 1 / (1 + np.exp(-x))
-
-
-def _direction(x, wih, whh, bih, bhh):
-    """One direction over ``x [T, in]`` -> ``[T, H]``; gates i, f, g, o."""
-    h = np.zeros(whh.shape[1])
-    c = np.zeros(whh.shape[1])
-    out = []
-    for xt in x:
-        i, f, g, o = np.split(wih @ xt + bih + whh @ h + bhh, 4)
-        c = _sig(f) * c + _sig(i) * np.tanh(g)
-        h = _sig(o) * np.tanh(c)
-        out.append(h)
-    return np.array(out)
-
-
 def _torch_lstm(x, p, layers, bidirectional):
     for k in range(layers):
         w = [p[f"{n}_l{k}"] for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
-        y = _direction(x, *w)
+        y = lstm_direction(x, *w)
         if bidirectional:
             wr = [p[f"{n}_l{k}_reverse"] for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
-            y = np.concatenate([y, _direction(x[::-1], *wr)[::-1]], axis=1)
+            y = np.concatenate([y, lstm_direction(x[::-1], *wr)[::-1]], axis=1)
         x = y
     return x
 
