@@ -1,0 +1,105 @@
+"""Family hooks: build the pipeline (checkpoint or random weights) and the bench's component times."""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from ttscli.errors import BackendUnavailableError
+from ttscli.models.base import LoadOptions
+
+
+class ByteTokenizer:
+    """Stand-in for random weights (bench): <bos>, special tokens by name, other text as UTF-8
+    bytes (the right length scale for timing)."""
+
+    def __init__(self, specials: dict[str, int]):
+        self.special = specials
+        self._re = re.compile("(" + "|".join(map(re.escape, specials)) + ")")
+
+    def encode(self, text: str) -> list[int]:
+        out = [2]
+        for part in self._re.split(text):
+            out += [self.special[part]] if part in self.special else [1000 + b for b in part.encode()]
+        return out
+
+
+def random_model(dtype: str):
+    import mlx.core as mx
+    from mlx.utils import tree_flatten, tree_map
+
+    from ttscli.checkpoint import load_strict
+    from ttscli.models.breeze_tts.config import ModelArgs, real_config
+    from ttscli.models.breeze_tts.model import BreezeModel
+
+    mx.random.seed(0)
+    model = BreezeModel(ModelArgs.from_dict(real_config(), source="real config"))
+    params = tree_map(lambda p: (p * 0.02) if p.ndim > 1 else p, model.parameters())
+    return load_strict(model, dict(tree_flatten(params)), dtype=dtype, source="random weights",
+                       keep_dtype=lambda k: k in ("lm_head.weight", "depth_decoder.codebooks_head.weight"))
+
+
+def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
+    from ttscli.lm import MLXCodeDecoder
+    from ttscli.models.breeze_tts.config import GenerationConfig
+    from ttscli.models.breeze_tts.load import check_codec, load_model, load_tokenizer
+    from ttscli.models.breeze_tts.pipeline import BreezePipeline
+    from ttscli.models.qwen3_tts.speech_tokenizer import build_random_decoder, load_speech_decoder
+
+    backend = options.backend("code_decoder")
+    if backend != "mlx":
+        raise BackendUnavailableError(f"{spec.id}: the backbone runs on mlx only so far (asked: {backend})")
+    if options.random_weights:
+        dtype = options.dtype or "bfloat16"   # 3.5 B parameters: float32 would not fit most machines
+        model = random_model(dtype)
+        d = dict(getattr(spec, "defaults", {}) or {})
+        gen = GenerationConfig.from_dict({k: v for k, v in d.items() if k != "cfg_scale"})
+        a = model.args
+        names = ["<|AUDIO|>", "<|audio_eos|>"] + [f"[S{i}]" for i in range(10)] + ["<ins_bos>", "<ins_eos>"]
+        tokenizer = ByteTokenizer({n: a.audio_token_id + i for i, n in enumerate(names)})
+        decoder = build_random_decoder(dtype)
+        checkpoint = None
+    else:
+        checkpoint = Path(checkpoint)
+        model, gen = load_model(checkpoint, options.dtype or "float32")
+        tokenizer = load_tokenizer(checkpoint, model.args)
+        decoder = load_speech_decoder(checkpoint / "audio_tokenizer", options.dtype or "float32")
+        check_codec(model.args, decoder.args, checkpoint)
+    code_decoder = MLXCodeDecoder(model, sequential=options.prefill_mode == "sequential")
+    return BreezePipeline(spec, model, gen, tokenizer, decoder, code_decoder, checkpoint)
+
+
+def bench_components(pipeline, req) -> dict[str, float]:
+    """Backbone step and depth-decoder frame (15 codebooks) times, measured apart, synced."""
+    import mlx.core as mx
+    import numpy as np
+
+    from ttscli.lm.sample import SamplingParams, logit_bias, sample
+
+    model, dec = pipeline.model, pipeline.code_decoder
+    H = model.args.hidden_size
+    n = int(getattr(req, "prompt_tokens", 200))
+    x = mx.random.normal((1, n, H), key=mx.random.key(1)).astype(model.lm_head.weight.dtype) * 0.1
+    mx.eval(dec.prefill(x[:, :8], dec.new_cache()))
+    cache = dec.new_cache()
+    t = time.perf_counter()
+    mx.eval(dec.prefill(x, cache))
+    prefill_s = time.perf_counter() - t
+    params = SamplingParams(0.9, 50, 1.0)
+    bias = logit_bias(model.args.vocab_size, range(model.args.codebook_size, model.args.vocab_size))[None]
+    keys = mx.random.split(mx.random.key(2), 16)
+    step_ms, depth_ms = [], []
+    for i in range(8):
+        t = time.perf_counter()
+        logits, h = dec.step(x[:, i:i + 1], cache)
+        mx.eval(logits, h)
+        t1 = time.perf_counter()
+        codes, _ = model.depth_frame(h, mx.array([5]), lambda z, j: sample(z, params, keys[j], bias=bias))
+        mx.eval(codes)
+        t2 = time.perf_counter()
+        if i >= 2:
+            step_ms.append((t1 - t) * 1e3)
+            depth_ms.append((t2 - t1) * 1e3)
+    return {"backbone_step_ms": float(np.median(step_ms)), "depth_frame_ms": float(np.median(depth_ms)),
+            "prefill_tokens": n, "prefill_ms": prefill_s * 1e3, "prefill_tokens_per_s": n / prefill_s}
