@@ -231,6 +231,7 @@ def synthesize(
     `workers` > 1 runs chunks concurrently; callers must pass 1 for pipelines that share decoder
     state (MLX), see `effective_workers`. `on_chunk(done, total)` reports progress.
     """
+    from ttscli.memory import release_memory_if_grown
     from ttscli.models import family_of
     from ttscli.text import chunk_text
 
@@ -247,7 +248,12 @@ def synthesize(
         pipeline.clear_cache()
 
     pieces = _run_sequential(gen, reqs) if workers <= 1 else _run_workers(gen, reqs, workers)
-    yield from crossfade_join(pieces, int(round(crossfade_s * pipeline.sample_rate)))
+    try:
+        yield from crossfade_join(pieces, int(round(crossfade_s * pipeline.sample_rate)))
+    finally:
+        # a long-running caller (server, batch, library loop) otherwise keeps every thread's
+        # malloc arena at its high-water mark: see ttscli/memory.py
+        release_memory_if_grown()
 
 
 def effective_workers(pipeline, requested: int) -> tuple[int, str | None]:
