@@ -111,3 +111,44 @@ def test_ray_engine_survives_a_killed_worker_and_equals_local(cluster, tmp_path,
         b, _ = sf.read(str(local / e["path"]), dtype="int16")
         # same code, same seed: equal up to float noise between processes
         assert np.abs(a.astype(np.int32) - b).max() <= 4
+
+
+def test_ray_actors_batch_rows_like_the_local_engine(cluster, tmp_path, shared_cache):
+    """A family with batched generation (tiny Qwen3-TTS, MLX talker): each actor gets --batch-size
+    rows per call and runs them through the family's synthesize_many, as the local engine does;
+    the files equal the local engine's at the same batch size and at batch size 1."""
+    from ttscli.batch import BatchJob, ModelRef
+    from ttscli.batch.ray_engine import rows_per_call
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "qwen3_e2e"))
+    from e2e_fixture import build
+
+    cv = "qwen3-tts-1.7b-customvoice"
+    ckpt = build("customvoice", tmp_path / "cv", eos_gain=3.0)
+    job = BatchJob(manifest=tmp_path / "m.jsonl", out=tmp_path, ref=ModelRef(model=cv), max_batch=4)
+    assert rows_per_call(job, 7, 2) == 4 and rows_per_call(job, 3, 2) == 2
+    assert rows_per_call(BatchJob(manifest=tmp_path, out=tmp_path, ref=ModelRef(model="piper-joe"), max_batch=4),
+                         7, 2) == 1
+    voices = ("ryan", "serena", "eric")
+    m = tmp_path / "m.jsonl"
+    m.write_text("".join(json.dumps({"id": f"q{i}", "text": f"Row {i} is short.", "voice": voices[i % 3]}) + "\n"
+                         for i in range(7)))
+    env = {**os.environ, "TTSCLI_CACHE": str(shared_cache), "HF_HUB_OFFLINE": "1"}
+    common = ["batch", str(m), "-m", cv, "--model-dir", str(ckpt), "--seed", "5", "-q"]
+    runs = {"ray4": ["--engine", "ray", "--ray-address", cluster, "--ray-workers", "2", "--batch-size", "4"],
+            "local4": ["--batch-size", "4"], "local1": ["--batch-size", "1"]}
+    for name, extra in runs.items():
+        p = subprocess.run(ttscli_exe() + common + ["-o", str(tmp_path / name)] + extra, env=env,
+                           capture_output=True, timeout=600)
+        assert p.returncode == 0, (name, p.stderr.decode())
+    got = {name: entries(tmp_path / name) for name in runs}
+    assert sorted(got["ray4"]) == [f"q{i}" for i in range(7)]
+    for i, e in got["ray4"].items():
+        a, sr = sf.read(str(tmp_path / "ray4" / e["path"]), dtype="int16")
+        assert sr == 24000 and len(a) > 0
+        for ref in ("local4", "local1"):
+            w = got[ref][i]
+            assert {k: e[k] for k in ("path", "seed", "samples", "model", "text")} == \
+                   {k: w[k] for k in ("path", "seed", "samples", "model", "text")}, (i, ref)
+            b, _ = sf.read(str(tmp_path / ref / w["path"]), dtype="int16")
+            assert np.abs(a.astype(np.int32) - b).max() <= 2, (i, ref)

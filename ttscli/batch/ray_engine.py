@@ -1,16 +1,20 @@
 """`ttscli batch --engine ray`: the same rows on a Ray cluster (the ``ttscli[ray]`` extra).
 
 A Ray Data actor pool: each actor loads the model once (one model per actor, a GPU each where
-the cluster has GPUs) and writes its rows with :func:`ttscli.batch.write_row`, exactly as the
-local engine does, into the shared output folder; the driver only records what comes back.
-Ray restarts a killed actor and retries its row (a file is renamed into place only when
-complete, so a retried row replaces nothing half-written), and the driver records a row once.
+the cluster has GPUs) and runs the batches of rows Ray hands it through
+:func:`ttscli.batch.run_local`, exactly as the local engine does: a family with batched
+generation (``Family.batched["synthesize_many"]``) generates a batch's rows together, others
+one after another; files go into the shared output folder and the driver only records what
+comes back. Ray restarts a killed actor and retries its batch (a file is renamed into place
+only when complete, so a retried row replaces nothing half-written), and the driver records a
+row once.
 """
 from __future__ import annotations
 
 import json
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
 from ttscli.batch.manifest import Row
@@ -22,7 +26,7 @@ ENV = ("TTSCLI_CACHE", "TTSCLI_CONFIG_DIR", "TTSCLI_REGISTRY", "TTSCLI_BLAS", "H
 
 
 class RowWriter:
-    """A Ray Data actor: one model, rows written one at a time."""
+    """A Ray Data actor: one model; each call runs a batch of rows as the local engine would."""
 
     JOB: dict = {}
 
@@ -35,16 +39,22 @@ class RowWriter:
         ref = ModelRef(**{**job["ref"], "model_dir": Path(job["ref"]["model_dir"]) if job["ref"]["model_dir"] else None,
                           "registry_files": [Path(p) for p in job["ref"]["registry_files"]]})
         self.job = BatchJob(manifest=Path(job["manifest"]), out=Path(job["out"]), ref=ref, fmt=job["fmt"],
-                            seed=job["seed"])
-        self.pipe = ref.load()
+                            seed=job["seed"], max_batch=job["max_batch"])
+        # Ray may call an actor from another thread than the one that built it, and MLX arrays
+        # belong to their thread's stream ("There is no Stream(cpu, 0) in current thread"): the
+        # model is loaded and run on one thread of the actor's own
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttscli-ray-model")
+        self.pipe = self._thread.submit(ref.load).result()
 
     def __call__(self, batch: dict) -> dict:
-        from ttscli.batch import attempt
+        return self._thread.submit(self._run, list(batch["row"])).result()
 
+    def _run(self, raws: list[str]) -> dict:
+        from ttscli.batch import run_local
+
+        rows = [Row(**json.loads(raw)) for raw in raws]
         oks, entries = [], []
-        for raw in batch["row"]:
-            ok, entry = attempt(self.pipe, Row(**json.loads(raw)), self.job)
-            self.pipe.clear_cache()
+        for ok, entry in run_local(rows, self.job, self.pipe):
             oks.append(ok)
             entries.append(json.dumps(entry))
         return {"ok": oks, "entry": entries}
@@ -55,7 +65,20 @@ def _job_dict(job) -> dict:
     ref["model_dir"] = str(ref["model_dir"]) if ref["model_dir"] else None
     ref["registry_files"] = [str(p) for p in ref["registry_files"]]
     return {"manifest": str(job.manifest.resolve()), "out": str(job.out.resolve()), "ref": ref, "fmt": job.fmt,
-            "seed": job.seed}
+            "seed": job.seed, "max_batch": job.max_batch}
+
+
+def rows_per_call(job, rows: int, workers: int) -> int:
+    """Rows Ray hands an actor at once: ``job.max_batch`` for a family with batched generation
+    (fewer when that would leave actors idle), else 1, so that a killed actor loses (and Ray
+    retries) one row rather than a batch that gains nothing from running together."""
+    from ttscli.models import family_of
+    from ttscli.registry import load_registry
+
+    spec = load_registry(job.ref.registry_files).resolve(job.ref.model)
+    if job.max_batch <= 1 or "synthesize_many" not in family_of(spec).batched:
+        return 1
+    return max(1, min(job.max_batch, -(-rows // workers)))
 
 
 def run_ray(pending: list[Row], job, *, address: str | None = None, workers: int = 2) -> Iterator[tuple[bool, dict]]:
@@ -88,7 +111,8 @@ def run_ray(pending: list[Row], job, *, address: str | None = None, workers: int
     # the job rides in the class, not in constructor arguments: Ray keeps those in the object
     # store, where a lost copy would stop a killed actor from restarting
     writer = type("RowWriter", (RowWriter,), {"JOB": _job_dict(job)})
-    ds = ds.map_batches(writer, batch_size=1, concurrency=workers, num_cpus=0 if gpus else 1, num_gpus=gpus)
+    ds = ds.map_batches(writer, batch_size=rows_per_call(job, len(items), workers), concurrency=workers,
+                        num_cpus=0 if gpus else 1, num_gpus=gpus)
     try:
         for rec in ds.iter_rows():
             yield bool(rec["ok"]), json.loads(rec["entry"])
