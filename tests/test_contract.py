@@ -50,6 +50,12 @@ CASES = {
                                    model_dir=FIX / "chatterbox" / "tiny", bench_max_frames=4,
                                    golden=FIX / "chatterbox" / "parity_t3.npz",
                                    parity_model_dir=FIX / "chatterbox" / "tiny"),
+    # the tiny checkpoint in the published layout; parity on its upstream goldens (CFG, direction)
+    "breeze_tts": lambda tmp: Case("breeze-tts-2", Request(text="Hello there. A second sentence.", seed=0,
+                                                           max_frames=6, ignore_eos=True),
+                                   model_dir=FIX / "breeze" / "tiny", bench_max_frames=4,
+                                   golden=FIX / "breeze" / "parity-direction-cfg.npz",
+                                   parity_model_dir=FIX / "breeze" / "tiny"),
 }
 
 
