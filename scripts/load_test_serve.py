@@ -1,13 +1,15 @@
 #!/usr/bin/env python
 """Load test of `ttscli serve` on 127.0.0.1 (bounded in count and time; it stops by itself).
 
-Starts a server with the given model (default: the embedded voice), warms it up, measures its
-RSS, then runs two phases of N requests from C concurrent clients, streaming PCM:
+Starts a server with the given model (default: the embedded voice), measures its RSS once it
+is ready and again after three warm-up requests (the baseline: a server that has answered a
+request, idle), then runs two phases of N requests from C concurrent clients, streaming PCM:
   1. every client reads its response to the end;
   2. the same with a fraction of requests dropped mid-stream (the client closes the connection
      after the first chunk).
 Reports p50/p95 time to first byte and to last byte, errors, rows left queued/active on the
-server after each phase (leaks), and RSS before/after.
+server after each phase (leaks), RSS before/after (each read once the server is idle again), and
+the machine's load average (the figures depend on what else runs).
 
     .venv/bin/python scripts/load_test_serve.py --requests 200 --clients 16 --disconnect 0.1
 """
@@ -129,6 +131,9 @@ def wait_idle(url: str, timeout: float = 120.0) -> dict:
     while True:
         h = httpx.get(url + "/health", timeout=10).json()["models"]
         if all(m["queued"] == 0 and m["active"] == 0 for m in h.values()) or time.monotonic() > deadline:
+            # the model thread trims the heap just after its last row ends (up to ~0.1 s here):
+            # RSS read before that would count pages it is about to return
+            time.sleep(1.0)
             return h
         time.sleep(0.2)
 
@@ -161,7 +166,9 @@ def main() -> int:
         raise SystemExit("bounded: at most 2000 requests and 64 clients")
 
     proc, url = start_server(args)
+    load_start = os.getloadavg()
     try:
+        rss_ready = rss_mb(proc.pid)
         for i in range(3):  # warm-up: first-use allocations are not a leak
             one_request(url, SENTENCES[i], i, False, args.timeout)
         wait_idle(url)
@@ -177,16 +184,19 @@ def main() -> int:
             report["phases"].append(s)
             print(json.dumps({k: v for k, v in s.items() if k != "server_counts"}), flush=True)
         rss_after = rss_mb(proc.pid)
-        report.update(rss_before_mb=round(rss_before, 1), rss_after_mb=round(rss_after, 1),
-                      rss_change=round(rss_after / rss_before - 1, 4), cpu_count=os.cpu_count())
+        report.update(rss_ready_mb=round(rss_ready, 1), rss_before_mb=round(rss_before, 1),
+                      rss_after_mb=round(rss_after, 1), rss_change=round(rss_after / rss_before - 1, 4),
+                      cpu_count=os.cpu_count(), load_average_start=[round(x, 1) for x in load_start],
+                      load_average_end=[round(x, 1) for x in os.getloadavg()])
     finally:
         proc.terminate()
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:
             proc.kill()
-    print(f"RSS before {report['rss_before_mb']} MB, after {report['rss_after_mb']} MB "
-          f"({report['rss_change']:+.1%})")
+    print(f"RSS ready {report['rss_ready_mb']} MB, after warm-up {report['rss_before_mb']} MB, after both phases "
+          f"{report['rss_after_mb']} MB ({report['rss_change']:+.1%}); load average {report['load_average_start']} "
+          f"at the start, {report['load_average_end']} at the end, {report['cpu_count']} CPUs")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     bad = [p for p in report["phases"] if p["errors"] or p["not_run"] or p["leaked_rows"]]
