@@ -100,3 +100,25 @@ def test_reference_codes_are_one_frame_per_1920_samples(pipe):
     v = pipe.voice(Request(text="x", ref_audio=ref_audio(0.3), ref_sample_rate=24000, ref_text="Today."))
     assert v.codes.shape == (int(np.ceil(0.3 * 24000 / 1920)), 16)
     assert v.codes.min() >= 0 and v.codes.max() < 2048
+
+
+def test_convert_mlx_bf16_and_quantized(tmp_path):
+    import mlx.core as mx
+
+    from ttscli.models.breeze_tts.convert import convert_mlx
+    from ttscli.models.breeze_tts.load import load_model, load_tokenizer
+    from ttscli.models.breeze_tts.prompt import prompts
+
+    ref, _ = load_model(TINY)
+    tok = load_tokenizer(TINY, ref.args)
+    cond, _, _ = prompts(ref, tok, TEXT, "calm", None, 1.0)
+    want, _ = ref(cond.embeds, ref.new_cache())
+    for q, floor in ((False, 0.99999), (True, 0.99)):
+        out = tmp_path / f"q{int(q)}"
+        convert_mlx(Spec(), TINY, out, quantize=q, q_bits=8, q_group_size=32, dtype=None)
+        m, _ = load_model(out)
+        assert ("scales" in m.backbone_model.layers[0].mlp.gate_proj) == q
+        assert m.lm_head.weight.dtype == mx.float32 and "scales" not in m.audio_table
+        got, _ = m(cond.embeds, m.new_cache())
+        a, b = np.array(got[0], np.float64), np.array(want[0], np.float64)
+        assert a @ b / np.linalg.norm(a) / np.linalg.norm(b) >= floor

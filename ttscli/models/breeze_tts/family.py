@@ -14,6 +14,7 @@ FAMILY = Family(
                         names=("temperature", "top_k", "top_p", "repetition_penalty", "do_sample")),
         *sampling_knobs("depth_", "depth decoder, codebooks 1-15", names=("temperature", "top_k", "top_p")),
     ),
+    convert={"mlx": hook("ttscli.models.breeze_tts.convert:convert_mlx")},
     bench_components=hook("ttscli.models.breeze_tts:bench_components"),
     bench_rows=(("backbone_step_ms", "backbone step, median (ms)", "{:.2f}"),
                 ("depth_frame_ms", "depth decoder, 15 codebooks (ms)", "{:.2f}")),
