@@ -26,18 +26,25 @@ class ByteTokenizer:
 
 
 def random_model(dtype: str):
+    """The real dimensions with random weights, made one tensor at a time in ``dtype`` so the
+    peak is the model itself (never a float32 copy of 2.9 B parameters)."""
     import mlx.core as mx
-    from mlx.utils import tree_flatten, tree_map
+    from mlx.utils import tree_flatten
 
     from ttscli.checkpoint import load_strict
+    from ttscli.dtypes import to_dtype
     from ttscli.models.breeze_tts.config import ModelArgs, real_config
+    from ttscli.models.breeze_tts.load import FLOAT32
     from ttscli.models.breeze_tts.model import BreezeModel
 
-    mx.random.seed(0)
     model = BreezeModel(ModelArgs.from_dict(real_config(), source="real config"))
-    params = tree_map(lambda p: (p * 0.02) if p.ndim > 1 else p, model.parameters())
-    return load_strict(model, dict(tree_flatten(params)), dtype=dtype, source="random weights",
-                       keep_dtype=lambda k: k in ("lm_head.weight", "depth_decoder.codebooks_head.weight"))
+    dt = to_dtype(dtype)
+    weights = {}
+    for i, (k, p) in enumerate(tree_flatten(model.parameters())):
+        w = p if p.ndim == 1 else mx.random.normal(p.shape, key=mx.random.key(i)) * 0.02
+        weights[k] = w.astype(mx.float32 if k in FLOAT32 else dt)
+        mx.eval(weights[k])
+    return load_strict(model, weights, source="random weights")
 
 
 def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
