@@ -20,6 +20,7 @@ import collections
 import ctypes
 import ctypes.util
 import functools
+import gc
 import threading
 import time
 from collections.abc import Callable
@@ -46,6 +47,7 @@ def release_memory() -> bool:
     trim = _malloc_trim()
     if trim is None:
         return False
+    gc.collect()  # cyclic garbage first (a request's tracebacks, the loader's graphs), or it waits for a later trim
     trim(0)
     return True
 
