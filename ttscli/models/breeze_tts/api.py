@@ -39,9 +39,16 @@ def random_model(dtype: str):
 
     model = BreezeModel(ModelArgs.from_dict(real_config(), source="real config"))
     dt = to_dtype(dtype)
+    # drawing 2.9 B normals takes minutes on a CPU; a drawn pool, tiled from a per-tensor offset,
+    # times the same
+    pool = mx.random.normal((1 << 20,), key=mx.random.key(0)) * 0.02
     weights = {}
     for i, (k, p) in enumerate(tree_flatten(model.parameters())):
-        w = p if p.ndim == 1 else mx.random.normal(p.shape, key=mx.random.key(i)) * 0.02
+        if p.ndim == 1:
+            w = p
+        else:
+            n = p.size
+            w = mx.tile(mx.roll(pool, 7919 * i), -(-n // pool.size))[:n].reshape(p.shape)
         weights[k] = w.astype(mx.float32 if k in FLOAT32 else dt)
         mx.eval(weights[k])
     return load_strict(model, weights, source="random weights")
