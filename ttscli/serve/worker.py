@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import ctypes
-import ctypes.util
-import functools
 import gc
 import threading
 import time
@@ -27,29 +24,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ttscli import memory
 from ttscli.errors import TTSError
 
 DONE = object()          # end of a job's audio
 
 
-@functools.lru_cache(maxsize=1)
-def _malloc_trim():
-    name = ctypes.util.find_library("c")
-    try:
-        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
-    except OSError:
-        return None
-
-
 def release_memory() -> bool:
-    """Return the heap pages freed so far to the OS (glibc's ``malloc_trim``, every thread's
-    arena); False where the C library has no such call (macOS, musl)."""
-    trim = _malloc_trim()
-    if trim is None:
-        return False
-    gc.collect()  # cyclic garbage first (a request's tracebacks, the loader's graphs), or it waits for a later trim
-    trim(0)
-    return True
+    """The idle server's trim (ttscli/memory.py): cyclic garbage first (a request's tracebacks,
+    the loader's graphs), or its pages wait for a later trim."""
+    gc.collect()
+    return memory.release_memory()
 
 
 class QueueFull(TTSError):
