@@ -59,7 +59,7 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
     from ttscli.models.breeze_tts.config import GenerationConfig
     from ttscli.models.breeze_tts.load import check_codec, load_model, load_tokenizer
     from ttscli.models.breeze_tts.pipeline import BreezePipeline
-    from ttscli.models.qwen3_tts.speech_tokenizer import build_random_decoder, load_speech_decoder
+    from ttscli.codecs.qwen3_12hz import build_random_decoder, load_speech_decoder
 
     backend = options.backend("code_decoder")
     if backend != "mlx":

@@ -53,7 +53,7 @@ class BreezePipeline(Pipeline):
     # ---------------------------------------------------------------- voices
     def speech_encoder(self):
         if self._speech_encoder is None:
-            from ttscli.models.qwen3_tts.speech_tokenizer.encoder import load_speech_encoder
+            from ttscli.codecs.qwen3_12hz.encoder import load_speech_encoder
 
             if self.checkpoint is None:
                 raise UsageError("cloning needs the real audio tokenizer (not available with random weights)")
@@ -115,7 +115,7 @@ class BreezePipeline(Pipeline):
                                stats=self.stats)
 
     def generate(self, request: Request) -> Iterator[np.ndarray]:
-        from ttscli.models.qwen3_tts.speech_tokenizer import StreamingDecoder
+        from ttscli.codecs.qwen3_12hz import StreamingDecoder
 
         t0 = time.perf_counter()
         frames = self.frames(request)

@@ -1,9 +1,11 @@
-"""Qwen3-TTS-Tokenizer-12Hz (speech codec): decoder (codes -> 24 kHz) and encoder (audio -> codes)."""
-from .config import DecoderArgs
-from .decoder import DecoderCache, SpeechDecoder
-from .encoder import load_speech_encoder  # noqa: F401  (reference audio -> codes, voice cloning)
-from .streaming import StreamingDecoder
-from .weights import build_random_decoder, load_speech_decoder
+"""The Qwen3-TTS 12 Hz tokenizer now lives in :mod:`ttscli.codecs.qwen3_12hz` (Breeze TTS 2 ships
+the same codec). This package keeps the qwen3_tts family's import paths: the names and every
+submodule are the codec package's own module objects, not copies."""
+import sys
+from importlib import import_module
 
-__all__ = ["DecoderArgs", "DecoderCache", "SpeechDecoder", "StreamingDecoder", "build_random_decoder",
-           "load_speech_decoder"]
+from ttscli.codecs.qwen3_12hz import *  # noqa: F403
+from ttscli.codecs.qwen3_12hz import __all__  # noqa: F401
+
+for _sub in ("config", "conv", "decoder", "encoder", "streaming", "transformer", "weights"):
+    sys.modules[f"{__name__}.{_sub}"] = import_module(f"ttscli.codecs.qwen3_12hz.{_sub}")

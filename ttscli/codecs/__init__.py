@@ -1,0 +1,1 @@
+"""Speech codecs shared by several model families (a family never imports another family)."""
