@@ -107,3 +107,39 @@ def stream_decode(decoder: SpeechDecoder, frames: Iterable, first_chunk_frames: 
     tail = s.flush()
     if tail is not None:
         yield tail
+
+
+def decode_timed(sd: StreamingDecoder, frames: Iterable, stream: bool, stats, t0: float) -> Iterator[np.ndarray]:
+    """A pipeline's decode of its generated frames through ``sd``: every chunk as it is ready when
+    ``stream``, else the whole utterance once at the end. Adds decode time to ``stats.decoder_s``,
+    sets ``stats.decoder_frames`` (= ``stats.frames``) and ``stats.first_audio_s`` (from ``t0``)."""
+    import time
+
+    def first():
+        if stats.first_audio_s is None:
+            stats.first_audio_s = time.perf_counter() - t0
+
+    collected = []
+    for codes in frames:
+        td = time.perf_counter()
+        chunks = sd.push(codes)
+        stats.decoder_s += time.perf_counter() - td
+        for c in chunks:
+            if stream:
+                first()
+                yield c
+            else:
+                collected.append(c)
+    td = time.perf_counter()
+    tail = sd.flush()
+    stats.decoder_s += time.perf_counter() - td
+    stats.decoder_frames = stats.frames
+    if tail is not None and len(tail):
+        if stream:
+            first()
+            yield tail
+        else:
+            collected.append(tail)
+    if not stream:
+        first()
+        yield np.concatenate(collected) if collected else np.zeros(0, np.float32)

@@ -115,7 +115,7 @@ class BreezePipeline(Pipeline):
                                stats=self.stats)
 
     def generate(self, request: Request) -> Iterator[np.ndarray]:
-        from ttscli.codecs.qwen3_12hz import StreamingDecoder
+        from ttscli.codecs.qwen3_12hz.streaming import StreamingDecoder, decode_timed
 
         t0 = time.perf_counter()
         frames = self.frames(request)
@@ -124,31 +124,4 @@ class BreezePipeline(Pipeline):
                                   max(1, request.chunk_frames))
         else:
             sd = StreamingDecoder(self.speech_decoder, 50, 50)
-        collected = []
-        for codes in frames:
-            td = time.perf_counter()
-            chunks = sd.push(codes)
-            self.stats.decoder_s += time.perf_counter() - td
-            for c in chunks:
-                if request.stream:
-                    self._mark_first(t0)
-                    yield c
-                else:
-                    collected.append(c)
-        td = time.perf_counter()
-        tail = sd.flush()
-        self.stats.decoder_s += time.perf_counter() - td
-        self.stats.decoder_frames = self.stats.frames
-        if tail is not None and len(tail):
-            if request.stream:
-                self._mark_first(t0)
-                yield tail
-            else:
-                collected.append(tail)
-        if not request.stream:
-            self._mark_first(t0)
-            yield np.concatenate(collected) if collected else np.zeros(0, np.float32)
-
-    def _mark_first(self, t0: float) -> None:
-        if self.stats.first_audio_s is None:
-            self.stats.first_audio_s = time.perf_counter() - t0
+        yield from decode_timed(sd, frames, request.stream, self.stats, t0)
