@@ -13,6 +13,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from ttscli.voicefile import is_voice_file
+
 
 @dataclass
 class Request:
@@ -102,7 +104,7 @@ def check_request(spec, family, request: Request) -> Request:
         if request.language.lower() not in known:
             raise UsageError(f"{spec.id} does not speak --language {request.language!r} "
                              f"(it takes {', '.join(spec.languages)})")
-    if request.voice is not None and "voice" in family.honours and not _is_voice_file(request.voice):
+    if request.voice is not None and "voice" in family.honours and not is_voice_file(request.voice):
         voices = family.voices(spec, None) if family.voices else spec.voices
         # a blend "a:0.7,b:0.3" (families that mix style vectors) names only known voices too
         wanted = [part.partition(":")[0].strip().lower() for part in request.voice.split(",")]
@@ -111,10 +113,6 @@ def check_request(spec, family, request: Request) -> Request:
     if request.seed is not None and not 0 <= request.seed < 2**63:
         raise UsageError(f"--seed must be in [0, 2^63), got {request.seed}")
     return replace(request, knobs=family.check_knobs(request.knobs, spec.id))
-
-
-def _is_voice_file(voice: str) -> bool:
-    return voice.endswith(".safetensors")
 
 
 # ---- the chunk scheduler -------------------------------------------------------------------

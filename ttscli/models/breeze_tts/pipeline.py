@@ -21,7 +21,8 @@ from ttscli.models.base import Pipeline
 from ttscli.models.breeze_tts.config import GenerationConfig
 from ttscli.models.breeze_tts.loop import LoopConfig, generate_frames
 from ttscli.models.breeze_tts.prompt import Voice, prompts
-from ttscli.models.breeze_tts.voice import is_voice_file, load_voice, save_voice
+from ttscli.models.breeze_tts.voice import load_voice, save_voice
+from ttscli.voicefile import is_voice_file
 
 SAMPLE_RATE = 24000
 KNOBS = ("cfg_scale",)

@@ -6,12 +6,11 @@ Reusing it skips the reference encoder; the prompt is rebuilt from it exactly as
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from ttscli import voicefile
 from ttscli.errors import UsageError
 from ttscli.models.breeze_tts.prompt import Voice
 
@@ -19,46 +18,16 @@ FORMAT = "ttscli-breeze-tts-voice"
 VERSION = "1"
 
 
-def is_voice_file(voice: str | None) -> bool:
-    return bool(voice) and str(voice).endswith(".safetensors")
-
-
 def save_voice(path: Path, voice: Voice, model_id: str, args) -> Path:
-    from safetensors.numpy import save_file
-
-    path = Path(path)
-    if path.suffix != ".safetensors":
-        raise UsageError(f"--save-voice {path}: the file name must end in .safetensors")
     meta = {"format": FORMAT, "version": VERSION, "model_id": model_id, "ref_text": voice.text,
             "num_codebooks": str(args.num_codebooks), "codebook_size": str(args.codebook_size)}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".voice-", suffix=".safetensors", dir=path.parent)
-    os.close(fd)
-    try:
-        save_file({"ref_codes": np.ascontiguousarray(voice.codes, np.int32)}, tmp, metadata=meta)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return voicefile.save(path, {"ref_codes": np.asarray(voice.codes, np.int32)}, meta)
 
 
 def load_voice(path: Path, args) -> Voice:
-    from safetensors import safe_open
-
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"voice file not found: {path}")
-    try:
-        with safe_open(str(path), framework="numpy") as f:
-            meta = f.metadata() or {}
-            codes = f.get_tensor("ref_codes") if "ref_codes" in f.keys() else None
-    except Exception as e:  # noqa: BLE001  (safetensors raises its own error types on a corrupt header)
-        raise UsageError(f"{path} is not a readable voice file ({e})") from None
-    if meta.get("format") != FORMAT or codes is None:
+    tensors, meta = voicefile.load(path, FORMAT, "Breeze")
+    codes = tensors.get("ref_codes")
+    if codes is None:
         raise UsageError(f"{path} is not a ttscli Breeze voice file (save one with `ttscli clone --save-voice`)")
     if codes.ndim != 2 or codes.shape[1] != args.num_codebooks or codes.shape[0] == 0 \
             or codes.min() < 0 or codes.max() >= args.codebook_size:

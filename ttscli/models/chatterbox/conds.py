@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ttscli import voicefile
 from ttscli.errors import CheckpointError, UsageError
 
 FORMAT = "ttscli-chatterbox-voice"
@@ -55,28 +56,17 @@ class Conditionals:
 
     # -- saved voices -------------------------------------------------------------------------------
     def save(self, path: Path) -> None:
-        from safetensors.numpy import save_file
-
-        tensors = {"t3.speaker_emb": np.ascontiguousarray(self.speaker_emb, np.float32),
+        tensors = {"t3.speaker_emb": np.asarray(self.speaker_emb, np.float32),
                    "t3.emotion_adv": np.full((1, 1, 1), self.exaggeration, np.float32)}
         if self.prompt_tokens is not None:
-            tensors["t3.cond_prompt_speech_tokens"] = np.ascontiguousarray(self.prompt_tokens, np.int64)
+            tensors["t3.cond_prompt_speech_tokens"] = np.asarray(self.prompt_tokens, np.int64)
         for k, v in self.gen.items():
-            tensors[f"gen.{k}"] = np.ascontiguousarray(v)
-        save_file(tensors, str(path), metadata={"format": FORMAT, "version": "1"})
+            tensors[f"gen.{k}"] = v
+        voicefile.save(path, tensors, {"format": FORMAT, "version": "1"})
 
     @classmethod
     def load(cls, path: Path) -> Conditionals:
-        from safetensors import safe_open
-
-        try:
-            with safe_open(str(path), framework="numpy") as f:
-                meta = f.metadata() or {}
-                tensors = {k: f.get_tensor(k) for k in f.keys()}
-        except Exception as e:  # noqa: BLE001  (safetensors raises its own error types)
-            raise UsageError(f"{path}: not a saved Chatterbox voice ({e})") from None
-        if meta.get("format") != FORMAT:
-            raise UsageError(f"{path}: not a saved Chatterbox voice (made by another model?)")
+        tensors, _ = voicefile.load(path, FORMAT, "Chatterbox")
         try:
             speaker = tensors["t3.speaker_emb"]
             emotion = float(tensors["t3.emotion_adv"].reshape(-1)[0])

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ttscli.errors import UsageError
+from ttscli.voicefile import is_voice_file
 from ttscli.generate import Request
 from ttscli.models.base import Pipeline
 from ttscli.models.chatterbox.conds import Conditionals
@@ -51,9 +52,6 @@ def perth_watermarker():
                          f"librosa (it runs on PyTorch; {e.name or 'perth'} is missing)") from None
     return perth.PerthImplicitWatermarker()
 
-
-def is_voice_file(voice: str | None) -> bool:
-    return bool(voice) and str(voice).endswith(".safetensors")
 
 
 class ChatterboxPipeline(Pipeline):

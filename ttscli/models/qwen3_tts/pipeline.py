@@ -23,7 +23,8 @@ from ttscli.models.qwen3_tts.config import GenerationConfig
 from ttscli.models.qwen3_tts.loop import LoopConfig, generate_frames
 from ttscli.models.qwen3_tts.model import Qwen3TTSModel
 from ttscli.models.qwen3_tts.prompt import Prompt, VoicePrompt, prepare, ref_text_template
-from ttscli.models.qwen3_tts.voice import is_voice_file, load_voice, save_voice
+from ttscli.models.qwen3_tts.voice import load_voice, save_voice
+from ttscli.voicefile import is_voice_file
 
 SAMPLE_RATE = 24000
 MAX_PROMPT = 4096

@@ -7,13 +7,12 @@ skips the speaker and speech encoders entirely.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 
+from ttscli import voicefile
 from ttscli.errors import UsageError
 from ttscli.models.qwen3_tts.prompt import VoicePrompt
 
@@ -22,11 +21,6 @@ VERSION = "1"
 
 
 def save_voice(path: Path, voice: VoicePrompt, model_id: str, tts_model_size: str) -> Path:
-    from safetensors.numpy import save_file
-
-    path = Path(path)
-    if path.suffix != ".safetensors":
-        raise UsageError(f"--save-voice {path}: the file name must end in .safetensors")
     tensors = {"x_vector": np.asarray(voice.x_vector, np.float32).reshape(-1)}
     if voice.ref_codes is not None:
         tensors["ref_codes"] = np.asarray(voice.ref_codes, np.int32)
@@ -34,38 +28,12 @@ def save_voice(path: Path, voice: VoicePrompt, model_id: str, tts_model_size: st
         tensors["ref_text_ids"] = np.asarray(voice.ref_ids, np.int32)
     meta = {"format": FORMAT, "version": VERSION, "model_id": model_id, "tts_model_size": tts_model_size,
             "mode": "icl" if voice.ref_codes is not None else "x_vector_only", "ref_text": voice.ref_text or ""}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".voice-", suffix=".safetensors", dir=path.parent)
-    os.close(fd)
-    try:
-        save_file(tensors, tmp, metadata=meta)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
-
-
-def is_voice_file(voice: str | None) -> bool:
-    return bool(voice) and str(voice).endswith(".safetensors")
+    return voicefile.save(path, tensors, meta)
 
 
 def load_voice(path: Path, tts_model_size: str, enc_dim: int) -> VoicePrompt:
-    from safetensors import safe_open
-
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"voice file not found: {path}")
-    try:
-        with safe_open(str(path), framework="numpy") as f:
-            meta = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-    except Exception as e:  # safetensors raises its own error types on a corrupt header
-        raise UsageError(f"{path} is not a readable voice file ({e})") from e
-    if meta.get("format") != FORMAT or "x_vector" not in tensors:
+    tensors, meta = voicefile.load(path, FORMAT, "Qwen3-TTS")
+    if "x_vector" not in tensors:
         raise UsageError(f"{path} is not a ttscli Qwen3-TTS voice file (save one with `ttscli clone --save-voice`)")
     xv = tensors["x_vector"].astype(np.float32).reshape(-1)
     if xv.shape[0] != enc_dim or meta.get("tts_model_size") != tts_model_size:
