@@ -17,9 +17,9 @@ import ttscli  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 import numpy as np
 
-from ttscli.models.qwen3_tts.speech_tokenizer.decoder import Sequential, SpeechDecoder
-from ttscli.models.qwen3_tts.speech_tokenizer.streaming import StreamingDecoder
-from ttscli.models.qwen3_tts.speech_tokenizer.weights import build_random_decoder
+from ttscli.codecs.qwen3_12hz.decoder import Sequential, SpeechDecoder
+from ttscli.codecs.qwen3_12hz.streaming import StreamingDecoder
+from ttscli.codecs.qwen3_12hz.weights import build_random_decoder
 
 
 def macs_per_frame(dec: SpeechDecoder) -> int:

@@ -11,8 +11,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ttscli  # noqa: F401  (BLAS preload before mlx)
 import numpy as np
 
-from ttscli.models.qwen3_tts.speech_tokenizer.streaming import StreamingDecoder
-from ttscli.models.qwen3_tts.speech_tokenizer.weights import build_random_decoder
+from ttscli.codecs.qwen3_12hz.streaming import StreamingDecoder
+from ttscli.codecs.qwen3_12hz.weights import build_random_decoder
 
 dec = build_random_decoder()
 a = dec.args

@@ -1,7 +1,7 @@
 """Deliberately wrong variants of the speech decoder, shared by tests that must catch them."""
 from __future__ import annotations
 
-from ttscli.models.qwen3_tts.speech_tokenizer.transformer import sliding_mask
+from ttscli.codecs.qwen3_12hz.transformer import sliding_mask
 
 
 def input_only_reprime(transformer, cache) -> None:

@@ -81,8 +81,8 @@ def test_a_section_with_fields_from_the_top_level():
 def test_qwen3_configs_in_their_published_layout():
     from ttscli.models.qwen3_tts.config import GenerationConfig, ModelArgs
     from ttscli.models.qwen3_tts.speaker_encoder import SpeakerEncoderConfig
-    from ttscli.models.qwen3_tts.speech_tokenizer.config import DecoderArgs
-    from ttscli.models.qwen3_tts.speech_tokenizer.encoder import EncoderArgs
+    from ttscli.codecs.qwen3_12hz.config import DecoderArgs
+    from ttscli.codecs.qwen3_12hz.encoder import EncoderArgs
 
     root = FIX / "qwen3_tts" / "tiny-base"
     raw = json.loads((root / "config.json").read_text())

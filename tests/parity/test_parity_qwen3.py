@@ -143,7 +143,7 @@ def test_batched_prefill_check_fails_without_causal_mask(tmp_path, monkeypatch):
 
 def test_stream_check_fails_when_chunks_forget_their_context(tmp_path, monkeypatch):
     """Decode each streamed chunk on its own (no carried conv tails / KV): the classic chunking bug."""
-    from ttscli.models.qwen3_tts.speech_tokenizer import streaming
+    from ttscli.codecs.qwen3_12hz import streaming
 
     def forgetful(self, codes):
         self.chunks += 1
@@ -159,7 +159,7 @@ def test_stream_check_fails_when_chunks_forget_their_context(tmp_path, monkeypat
 def test_reprime_check_fails_when_the_reprime_keeps_only_inputs(tmp_path, monkeypatch):
     """Re-prime by re-running the stack's input frames (every layer but the first loses context)."""
     from decoder_variants import input_only_reprime
-    from ttscli.models.qwen3_tts.speech_tokenizer import transformer
+    from ttscli.codecs.qwen3_12hz import transformer
 
     ckpt = perturbed(tmp_path)
     monkeypatch.setattr(transformer.DecoderTransformer, "_reprime", input_only_reprime)

@@ -17,12 +17,12 @@ import mlx.core as mx
 from safetensors.numpy import load_file, save_file
 
 from ttscli.errors import CheckpointError
-from ttscli.models.qwen3_tts.speech_tokenizer import (
+from ttscli.codecs.qwen3_12hz import (
     DecoderArgs, StreamingDecoder, build_random_decoder, load_speech_decoder,
 )
-from ttscli.models.qwen3_tts.speech_tokenizer.streaming import stream_decode
+from ttscli.codecs.qwen3_12hz.streaming import stream_decode
 from decoder_variants import input_only_reprime
-from ttscli.models.qwen3_tts.speech_tokenizer.weights import checkpoint_shapes
+from ttscli.codecs.qwen3_12hz.weights import checkpoint_shapes
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_tts" / "tokenizer"
 TOL = 1e-4

@@ -18,7 +18,7 @@ from ttscli.lm import MLXCodeDecoder
 from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer
 from ttscli.models.qwen3_tts.pipeline import Qwen3TTSPipeline
 from ttscli.models.qwen3_tts.prompt import VoicePrompt, ref_text_template
-from ttscli.models.qwen3_tts.speech_tokenizer import DecoderArgs, build_random_decoder
+from ttscli.codecs.qwen3_12hz import DecoderArgs, build_random_decoder
 from ttscli.models.qwen3_tts.voice import load_voice, save_voice
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_tts"

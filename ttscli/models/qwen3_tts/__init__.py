@@ -90,7 +90,7 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
     from ttscli.models.qwen3_tts.loader import check_components, load_model, load_tokenizer
     from ttscli.models.qwen3_tts.model import build_random
     from ttscli.models.qwen3_tts.pipeline import Qwen3TTSPipeline
-    from ttscli.models.qwen3_tts.speech_tokenizer import build_random_decoder, load_speech_decoder
+    from ttscli.codecs.qwen3_12hz import build_random_decoder, load_speech_decoder
 
     dtype = options.dtype or "float32"
     if options.random_weights:

@@ -381,7 +381,7 @@ def stream_many(pipe, source: Callable[[int], list[tuple[Any, Any]]], drop: Call
     sentence chunks run one after another in the batch, joined as ``speak`` joins them."""
     from ttscli.generate import CROSSFADE_S, check_request, chunk_requests
     from ttscli.models import family_of
-    from ttscli.models.qwen3_tts.speech_tokenizer import StreamingDecoder
+    from ttscli.codecs.qwen3_12hz import StreamingDecoder
     from ttscli.text import chunk_text
 
     n_fade = int(round(CROSSFADE_S * pipe.sample_rate))

@@ -134,7 +134,7 @@ def prefill_consistency(model, embeds: mx.array) -> Check:
 
 
 def stream_consistency(dec, codes: np.ndarray) -> Check:
-    from ttscli.models.qwen3_tts.speech_tokenizer.streaming import stream_decode
+    from ttscli.codecs.qwen3_12hz.streaming import stream_decode
 
     codes = np.maximum(np.asarray(codes), 0).astype(np.int32)
     one = np.array(dec(mx.array(codes)).astype(mx.float32))
@@ -146,7 +146,7 @@ def stream_consistency(dec, codes: np.ndarray) -> Check:
 
 def reprime_consistency(dec, codes: np.ndarray) -> Check:
     """A fixed-slot decoder cache small enough to re-prime at least twice, against one pass."""
-    from ttscli.models.qwen3_tts.speech_tokenizer.streaming import StreamingDecoder
+    from ttscli.codecs.qwen3_12hz.streaming import StreamingDecoder
 
     context = dec.args.sliding_window - 1
     codes = np.maximum(np.asarray(codes), 0).astype(np.int32)
@@ -167,7 +167,7 @@ def reprime_consistency(dec, codes: np.ndarray) -> Check:
 def _load(checkpoint: Path, backend: str | None, need_decoder: bool):
     from ttscli.models.qwen3_tts import load_code_decoder
     from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer
-    from ttscli.models.qwen3_tts.speech_tokenizer import load_speech_decoder
+    from ttscli.codecs.qwen3_12hz import load_speech_decoder
 
     model, gen = load_model(checkpoint, "float32")
     tok = load_tokenizer(checkpoint)

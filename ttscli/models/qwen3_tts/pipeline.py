@@ -3,7 +3,7 @@
 Components and where they run: text tokenizer (``tokenizers``), talker behind
 :class:`~ttscli.models.qwen3_tts.loop.CodeDecoder` (MLX, or Core ML when converted), code
 predictor / embeddings / sampling (MLX), speaker encoder and speech encoder (MLX, Base clone
-only, loaded on first use), speech decoder (``speech_tokenizer`` package, MLX).
+only, loaded on first use), speech decoder (``ttscli.codecs.qwen3_12hz``, MLX).
 """
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ class Qwen3TTSPipeline(Pipeline):
 
     def speech_encoder(self):
         if self._speech_encoder is None:
-            from ttscli.models.qwen3_tts.speech_tokenizer.encoder import load_speech_encoder
+            from ttscli.codecs.qwen3_12hz.encoder import load_speech_encoder
 
             if self.checkpoint is None:
                 raise UsageError("in-context clone needs the real speech tokenizer; "
@@ -149,7 +149,7 @@ class Qwen3TTSPipeline(Pipeline):
         """The speech decoder for one chunk's frames (a ``StreamingDecoder``: exact, bounded
         chunks); an in-context voice's reference frames are already its left context (upstream
         decodes ref + generated in one pass and cuts the reference audio off)."""
-        from ttscli.models.qwen3_tts.speech_tokenizer import StreamingDecoder
+        from ttscli.codecs.qwen3_12hz import StreamingDecoder
 
         sd = StreamingDecoder(self.speech_decoder, first_frames, chunk_frames)
         if voice is not None and voice.ref_codes is not None:
