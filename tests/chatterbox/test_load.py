@@ -65,10 +65,10 @@ def test_saved_voice_of_another_kind_is_refused(tmp_path):
     from safetensors.numpy import save_file
 
     save_file({"x": np.zeros(3, np.float32)}, str(tmp_path / "other.safetensors"))
-    with pytest.raises(UsageError, match="not a saved Chatterbox voice"):
+    with pytest.raises(UsageError, match="is not a ttscli Chatterbox voice file"):
         Conditionals.load(tmp_path / "other.safetensors")
     (tmp_path / "junk.safetensors").write_bytes(b"junk")
-    with pytest.raises(UsageError, match="not a saved Chatterbox voice"):
+    with pytest.raises(UsageError, match="is not a readable voice file"):
         Conditionals.load(tmp_path / "junk.safetensors")
 
 
