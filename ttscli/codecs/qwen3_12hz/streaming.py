@@ -8,6 +8,7 @@ one-shot decode gives for those frames, and no context audio is computed or thro
 """
 from __future__ import annotations
 
+import time
 from typing import Iterable, Iterator
 
 import mlx.core as mx
@@ -113,8 +114,6 @@ def decode_timed(sd: StreamingDecoder, frames: Iterable, stream: bool, stats, t0
     """A pipeline's decode of its generated frames through ``sd``: every chunk as it is ready when
     ``stream``, else the whole utterance once at the end. Adds decode time to ``stats.decoder_s``,
     sets ``stats.decoder_frames`` (= ``stats.frames``) and ``stats.first_audio_s`` (from ``t0``)."""
-    import time
-
     def first():
         if stats.first_audio_s is None:
             stats.first_audio_s = time.perf_counter() - t0
