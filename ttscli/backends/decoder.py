@@ -73,3 +73,39 @@ class ConvertedCodeDecoder:
         """One position ``[1, 1, H]`` or ``[1, H]`` -> (logits ``[1, V]``, hidden ``[1, H]``)."""
         logits, hidden = self._step(to_numpy(embed), cache)
         return like(logits, embed), like(hidden, embed)
+
+
+class RowwiseDecoder:
+    """A batch-of-one code decoder (a converted package) run once per row, each row with its
+    own cache: classifier-free guidance's branches on a runtime whose program takes one row.
+
+    The cache is the list of the rows' caches. :meth:`prefill` takes rows of one length;
+    :meth:`prefill_rows` takes each row's own prompt (branches whose prompts differ in length).
+    """
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+
+    def new_cache(self) -> list:
+        return []
+
+    @staticmethod
+    def _stack(outs: list, ref):
+        logits = np.concatenate([to_numpy(o[0]).reshape(1, -1) for o in outs])
+        hidden = np.concatenate([to_numpy(o[1]).reshape(1, -1) for o in outs])
+        return like(logits, ref), like(hidden, ref)
+
+    def prefill_rows(self, rows: list, cache: list):
+        """``rows``: one prompt ``[1, L_i, H]`` per row -> the last positions' (logits ``[B, V]``,
+        hidden ``[B, H]``); ``cache`` (fresh) gets one inner cache per row."""
+        if cache:
+            raise ValueError("prefill needs a fresh cache (RowwiseDecoder.new_cache())")
+        cache.extend(self.inner.new_cache() for _ in rows)
+        return self._stack([self.inner.prefill(e, c) for e, c in zip(rows, cache)], rows[0])
+
+    def prefill(self, embeds, cache: list):
+        return self.prefill_rows([embeds[b:b + 1] for b in range(embeds.shape[0])], cache)
+
+    def step(self, embed, cache: list):
+        """``embed [B, 1, H]`` (or ``[B, H]``), row b to row b's cache."""
+        return self._stack([self.inner.step(embed[b:b + 1], c) for b, c in enumerate(cache)], embed)

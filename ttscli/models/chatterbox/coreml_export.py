@@ -3,7 +3,7 @@
 Only ``tfmr.*`` (the backbone) and ``speech_head`` go into the package, built by the shared
 stateful LM export (ttscli.backends.coreml).  Embeddings, the conditioning encoder and the
 sampler stay with MLX.  The package runs one row per call; classifier-free guidance needs two
-rows (conditional, and text zeroed), so :class:`RowwiseDecoder` gives each row its own state.
+rows (conditional, and text zeroed), so the shared :class:`RowwiseDecoder` gives each row its own state.
 """
 from __future__ import annotations
 
@@ -16,7 +16,10 @@ import numpy as np
 from ttscli.backends.coreml.convert import convert_code_decoder, export_code_decoder, lm_with_head
 from ttscli.backends.coreml.manifest import source_files
 from ttscli.backends.coreml.weights import SafeTensors
+from ttscli.backends.decoder import RowwiseDecoder
 from ttscli.models.chatterbox.config import T3Args
+
+__all__ = ["RowwiseDecoder", "convert_coreml", "export_coreml", "t3_weights"]
 
 FAMILY = "chatterbox"
 T3_FILE = "t3.mlpackage"
@@ -47,31 +50,3 @@ def convert_coreml(spec, checkpoint: Path, out_dir: Path, *, capacity: int = 102
     speech tokens; the default 1024 covers ~20 s of speech per chunk."""
     convert_code_decoder(export_coreml, spec, checkpoint, out_dir, "T3", capacity=capacity, quantize=quantize,
                          q_bits=q_bits, weights_8bit=weights_8bit, dtype=dtype, progress=progress)
-
-
-class RowwiseDecoder:
-    """A batch-of-one code decoder run once per row: CFG's two rows, each with its own state."""
-
-    def __init__(self, inner: Any):
-        self.inner = inner
-
-    def new_cache(self) -> list:
-        return []
-
-    def _rows(self, embeds, cache: list, first: bool):
-        import mlx.core as mx
-
-        e = np.asarray(embeds, np.float32)
-        if first:
-            cache.extend(self.inner.new_cache() for _ in range(e.shape[0]))
-        fn = self.inner.prefill if first else self.inner.step
-        outs = [fn(e[b:b + 1], c) for b, c in enumerate(cache)]
-        logits = np.concatenate([np.asarray(o[0]).reshape(1, -1) for o in outs])
-        hidden = np.concatenate([np.asarray(o[1]).reshape(1, -1) for o in outs])
-        return mx.array(logits), mx.array(hidden)
-
-    def prefill(self, embeds, cache: list):
-        return self._rows(embeds, cache, True)
-
-    def step(self, embed, cache: list):
-        return self._rows(embed, cache, False)
