@@ -2,6 +2,7 @@
 
 A source has ``keys() / shape(key) / get(key) / in`` and a ``path`` naming it in errors:
 :class:`SafeTensors` memory-maps a published .safetensors file (bf16 included),
+:class:`ShardedSafeTensors` the shards a ``model.safetensors.index.json`` lists,
 :class:`RandomWeights` stands in for a checkpoint at real dimensions, :class:`ArrayWeights`
 wraps arrays already in memory (an MLX model's parameters). :func:`take` picks exactly the
 tensors one program needs, strictly.
@@ -60,6 +61,50 @@ class SafeTensors:
         else:
             raise CheckpointError(f"{self.path.name}: tensor {key} has unsupported dtype {dt}")
         return arr.reshape(info["shape"])
+
+
+class ShardedSafeTensors:
+    """The tensors of a sharded checkpoint, each read from the shard its index names (each
+    shard memory-mapped on first use); ``files`` are the index and the shards, relative to
+    the folder (a conversion's source record)."""
+
+    def __init__(self, index: Path):
+        self.path = Path(index)
+        try:
+            wmap = json.loads(self.path.read_text(encoding="utf-8"))["weight_map"]
+            if not isinstance(wmap, dict):
+                raise TypeError("weight_map is not an object")
+        except FileNotFoundError:
+            raise CheckpointError(f"{self.path} is missing; point at the checkpoint folder") from None
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{self.path} is not a safetensors index ({e})") from None
+        self._where = {k: str(v) for k, v in wmap.items()}
+        self._shards: dict[str, SafeTensors] = {}
+        self.files = (self.path.name, *sorted(set(self._where.values())))
+        for name in self.files[1:]:
+            if not (self.path.parent / name).is_file():
+                raise CheckpointError(f"{self.path.parent / name} is missing (listed in {self.path.name})")
+
+    def _shard(self, key: str) -> SafeTensors:
+        name = self._where[key]
+        if name not in self._shards:
+            self._shards[name] = SafeTensors(self.path.parent / name)
+        shard = self._shards[name]
+        if key not in shard:
+            raise CheckpointError(f"{shard.path}: {key} is listed for this shard in {self.path.name} but absent")
+        return shard
+
+    def keys(self):
+        return self._where.keys()
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        return self._shard(key).shape(key)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._where
+
+    def get(self, key: str) -> np.ndarray:
+        return self._shard(key).get(key)
 
 
 class ArrayWeights:

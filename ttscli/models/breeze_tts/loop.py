@@ -8,8 +8,11 @@ conditional and unconditional rows run as one batch of two and share the sampled
 
 CFG's two backbone branches (each its own prompt, positions and cache) are prefilled one by one
 and then stepped together as one batch (:class:`ttscli.lm.batch.RowBatch`: the shorter prompt
-left-padded and masked). Stopping: the EOS class, never emitted. ``max_frames`` frames without
-it is a GenerationError, not truncated audio.
+left-padded and masked). A converted backbone (Core ML) takes one row per call: there the
+decoder is a :class:`ttscli.backends.decoder.RowwiseDecoder` and each branch keeps its own state.
+
+Stopping: the EOS class, never emitted. ``max_frames`` frames without it is a GenerationError,
+not truncated audio.
 """
 from __future__ import annotations
 
@@ -62,9 +65,17 @@ class Branches:
 
     def __init__(self, model, decoder, cond: Prompt, uncond: Prompt | None, scale: float | None):
         self.model, self.decoder, self.scale = model, decoder, scale
+        self.rows = None
         if uncond is None:
             self.cache = decoder.new_cache()
             self.logits, self.hidden = decoder.prefill(cond.embeds, self.cache)
+            return
+        from ttscli.backends.decoder import RowwiseDecoder
+
+        if isinstance(decoder, RowwiseDecoder):
+            self.cache = decoder.new_cache()
+            logits, self.hidden = decoder.prefill_rows([cond.embeds, uncond.embeds], self.cache)
+            self.logits = self.guide(logits)
             return
         from ttscli.lm.batch import RowBatch
 
@@ -88,7 +99,12 @@ class Branches:
         if self.scale is None:
             self.logits, self.hidden = self.decoder.step(embed, self.cache)
             return
-        self.hidden = self.rows.step(mx.broadcast_to(embed, (2, *embed.shape[1:])))
+        both = mx.broadcast_to(embed, (2, *embed.shape[1:]))
+        if self.rows is None:
+            logits, self.hidden = self.decoder.step(both, self.cache)
+            self.logits = self.guide(logits)
+            return
+        self.hidden = self.rows.step(both)
         self.logits = self.guide(self.model.head(self.hidden))
 
 
