@@ -243,6 +243,43 @@ def test_conversion_found_by_source_hashes_else_refused(package, tmp_path, monke
         for_checkpoint(TINY, "code_decoder")
 
 
+def test_pipeline_loads_the_converted_backbone(package, goldens, tmp_path, monkeypatch):
+    """load_pipeline with --code-decoder-backend coreml: the conversion found in the cache by its
+    hashes, CFG's branches each in its own state, greedy frames and the EOS class as upstream.
+    Off macOS the runtime is stood in for by the package's own MIL program (fp16 as on device)."""
+    import ttscli.backends.coreml as coreml
+    import ttscli.backends.coreml.decoder as cm_decoder
+    from ttscli.generate import Request
+    from ttscli.models.base import LoadOptions
+    from ttscli.models.breeze_tts.api import load_pipeline
+    from ttscli.paths import converted_dir
+
+    arrays, meta = goldens
+    if not _ok:
+        monkeypatch.setattr(coreml, "require_coreml", lambda: None)
+        monkeypatch.setattr(cm_decoder, "require_coreml", lambda: None)
+        monkeypatch.setattr(cm_decoder, "CoreMLModel",
+                            lambda folder, entry, units: InterpretedModel(Path(folder) / entry["path"], fp16=True))
+    monkeypatch.setenv("TTSCLI_CACHE", str(tmp_path / "cache"))
+
+    class Spec:
+        id, sample_rate, defaults = MODEL_ID, 24000, {}
+
+    with pytest.raises(CheckpointError, match="no Core ML code_decoder converted from"):
+        load_pipeline(Spec(), TINY, LoadOptions(backends={"code_decoder": "coreml"}))
+    shutil.copytree(package[0], converted_dir(MODEL_ID, "coreml"))
+    pipe = load_pipeline(Spec(), TINY, LoadOptions(backends={"code_decoder": "coreml"}))
+    assert pipe.backends["code_decoder"] == "coreml" and isinstance(pipe.code_decoder, RowwiseDecoder)
+    req = meta["request"]
+    r = Request(text=req["text"], instruct=req["instruction"], max_frames=meta["frames"], ignore_eos=True,
+                knobs={"cfg_scale": 3.0, "do_sample": False})
+    codes = np.stack(list(pipe.frames(r)))
+    assert (codes == arrays["design_cfg.codes"]).all(), \
+        f"{int((codes == arrays['design_cfg.codes']).all(axis=1).sum())}/20 frames equal"
+    codes = np.stack(list(pipe.frames(Request(text=req["text"], max_frames=40, knobs={"do_sample": False}))))
+    assert codes.shape[0] == meta["eos_frames"] and (codes == arrays["eos.codes"]).all()
+
+
 def _errors(err: str) -> list[str]:
     assert "Traceback" not in err
     text = err.split("them.", 1)[-1] if "non-commercial" in err else err
