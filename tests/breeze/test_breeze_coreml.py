@@ -158,6 +158,32 @@ def test_int8_package(tmp_path):
     assert entry["weights"] == "int8-linear-symmetric-per-channel" and entry["compute_precision"] == "float16"
 
 
+def test_int8_when_the_capacity_equals_a_projection_width(tmp_path):
+    """At the real size a 1024-position package is as wide as the backbone's k/v projections
+    (8 x 128): the mask's constants must not be merged with those projections' zero biases, which
+    int8 weights then refuse (it did, at `convert --to coreml -q --q-bits 8 --capacity 1024`).
+    The same clash at the tiny width: k/v projections 2 x 64 wide, capacity 128."""
+    import dataclasses
+
+    from ttscli.backends.coreml.convert import export_code_decoder
+    from ttscli.backends.coreml.weights import RandomWeights
+    from ttscli.config import read_json
+    from ttscli.lm.config import stack_shapes
+    from ttscli.models.breeze_tts.config import ModelArgs
+    from ttscli.models.breeze_tts.coreml_export import backbone_weights
+
+    a = ModelArgs.from_dict(read_json(TINY / "config.json"), source="tiny")
+    a = dataclasses.replace(a, backbone_config={**a.backbone_config, "num_attention_heads": 2,
+                                                "num_key_value_heads": 2, "head_dim": 64})
+    args = a.backbone
+    shapes = {"backbone_model." + k: v for k, v in stack_shapes(args).items()}
+    shapes["lm_head.weight"] = (a.vocab_size + 1, a.hidden_size)
+    width = args.num_key_value_heads * args.head_dim
+    m = export_code_decoder(backbone_weights(RandomWeights(shapes), a), tmp_path, "b.mlpackage", model_id=MODEL_ID,
+                            family="breeze_tts", source={}, capacity=width, weights_8bit=True)
+    assert m["components"]["code_decoder"]["capacity"] == width == 128
+
+
 def test_quantized_mlx_checkpoint_refused(tmp_path):
     from ttscli.models.breeze_tts.coreml_export import export_coreml
 

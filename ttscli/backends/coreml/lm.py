@@ -154,8 +154,9 @@ def build_step_program(args: LMArgs, w: dict, capacity: int, head: np.ndarray | 
         x = mb.reshape(x=inputs_embeds, shape=[1, H])
         cos = mb.gather(x=cos_t, indices=position, axis=0)         # [1, d]
         sin_signed = mb.gather(x=sin_t, indices=position, axis=0)
-        mask = mb.select(cond=mb.less_equal(x=slots, y=position), a=np.zeros(capacity, np.float32),
-                         b=np.full(capacity, MASK_NEG, np.float32))
+        # scalar branches, broadcast: a [capacity] zeros constant would be merged with the zero bias
+        # coremltools gives a k/v projection of that width, and int8 weights then refuse the shared constant
+        mask = mb.select(cond=mb.less_equal(x=slots, y=position), a=np.float32(0.0), b=np.float32(MASK_NEG))
         caches = {"k": mb.read_state(input=key_cache), "v": mb.read_state(input=value_cache),
                   "k_state": key_cache, "v_state": value_cache}
         for i in range(args.num_hidden_layers):
