@@ -69,7 +69,8 @@ Language = typer.Option(None, "--language", help="Language (default: auto).")
 Seed = typer.Option(None, "--seed", min=0, max=2**32 - 1, help="Random seed (0 to 4294967295) for reproducible output.")
 MaxFrames = typer.Option(None, "--max-frames", min=1, help="Frame limit per chunk; reaching it is an error.")
 Stream = typer.Option(False, "--stream", help="Emit audio while generating.")
-FirstChunkFrames = typer.Option(3, "--first-chunk-frames", min=1, help="Frames before the first streamed audio.")
+FirstChunkFrames = typer.Option(None, "--first-chunk-frames", min=1, show_default=False,
+                                help="Frames before the first streamed audio (default: the model's; 3 for most).")
 ChunkFrames = typer.Option(25, "--chunk-frames", min=1, help="Frames per streamed chunk after the first.")
 Workers = typer.Option(1, "--workers", "--concurrent-worker-count", min=1, help="Chunks generated at once.")
 Dtype = typer.Option(None, "--dtype", help="float32, float16 or bfloat16.")
@@ -259,7 +260,7 @@ def speak(
     seed: Optional[int] = Seed,
     max_frames: Optional[int] = MaxFrames,
     stream: bool = Stream,
-    first_chunk_frames: int = FirstChunkFrames,
+    first_chunk_frames: Optional[int] = FirstChunkFrames,
     chunk_frames: int = ChunkFrames,
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
     workers: int = Workers,
@@ -307,7 +308,7 @@ def clone(
     seed: Optional[int] = Seed,
     max_frames: Optional[int] = MaxFrames,
     stream: bool = Stream,
-    first_chunk_frames: int = FirstChunkFrames,
+    first_chunk_frames: Optional[int] = FirstChunkFrames,
     chunk_frames: int = ChunkFrames,
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
     workers: int = Workers,

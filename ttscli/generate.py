@@ -37,7 +37,7 @@ class Request:
     speed: float = 1.0
     max_frames: int | None = None            # None: the model's default; reaching it is an error
     stream: bool = False
-    first_chunk_frames: int = 3
+    first_chunk_frames: int | None = None    # None: the family's (Family.first_chunk_frames)
     chunk_frames: int = 25
     knobs: dict[str, Any] = field(default_factory=dict)      # family knobs (models/base.py Knob), by name
     ignore_eos: bool = False                 # bench at random weights: run max_frames frames, never stop
@@ -112,7 +112,8 @@ def check_request(spec, family, request: Request) -> Request:
             raise UsageError(f"{spec.id} has no voice {request.voice!r} (it has {', '.join(voices)})")
     if request.seed is not None and not 0 <= request.seed < 2**63:
         raise UsageError(f"--seed must be in [0, 2^63), got {request.seed}")
-    return replace(request, knobs=family.check_knobs(request.knobs, spec.id))
+    first = request.first_chunk_frames if request.first_chunk_frames is not None else family.first_chunk_frames
+    return replace(request, knobs=family.check_knobs(request.knobs, spec.id), first_chunk_frames=first)
 
 
 # ---- the chunk scheduler -------------------------------------------------------------------

@@ -33,3 +33,28 @@ def test_clone_refuses_silence(run_cli, tmp_path):
     assert p.returncode != 0
     only_line(p.err)
     assert not (tmp_path / "x.wav").exists()
+
+
+def test_stream_first_chunk(run_cli, tmp_path):
+    """--stream's first chunk is Chatterbox's own (8 speech tokens) unless given; fewer than the
+    first pass needs to make audio is one line and no file, never silently raised."""
+    p = run_cli("speak", "-m", "chatterbox", "--model-dir", TINY, "Hello there.", "--stream",
+                "--first-chunk-frames", "3", "--max-frames", "12", "-o", "out.wav")
+    assert p.returncode != 0
+    assert "--first-chunk-frames 3: Chatterbox's first streamed audio needs at least 8" in only_line(p.err)
+    no_files(tmp_path)
+    p = run_cli("speak", "-m", "chatterbox", "--model-dir", TINY, "Hello there.", "--stream", "--max-frames", "12",
+                "--seed", "1", "--temperature", "0", "-o", "out.wav")
+    assert p.returncode != 0 and "limit of 12 speech tokens" in only_line(p.err)   # streamed, then the limit
+    no_files(tmp_path)
+
+
+def test_request_first_chunk_defaults_to_the_familys():
+    from ttscli.generate import Request, check_request
+    from ttscli.models import family_of
+    from ttscli.registry import load_registry
+
+    spec = load_registry().resolve("chatterbox")
+    fam = family_of(spec)
+    assert check_request(spec, fam, Request(text="Hi.", stream=True)).first_chunk_frames == 8
+    assert check_request(spec, fam, Request(text="Hi.", stream=True, first_chunk_frames=12)).first_chunk_frames == 12

@@ -2,6 +2,7 @@
 into S3Gen one-shot and streamed, limits.  S3Gen here is a recording double that checks what it
 is handed (its numerics are tested in tests/chatterbox/s3gen against upstream)."""
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -26,6 +27,9 @@ G = np.load(FIX / "t3_goldens.npz")
 class RecordingS3Gen:
     """960 samples per token whose value is the token id; remembers every call."""
 
+    first_audio_tokens = 8
+    flow = SimpleNamespace(a=SimpleNamespace(pre_lookahead_len=3))
+
     def __init__(self):
         self.calls = []
 
@@ -39,14 +43,16 @@ class RecordingS3Gen:
         self.calls.append(("tokenize", len(wav16k), max_tokens))
         return np.arange(min(max_tokens, len(wav16k) // 640)) % 6561
 
-    def generate(self, tokens, ref):
+    def generate(self, tokens, ref, times=None):
         self.calls.append(("generate", np.asarray(tokens).tolist(), ref))
         return np.repeat(np.asarray(tokens, np.float32), 960)
 
-    def stream(self, chunks, ref):
-        for c in chunks:
-            self.calls.append(("stream", np.asarray(c).tolist()))
+    def stream(self, chunks, ref, times=None):
+        for c, last in chunks:
+            self.calls.append(("stream", np.asarray(c).tolist(), last))
             yield np.repeat(np.asarray(c, np.float32), 960)
+            if last:
+                return
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +83,26 @@ def test_speak_default_voice_one_shot(parts):
 def test_stream_equals_one_shot_tokens(parts):
     pipe = make(parts)
     r = Request(text="hello world, this is the tiny check", max_frames=20, knobs=GREEDY, ignore_eos=True,
-                stream=True, first_chunk_frames=3, chunk_frames=7)
+                stream=True, first_chunk_frames=9, chunk_frames=7)
     pieces = list(pipe.generate(r))
     sent = [c[1] for c in pipe.s3gen.calls]
-    assert [len(s) for s in sent][:1] == [3] and sum(sent, []) == [t for t in G["greedy_rp12"] if t < 6561]
+    # chunks count speech codes only (the golden's 6799 and start-of-speech ids are not sent);
+    # the chunk T3 ends on is marked last
+    assert [len(s) for s in sent] == [9, 7, 1] and sum(sent, []) == [t for t in G["greedy_rp12"] if t < 6561]
+    assert [c[2] for c in pipe.s3gen.calls] == [False, False, True]
     assert len(pieces) == len(sent) and pipe.stats.first_audio_s is not None
+
+
+def test_stream_first_chunk_is_the_familys_or_refused(parts):
+    base = dict(text="hello world, this is the tiny check", max_frames=20, knobs=GREEDY, ignore_eos=True,
+                stream=True)
+    pipe = make(parts)
+    list(pipe.generate(Request(**base)))            # left open: the fewest tokens that make audio
+    assert len(pipe.s3gen.calls[0][1]) == RecordingS3Gen.first_audio_tokens == 8
+    pipe = make(parts)
+    with pytest.raises(UsageError, match=r"--first-chunk-frames 7: .* at least 8 speech tokens \(3 of lookahead"):
+        list(pipe.generate(Request(**base, first_chunk_frames=7)))
+    assert pipe.s3gen.calls == [] and pipe.stats.frames == 0      # refused before T3 ran
 
 
 def test_limit_is_an_error(parts):

@@ -141,6 +141,9 @@ class Family:
     # what the request may carry besides text, and which common fields the family honours
     honours: frozenset[str] = frozenset()    # of: voice, instruct, language, speed, ref_audio, stream,
     #                                          max_frames, save_voice (the engine refuses the rest)
+    # --stream: frames in the first chunk when the request leaves it open; a decoder that needs
+    # lookahead before any audio is final asks for more than a causal codec's 3
+    first_chunk_frames: int = 3
 
     def knob(self, name: str) -> Knob | None:
         return next((k for k in self.knobs if k.name == name), None)

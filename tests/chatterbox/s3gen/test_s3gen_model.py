@@ -167,3 +167,58 @@ def test_bench_helper(s3):
     assert r["audio_s"] == pytest.approx(0.4)
     assert r["flow_s"] > 0 and r["hift_s"] > 0
     assert r["s3gen_s_per_audio_s"] == pytest.approx((r["flow_s"] + r["hift_s"]) / 0.4)
+
+
+def test_first_audio_tokens(s3, g):
+    """The smallest first chunk whose pass already yields audio, and one token fewer yields none."""
+    n = s3.first_audio_tokens
+    assert n == s3.flow.a.pre_lookahead_len + VOC_CONTEXT // s3.flow.a.token_mel_ratio + 1 == 8
+    toks = g["speech_tokens"]
+
+    def chunks(first, got):
+        got.append("first")
+        yield toks[:first]
+        got.append("rest")
+        yield toks[first:]
+
+    for first, audible in ((n, True), (n - 1, False)):
+        got = []
+        it = s3.stream(chunks(first, got), _ref(g), noise=g["cfm_noise"][None], source_draws=_draws(g))
+        piece = next(it)
+        assert (got == ["first"]) == audible and piece.size > 0
+        list(it)
+
+
+def test_stream_marked_last_chunk(s3, g):
+    """An iterator that marks its last chunk saves the extra final pass; same length, same tolerance."""
+    from ttscli.models.chatterbox.s3gen import S3GenTimes
+
+    toks = g["speech_tokens"]
+    noise = g["cfm_noise"][None]
+    one = s3.generate(toks, _ref(g), noise=noise, source_draws=_draws(g))
+    plain, marked = S3GenTimes(), S3GenTimes()
+    wav1 = np.concatenate(list(s3.stream(iter([toks[:8], toks[8:]]), _ref(g), noise=noise,
+                                         source_draws=_draws(g), times=plain)))
+    read = []
+
+    def chunks():
+        for c, last in ((toks[:8], False), (toks[8:], True), (toks[:1], False)):
+            read.append(last)
+            yield c, last
+
+    wav2 = np.concatenate(list(s3.stream(chunks(), _ref(g), noise=noise, source_draws=_draws(g), times=marked)))
+    assert read == [False, True]                  # not read past the marked chunk
+    assert (plain.passes, marked.passes) == (3, 2)
+    assert wav1.shape == wav2.shape == one.shape
+    assert np.abs(prompt_mel(wav2) - prompt_mel(one)).mean() <= STREAM_LOGMEL_TOLERANCE
+    assert marked.flow_s > 0 and marked.hift_s > 0
+
+
+def test_generate_times(s3, g):
+    from ttscli.models.chatterbox.s3gen import S3GenTimes
+
+    times = S3GenTimes()
+    s3.generate(g["speech_tokens"], _ref(g), noise=g["cfm_noise"][None], source_draws=_draws(g), times=times)
+    s3.generate(g["speech_tokens"], _ref(g), noise=g["cfm_noise"][None], source_draws=_draws(g), times=times)
+    assert times.passes == 2 and times.flow_s > 0 and times.hift_s > 0
+    assert times.total_s == times.flow_s + times.hift_s

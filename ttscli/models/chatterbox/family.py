@@ -5,6 +5,8 @@ from ttscli.models.base import Family, Knob, hook, sampling_knobs
 
 
 def _bench_components(pipe, req):
+    # the last run's; t3_s and s3gen_flow_s / _hift_s / _passes come as Stats.extra, the median
+    # of the runs (T3 and S3Gen are timed apart, added up over the chunks of a stream)
     s = pipe.stats
     steps = sum(s.frame_s)
     audio_s = s.decoder_frames / 25.0
@@ -37,8 +39,15 @@ FAMILY = Family(
     bench_components=_bench_components,
     bench_rows=(("t3_prefill_s", "T3 prefill (s)", "{:.3f}"),
                 ("t3_tokens_per_s", "T3 tokens/s (CFG: 2 rows)", "{:.1f}"),
+                ("t3_s", "T3 total (s)", "{:.3f}"),
+                ("s3gen_flow_s", "S3Gen flow (s)", "{:.3f}"),
+                ("s3gen_hift_s", "S3Gen HiFT (s)", "{:.3f}"),
+                ("s3gen_passes", "S3Gen passes", "{:.0f}"),
                 ("s3gen_s_per_audio_s", "S3Gen s per audio s", "{:.3f}")),
     parity_checks=hook("ttscli.models.chatterbox.parity:parity_checks"),
     peers={"mlx-audio": hook("ttscli.models.chatterbox.mlx_audio_peer:bench_peer")},
     honours=frozenset({"voice", "ref_audio", "save_voice", "max_frames", "stream"}),
+    # S3Gen's first pass makes audio from 8 tokens: 3 of the flow's lookahead, 4 of vocoder context
+    # (VOC_CONTEXT mel frames), 1 whose frames are then final (S3Gen.first_audio_tokens)
+    first_chunk_frames=8,
 )

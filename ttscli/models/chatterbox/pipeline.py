@@ -18,6 +18,7 @@ from ttscli.voicefile import is_voice_file
 from ttscli.generate import Request
 from ttscli.models.base import Pipeline
 from ttscli.models.chatterbox.conds import Conditionals
+from ttscli.models.chatterbox.s3gen import S3GenTimes
 from ttscli.models.chatterbox.t3 import T3Sampling
 from ttscli.models.chatterbox.tokenizer import punc_norm
 
@@ -110,7 +111,9 @@ class ChatterboxPipeline(Pipeline):
                           max_new_tokens=r.max_frames or base.max_new_tokens)
 
     def tokens(self, r: Request) -> Iterator[int]:
-        """T3's speech tokens for one chunk, timing each (stats.frame_s)."""
+        """T3's speech tokens for one chunk, timing each (stats.frame_s). A token's time runs
+        from when it was asked for, so what the consumer does in between (S3Gen's passes when
+        streaming) is not T3's."""
         from ttscli.lm.sample import KeyStream
 
         conds = self.conditionals(r)
@@ -121,16 +124,19 @@ class ChatterboxPipeline(Pipeline):
         first = True
         for tok in self.t3.generate(cond, ids, self.sampling(r), decoder=self.decoder, keys=keys,
                                     ignore_eos=r.ignore_eos):
-            now = time.perf_counter()
+            dt = time.perf_counter() - t0
             if first:
-                self.stats.prefill_s += now - t0
+                self.stats.prefill_s += dt
                 self.stats.prefill_tokens += 34 + len(ids) + 4
                 first = False
             else:
-                self.stats.frame_s.append(now - t0)
+                self.stats.frame_s.append(dt)
             self.stats.frames += 1
-            t0 = now
+            self.stats.extra["t3_s"] = self.stats.extra.get("t3_s", 0.0) + dt
             yield tok
+            t0 = time.perf_counter()
+        # the step that drew the stop token yields nothing but is T3's too
+        self.stats.extra["t3_s"] = self.stats.extra.get("t3_s", 0.0) + time.perf_counter() - t0
 
     def generate(self, request: Request) -> Iterator[np.ndarray]:
         t_start = time.perf_counter()
@@ -138,45 +144,70 @@ class ChatterboxPipeline(Pipeline):
         if mark and request.stream:
             raise UsageError("--watermark marks a whole utterance; it cannot be combined with --stream")
         watermarker = perth_watermarker() if mark else None
+        first = self.first_chunk(request) if request.stream else 0
         conds = self.conditionals(request)
         if request.stream:
-            yield from self._stream(request, conds, t_start)
+            yield from self._stream(request, conds, t_start, first)
             return
         toks = speech_tokens(list(self.tokens(request)))
-        td = time.perf_counter()
-        wav = np.asarray(self.s3gen.generate(toks, conds.gen), np.float32)
-        self.stats.decoder_s += time.perf_counter() - td
+        times = S3GenTimes()
+        wav = np.asarray(self.s3gen.generate(toks, conds.gen, times=times), np.float32)
+        self._add_times(times)
         self.stats.decoder_frames += len(toks)
         if watermarker is not None:
             wav = np.asarray(watermarker.apply_watermark(wav, sample_rate=SAMPLE_RATE), np.float32)
         self.stats.first_audio_s = self.stats.first_audio_s or time.perf_counter() - t_start
         yield wav
 
-    def _stream(self, r: Request, conds: Conditionals, t_start: float) -> Iterator[np.ndarray]:
-        """Tokens go to S3Gen.stream in chunks (first chunk small, for early audio).
+    def first_chunk(self, r: Request) -> int:
+        """Speech tokens in the first streamed chunk: the request's, or (None) the fewest from
+        which S3Gen's first pass already yields audio. Fewer than that is refused: that chunk
+        would make no sound and the first audio would wait for the next chunk."""
+        need = self.s3gen.first_audio_tokens
+        n = need if r.first_chunk_frames is None else int(r.first_chunk_frames)
+        if n < need:
+            look = self.s3gen.flow.a.pre_lookahead_len
+            raise UsageError(f"--first-chunk-frames {n}: Chatterbox's first streamed audio needs at least {need} "
+                             f"speech tokens ({look} of lookahead for the flow, {need - look - 1} of vocoder "
+                             f"context, 1 to play); give {need} or more, or leave it out")
+        if r.chunk_frames < 1:
+            raise UsageError(f"--chunk-frames must be at least 1, got {r.chunk_frames}")
+        return n
 
-        Audio already played cannot be taken back, so a start-of-speech drawn mid-stream (after
-        which the one-shot path, like upstream, keeps only what follows) is merely dropped here."""
-        sizes = [max(1, r.first_chunk_frames)] + [max(1, r.chunk_frames)]
+    def _add_times(self, times: S3GenTimes) -> None:
+        s = self.stats
+        s.decoder_s += times.total_s
+        for k, v in (("s3gen_flow_s", times.flow_s), ("s3gen_hift_s", times.hift_s),
+                     ("s3gen_passes", times.passes)):
+            s.extra[k] = s.extra.get(k, 0) + v
 
-        def chunks() -> Iterator[np.ndarray]:
+    def _stream(self, r: Request, conds: Conditionals, t_start: float, first: int) -> Iterator[np.ndarray]:
+        """Speech tokens go to S3Gen.stream in chunks: ``first`` of them, then ``r.chunk_frames``
+        each; the chunk T3 ends on is marked last, so its pass is the final one.
+
+        Only speech codes count towards a chunk (an unused id or a start/stop token is not sent,
+        and would leave the first pass short of audio). Audio already played cannot be taken
+        back, so a start-of-speech drawn mid-stream (after which the one-shot path, like upstream,
+        keeps only what follows) is merely dropped here."""
+        times = S3GenTimes()
+
+        def chunks() -> Iterator[tuple[np.ndarray, bool]]:
             buf: list[int] = []
-            sent = 0
+            size = first
             for tok in self.tokens(r):
-                buf.append(tok)
-                if len(buf) >= (sizes[0] if sent == 0 else sizes[1]):
-                    out = np.asarray([t for t in buf if t < SPEECH_CODES], np.int64)
-                    buf = []
-                    if out.size:
-                        sent += 1
-                        self.stats.decoder_frames += len(out)
-                        yield out
-            out = np.asarray([t for t in buf if t < SPEECH_CODES], np.int64)
-            if out.size:
-                self.stats.decoder_frames += len(out)
-                yield out
+                if tok < SPEECH_CODES:
+                    buf.append(tok)
+                if len(buf) >= size:
+                    self.stats.decoder_frames += len(buf)
+                    yield np.asarray(buf, np.int64), False
+                    buf, size = [], r.chunk_frames
+            self.stats.decoder_frames += len(buf)
+            yield np.asarray(buf, np.int64), True
 
-        for piece in self.s3gen.stream(chunks(), conds.gen):
-            if self.stats.first_audio_s is None:
-                self.stats.first_audio_s = time.perf_counter() - t_start
-            yield np.asarray(piece, np.float32)
+        try:
+            for piece in self.s3gen.stream(chunks(), conds.gen, times=times):
+                if self.stats.first_audio_s is None and len(piece):
+                    self.stats.first_audio_s = time.perf_counter() - t_start
+                yield np.asarray(piece, np.float32)
+        finally:
+            self._add_times(times)

@@ -8,14 +8,18 @@ The interface the Chatterbox family calls (``family.py`` / ``pipeline.py``):
   ``S3Token2Mel.embed_ref`` returns (prompt tokens, prompt mel, CAMPPlus x-vector).
 * :meth:`S3Gen.tokenize` gives the S3 speech tokens of a 16 kHz recording (T3's prompt tokens).
 * :meth:`S3Gen.generate` runs flow (conformer encoder + causal CFM) and HiFT on speech tokens.
-* :meth:`S3Gen.stream` yields the same audio in pieces as tokens arrive in chunks.
+* :meth:`S3Gen.stream` yields the same audio in pieces as tokens arrive in chunks;
+  :attr:`S3Gen.first_audio_tokens` is the smallest first chunk that already yields audio.
+* :class:`S3GenTimes`, passed to either, adds up the seconds spent in the flow and in HiFT.
 
 Everything runs in float32 unless ``dtype`` says otherwise; arrays in and out are numpy.
 """
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
@@ -49,6 +53,21 @@ def trim_fade() -> np.ndarray:
     return fade
 
 
+@dataclass
+class S3GenTimes:
+    """Seconds spent in S3Gen, added up over every pass of a stream (or the one of ``generate``):
+    ``flow_s`` the conformer encoder and the CFM (with its noise), ``hift_s`` the vocoder
+    (F0, harmonic source, decode) and the trim-fade; ``passes`` counts flow runs."""
+
+    flow_s: float = 0.0
+    hift_s: float = 0.0
+    passes: int = 0
+
+    @property
+    def total_s(self) -> float:
+        return self.flow_s + self.hift_s
+
+
 class S3Gen:
     """Speech tokens -> 24 kHz waveform (flow + HiFT), plus the reference front ends.
 
@@ -62,6 +81,14 @@ class S3Gen:
                  speaker_encoder: CAMPPlus):
         self.flow, self.mel2wav, self.tokenizer = flow, mel2wav, tokenizer
         self.speaker_encoder = speaker_encoder
+
+    @property
+    def first_audio_tokens(self) -> int:
+        """The fewest tokens a first streamed chunk needs for its pass to yield audio: the
+        flow's lookahead (those tokens' frames wait for the next chunk), the vocoder's right
+        context ``VOC_CONTEXT`` in tokens, and one token whose frames are then final."""
+        a = self.flow.a
+        return a.pre_lookahead_len + VOC_CONTEXT // a.token_mel_ratio + 1
 
     def embed_ref(self, wav: np.ndarray, sample_rate: int) -> dict:
         """Conditioning from a reference recording, as upstream ``embed_ref``.
@@ -104,7 +131,7 @@ class S3Gen:
 
     def generate(self, tokens: np.ndarray, ref: dict, *, n_timesteps: int = 10,
                  noise: np.ndarray | None = None, key: mx.array | None = None,
-                 source_draws: SourceDraws | None = None) -> np.ndarray:
+                 source_draws: SourceDraws | None = None, times: S3GenTimes | None = None) -> np.ndarray:
         """24 kHz float32 waveform ``[T_tok * 960]`` of speech ``tokens`` (int, ``[T_tok]``,
         values < 6561) in the voice of ``ref`` (from :meth:`embed_ref`).
 
@@ -112,20 +139,27 @@ class S3Gen:
         ``noise``: the CFM's starting noise ``[1, 80, T_mel_total]`` (prompt + generated mel
         frames); None draws it from MLX's generator (or from ``key``). ``source_draws``: HiFT's
         harmonic-source phases and noise (None: drawn likewise). Upstream's trim-fade of the
-        first 40 ms is applied.
+        first 40 ms is applied. ``times`` (if given) gains this call's flow and HiFT seconds.
         """
+        t0 = time.perf_counter()
         k1, k2 = mx.random.split(key) if key is not None else (None, None)
         mel = self.mel(tokens, ref, n_timesteps=n_timesteps, noise=noise, key=k1)
+        mx.eval(mel)      # the flow apart from HiFT, for the timings (the same graph either way)
+        t1 = time.perf_counter()
         wav, _ = self.mel2wav(mel, source_draws, k2)
         wav = np.array(wav, np.float32)
         fade = trim_fade()
         n = min(fade.size, wav.size)
         wav[:n] *= fade[:n]
+        if times is not None:
+            times.flow_s += t1 - t0
+            times.hift_s += time.perf_counter() - t1
+            times.passes += 1
         return wav
 
-    def stream(self, token_chunks: Iterable[np.ndarray], ref: dict, *, n_timesteps: int = 10,
+    def stream(self, token_chunks: Iterable, ref: dict, *, n_timesteps: int = 10,
                noise: np.ndarray | None = None, key: mx.array | None = None,
-               source_draws: SourceDraws | None = None) -> Iterator[np.ndarray]:
+               source_draws: SourceDraws | None = None, times: S3GenTimes | None = None) -> Iterator[np.ndarray]:
         """Yield 24 kHz float32 audio pieces as chunks of speech tokens arrive.
 
         Each chunk re-runs the flow over every token so far (the CFM's attention is
@@ -139,7 +173,13 @@ class S3Gen:
 
         A list or tuple of chunks is known to end at its last chunk, which is then the final
         pass; chunks from an iterator (tokens as T3 samples them) are processed as they come,
-        and the final pass runs (on no new tokens) once the iterator ends.
+        and the final pass runs (on no new tokens) once the iterator ends, unless the iterator
+        marks its last chunk by yielding ``(tokens, True)`` (then that chunk's pass is the final
+        one and the iterator is not read further; ``(tokens, False)`` is a plain chunk).
+
+        The first pass yields audio when the first chunk holds at least
+        :attr:`first_audio_tokens` tokens (or is the last); later chunks of any size do.
+        ``times`` (if given) gains each pass's flow and HiFT seconds.
 
         Against :meth:`generate` on the concatenated tokens with the same noise and draws:
         identical length; the vocoder part alone is exact to float rounding; the mel of frames
@@ -157,6 +197,7 @@ class S3Gen:
         done = 0          # mel frames already vocoded and yielded
         fade = trim_fade()
         for chunk, last in _marked(token_chunks):
+            t0 = time.perf_counter()
             tokens = np.concatenate([tokens, chunk])
             total = 2 * (n_prompt + tokens.size)
             if noise_buf is None or noise_buf.shape[1] < total:
@@ -169,6 +210,10 @@ class S3Gen:
             new = np.array(self.mel(tokens, ref, n_timesteps=n_timesteps, noise=noise_buf[:, :total],
                                     finalize=last))
             mel = np.concatenate([mel, new[mel.shape[0]:]])
+            t1 = time.perf_counter()
+            if times is not None:
+                times.flow_s += t1 - t0
+                times.passes += 1
             end = mel.shape[0] if last else max(done, mel.shape[0] - VOC_CONTEXT)
             if end <= done:
                 continue
@@ -188,17 +233,23 @@ class S3Gen:
                 n = min(fade.size - start, piece.size)
                 piece[:n] *= fade[start: start + n]
             done = end
+            if times is not None:
+                times.hift_s += time.perf_counter() - t1
             yield piece
 
 
-def _marked(chunks: Iterable[np.ndarray]) -> Iterator[tuple[np.ndarray, bool]]:
-    """(chunk, is_last): a sequence's last chunk is marked; an iterator's end adds an empty last one."""
+def _marked(chunks: Iterable) -> Iterator[tuple[np.ndarray, bool]]:
+    """(chunk, is_last): a sequence's last chunk is marked; an iterator marks its own with
+    ``(tokens, True)``, else its end adds an empty last one."""
     if isinstance(chunks, (list, tuple)):
         for i, c in enumerate(chunks):
             yield np.asarray(c).reshape(-1), i == len(chunks) - 1
         return
     for c in chunks:
-        yield np.asarray(c).reshape(-1), False
+        c, last = c if isinstance(c, tuple) else (c, False)
+        yield np.asarray(c).reshape(-1), bool(last)
+        if last:
+            return
     yield np.zeros(0, np.int64), True
 
 
