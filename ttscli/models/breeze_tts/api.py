@@ -66,13 +66,19 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
         if name != "mlx" and not (component == "code_decoder" and name == "coreml"):
             raise BackendUnavailableError(f"{spec.id} {component}: backend {name!r} is not available "
                                           "(code_decoder: mlx or coreml; the rest: mlx)")
+    code_decoder = None
     if backend == "coreml":
+        # the backbone converted by `ttscli convert breeze-tts-2 --to coreml`, found by its manifest's
+        # source hashes before anything else loads (a missing or stale conversion: one CheckpointError line)
         from ttscli.backends.coreml import require_coreml
+        from ttscli.backends.coreml.decoder import open_code_decoder
+        from ttscli.backends.decoder import RowwiseDecoder
 
         require_coreml()
         if options.random_weights:
             raise BackendUnavailableError(f"{spec.id} on Core ML needs a converted checkpoint (ttscli convert "
                                           f"{spec.id} --to coreml --model-dir DIR); random weights run on mlx")
+        code_decoder = RowwiseDecoder(open_code_decoder(Path(checkpoint), options.coreml_compute_units))
     if options.random_weights:
         dtype = options.dtype or "bfloat16"   # 3.5 B parameters: float32 would not fit most machines
         model = random_model(dtype)
@@ -89,14 +95,7 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
         tokenizer = load_tokenizer(checkpoint, model.args)
         decoder = load_speech_decoder(checkpoint / "audio_tokenizer", options.dtype or "float32")
         check_codec(model.args, decoder.args, checkpoint)
-    if backend == "coreml":
-        # the backbone converted by `ttscli convert breeze-tts-2 --to coreml`, found by its
-        # manifest's source hashes (a missing or stale conversion is one CheckpointError line)
-        from ttscli.backends.coreml.decoder import open_code_decoder
-        from ttscli.backends.decoder import RowwiseDecoder
-
-        code_decoder = RowwiseDecoder(open_code_decoder(checkpoint, options.coreml_compute_units))
-    else:
+    if code_decoder is None:
         code_decoder = MLXCodeDecoder(model, sequential=options.prefill_mode == "sequential")
     pipe = BreezePipeline(spec, model, gen, tokenizer, decoder, code_decoder, checkpoint)
     pipe.backends["code_decoder"] = backend
