@@ -142,14 +142,14 @@ def our_frames(model, decoder, cond_x, uncond_x, n_frames: int, seed: int) -> di
     cfg.ignore_eos = True
     cond, uncond = our_prompts(cond_x, uncond_x)
     st = Stats()
-    for _ in generate_frames(model, decoder, cond, uncond, CFG_SCALE if uncond is not None else None, cfg,
-                             seed=seed, stats=st):
-        pass
-    return {"frame_s": st.frame_s, "prefill_s": st.prefill_s}
+    codes = list(generate_frames(model, decoder, cond, uncond, CFG_SCALE if uncond is not None else None, cfg,
+                                 seed=seed, stats=st))
+    return {"frame_s": st.frame_s, "prefill_s": st.prefill_s, "codes": np.stack(codes)}
 
 
 def our_parts(model, decoder, cond_x, uncond_x, n_frames: int, seed: int) -> dict:
-    """The same frame split in two synced parts, with the objects and sampler the loop uses."""
+    """The same frames split in two synced parts, with the objects, sampler and key sequence the
+    loop uses (so the same seed gives the loop's codes, which the test checks)."""
     from ttscli.lm.sample import KeyStream, SamplingParams, logit_bias, sample
     from ttscli.models.breeze_tts.loop import Branches
 
@@ -169,7 +169,7 @@ def our_parts(model, decoder, cond_x, uncond_x, n_frames: int, seed: int) -> dic
     k = keys.take(16)
     c0 = sample(b.logits, p0, k[0], seen=seen, bias=bias0)
     mx.eval(c0, b.hidden)
-    step_s, depth_s = [], []
+    step_s, depth_s, frames = [], [], []
     for _ in range(n_frames):
         t0 = time.perf_counter()
         rest, _ = model.depth_frame(b.hidden, c0, lambda z, j, k=k: sample(z, pd, k[j], bias=bias_d), scale)
@@ -184,7 +184,8 @@ def our_parts(model, decoder, cond_x, uncond_x, n_frames: int, seed: int) -> dic
         t2 = time.perf_counter()
         depth_s.append(t1 - t0)
         step_s.append(t2 - t1)
-    return {"step_s": step_s, "depth_s": depth_s}
+        frames.append(np.array(codes[0]))
+    return {"step_s": step_s, "depth_s": depth_s, "codes": np.stack(frames)}
 
 
 # ------------------------------------------------------------------ mlx-audio
@@ -247,7 +248,8 @@ def peer_frames(m, cond_x, uncond_x, n_frames: int, seed: int) -> dict:
         # its backbone step is built lazily at the end of one frame and run by the next one's
         # _sample: the step's share is the frame less the depth decoder, in steady state
         step_s.append((t1 - t0) + (t3 - t2))
-    return {"frame_s": frame_s, "step_s": step_s, "depth_s": depth_s, "prefill_s": prefill_s}
+    return {"frame_s": frame_s, "step_s": step_s, "depth_s": depth_s, "prefill_s": prefill_s,
+            "codes": np.array(frames, dtype=np.int32)}
 
 
 # ------------------------------------------------------------------ driver
