@@ -6,6 +6,7 @@ venv's python (ttscli is imported from the repo checkout):
     python3 -m venv /tmp/mavenv && /tmp/mavenv/bin/pip install mlx==<same as .venv> \
         huggingface_hub mlx-lm scipy && /tmp/mavenv/bin/pip install --no-deps mlx-audio==0.6.2
     /tmp/mavenv/bin/python scripts/bench_qwen3_peer.py [--preset 0.6B-Base] [--frames 8] [--rounds 3]
+    /tmp/mavenv/bin/python scripts/bench_qwen3_peer.py --batch 1,4,16,64   # batched generation, both
 
 The BLAS both use is ttscli's choice (ttscli/_blas.py; the mavenv has no ``mkl`` wheel, so
 point TTSCLI_BLAS at ours: ``TTSCLI_BLAS=/work/main/.venv/lib/libmkl_rt.so.3``). ``--only
@@ -89,6 +90,63 @@ def peer_frames(talker, x, n_frames: int, prompt_len: int):
     return times
 
 
+def peer_batch_steps(talker, x, n_frames: int, B: int):
+    """mlx-audio's ``Model.batch_generate`` step for ``B`` equal-length rows, driven with its own
+    methods (talker forward, ``_sample_token_batch``, ``_predict_code_tokens``,
+    ``_next_batch_input_embeds``, one eval and its per-row bookkeeping); seconds per step."""
+    from types import SimpleNamespace
+
+    from mlx_audio.tts.models.qwen3_tts.qwen3_tts import Model
+
+    m = Model.__new__(Model)
+    object.__setattr__(m, "talker", talker)
+    object.__setattr__(m, "config", SimpleNamespace(talker_config=talker.config))
+    cfg = talker.config
+    eos = cfg.codec_eos_token_id
+    suppress = m._suppress_codec_tokens(eos)
+    xb = mx.repeat(x, B, axis=0)
+    trailing = mx.repeat(x[:, :1], B, axis=0)
+    pad = x[:, :1]
+    cache = talker.make_cache()
+    code_cache = talker.code_predictor.make_cache()
+    logits, hidden = talker(xb, cache=cache)
+    mx.eval(logits, hidden)
+    inputs = xb[:, -1:]
+    finished = mx.zeros((B,), dtype=mx.bool_)
+    idx = mx.zeros((B, 1), dtype=mx.int32)
+    eos_fill = mx.full((B, 1), eos, dtype=mx.int32)
+    seen = [[] for _ in range(B)]
+    times = []
+    for _ in range(n_frames):
+        t0 = time.perf_counter()
+        logits, hidden = talker(inputs, cache=cache)
+        tok = m._sample_token_batch(logits, temperature=0.9, top_k=50, top_p=1.0, repetition_penalty=1.05,
+                                    generated_tokens_per_seq=seen, suppress_tokens=suppress)
+        tok = mx.where(finished[:, None], eos_fill, tok)
+        code_tokens, all_codes = m._predict_code_tokens(tok, hidden, temperature=0.9, top_k=50, top_p=1.0,
+                                                        code_cache=code_cache)
+        inputs = m._next_batch_input_embeds(trailing, pad, idx, code_tokens, pad_when_index_clamped=True)
+        mx.eval(all_codes, inputs, finished)
+        ids = tok[:, 0].tolist()
+        for b in range(B):
+            seen[b].append(ids[b])
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def our_batch_steps(model, x, n_frames: int, B: int):
+    """ttscli's batched frame (ttscli.models.qwen3_tts.batched) for ``B`` rows; seconds per step."""
+    from ttscli.models.qwen3_tts.batched import Item, generate_batched
+
+    cfg = LoopConfig.from_generation_config(GenerationConfig(), max_frames=n_frames)
+    cfg.ignore_eos = True
+    stats: dict = {}
+    items = [Item(key=i, prompt=Prompt(x, x[:, :0], x[:, :1]), cfg=cfg, seed=i) for i in range(B)]
+    for _ in generate_batched(model.talker, items, max_batch=B, stats=stats):
+        pass
+    return stats["step_s"]
+
+
 def our_frames(model, x, n_frames: int):
     cfg = LoopConfig.from_generation_config(GenerationConfig(), max_frames=n_frames)
     cfg.ignore_eos = True
@@ -108,6 +166,8 @@ def main():
     ap.add_argument("--peer-dtype", default="float32",
                     help="bfloat16: mlx-audio as the mlx-community *-bf16 conversions run it (ours stays float32)")
     ap.add_argument("--only", choices=["both", "ours", "mlx-audio"], default="both")
+    ap.add_argument("--batch", default=None,
+                    help="e.g. 1,4,16,64: batched frames (ours: generate_batched; mlx-audio: batch_generate's step)")
     a = ap.parse_args()
     cfg = preset_config(a.preset)
     cfg.pop("speaker_encoder_config", None)
@@ -127,6 +187,8 @@ def main():
     H = cfg["talker_config"]["hidden_size"]
     x = mx.random.normal((1, a.prompt, H), key=mx.random.key(0)) * 0.1
     mx.eval(x)
+    if a.batch:
+        return batch_table(a, ours, theirs, x)
     res = {"ours_ms": [], "mlx_audio_ms": []}
     for _ in range(a.rounds):
         if ours is not None:
@@ -144,6 +206,33 @@ def main():
     if ours is not None and theirs is not None:
         res["speedup"] = res["mlx_audio_frame_ms"] / res["ours_frame_ms"]
     print(json.dumps(res, indent=1))
+
+
+def batch_table(a, ours, theirs, x):
+    """Per batch size: step time (median over rounds of the per-round median, first 2 steps
+    dropped) and audio-seconds generated per wall-second (B rows x 1 frame of 80 ms per step)."""
+    from ttscli import _blas
+
+    out = {"preset": a.preset, "device": str(mx.default_device()), "blas": _blas.name(), "sizes": {}}
+    for B in [int(b) for b in a.batch.split(",")]:
+        row = {}
+        for name, model, fn in (("ours", ours, our_batch_steps), ("mlx_audio", theirs, peer_batch_steps)):
+            if model is None:
+                continue
+            meds = [float(np.median(fn(model, x, a.frames, B)[2:])) for _ in range(a.rounds)]
+            step = float(np.median(meds))
+            row[f"{name}_step_ms"] = step * 1e3
+            row[f"{name}_audio_s_per_s"] = B * 0.08 / step
+        if "ours_step_ms" in row and "mlx_audio_step_ms" in row:
+            row["ours_vs_mlx_audio"] = row["mlx_audio_step_ms"] / row["ours_step_ms"]
+        out["sizes"][B] = row
+        print(json.dumps({B: row}), flush=True)
+    base = out["sizes"][min(out["sizes"])]
+    for row in out["sizes"].values():
+        for name in ("ours", "mlx_audio"):
+            if f"{name}_audio_s_per_s" in row:
+                row[f"{name}_vs_smallest_batch"] = row[f"{name}_audio_s_per_s"] / base[f"{name}_audio_s_per_s"]
+    print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

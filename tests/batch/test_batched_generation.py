@@ -145,3 +145,36 @@ def test_cache_merge_and_select_keep_each_rows_attention():
         assert mx.abs(h2[j] - ref[0]).max().item() < 1e-5
     assert isinstance(merge([own[0][0]]), BatchKVCache) and isinstance(select(batch.caches[0], [1]), BatchKVCache)
     assert isinstance(own[0][0], KVCache) and SamplingParams().greedy is False
+
+
+def test_rows_joining_together_with_one_prompt_length_are_prefilled_as_one_batch(model):
+    """Same prompt, different seeds and params: one prefill forward for the group, each row
+    still equal to its request alone."""
+    m, gen, tok = model
+    p = prepare(m.talker, m.args, tok, TEXTS[0], speaker="serena")
+    cfgs = [LoopConfig.from_generation_config(gen, {}, max_frames=40),
+            LoopConfig.from_generation_config(gen, {"temperature": 0.7, "top_k": 20}, max_frames=40),
+            replace(LoopConfig.from_generation_config(gen, {}, max_frames=40), ignore_eos=True, max_frames=9)]
+    its = [Item(key=i, prompt=p, cfg=cfgs[i % 3], seed=7 + i) for i in range(5)]
+    calls = []
+    forward = m.talker.__class__.__call__
+
+    def counting(self, embeds, cache=None):
+        calls.append(embeds.shape[0])
+        return forward(self, embeds, cache)
+
+    m.talker.__class__.__call__ = counting
+    try:
+        got, errors, ended, _ = run_batched(m, its, {}, max_batch=5)
+    finally:
+        m.talker.__class__.__call__ = forward
+    assert calls == [5]          # one prefill forward for the five rows
+    assert ended == {it.key for it in its}
+    for it in its:
+        frames, err = alone(m, it)
+        assert errors.get(it.key) == err
+        if err is None:
+            assert len(got[it.key]) == len(frames)
+            for a, b in zip(got[it.key], frames):
+                np.testing.assert_array_equal(a, b)
+    assert len({len(v) for v in got.values()}) > 1

@@ -1,12 +1,12 @@
 """Batched decoding for codec LMs: several utterances advance through one forward per step.
 
 Each row keeps its own prompt length, positions, sampling state, seed and stop; rows join
-(continuous batching) and leave between steps. A row joins by being prefilled alone into
-an ordinary :class:`~ttscli.lm.cache.KVCache` (exactly as it would run alone) and is then
-merged into the batch's caches; rows that are shorter than the longest are left-padded, the
-padding masked out of attention, and each row is rotated at its own positions (``mx.fast.rope``
-takes one offset per row). So a row's numbers are those of the same request alone, up to the
-rounding of a batched matmul.
+(continuous batching) and leave between steps. Rows join by being prefilled without the batch
+into an ordinary :class:`~ttscli.lm.cache.KVCache` (alone, or together with rows that join at
+the same time with a prompt of the same length) and are then merged into the batch's caches;
+rows that are shorter than the longest are left-padded, the padding masked out of attention,
+and each row is rotated at its own positions (``mx.fast.rope`` takes one offset per row). So
+a row's numbers are those of the same request alone, up to the rounding of a batched matmul.
 
 MLX still runs one batch at a time per model: the batch is the unit of concurrency, never
 threads on one decoder.
@@ -20,7 +20,7 @@ import mlx.core as mx
 
 from ttscli.lm.cache import KVCache
 from ttscli.lm.model import DecoderLM
-from ttscli.lm.sample import SamplingParams, sample
+from ttscli.lm.sample import SamplingParams, gumbel_rows, sample_with
 
 
 class BatchKVCache:
@@ -71,7 +71,7 @@ def _rows_kv(c: Any) -> tuple[mx.array, mx.array, list[int]]:
         k, v = c.state
         return k, v, list(c.pad)
     k, v = c.state
-    return k, v, [0]
+    return k, v, [0] * k.shape[0]
 
 
 def merge(parts: Sequence[Any]) -> BatchKVCache:
@@ -109,13 +109,14 @@ class RowBatch:
         self.size = 0
 
     def join(self, row_caches: Sequence[list[KVCache]]) -> None:
-        """Append rows prefilled alone (their own per-layer caches), in order."""
+        """Append rows prefilled without the batch (per-layer caches of one row, or of several
+        rows of equal length prefilled together), in order."""
         if not row_caches:
             return
         layers = len(self.lm.layers)
         self.caches = [merge(([self.caches[i]] if self.caches else []) + [rc[i] for rc in row_caches])
                        for i in range(layers)]
-        self.size += len(row_caches)
+        self.size += sum(rc[0].state[0].shape[0] for rc in row_caches)
 
     def keep(self, rows: Sequence[int]) -> None:
         """Keep only these rows (in this order); the others leave the batch."""
@@ -133,13 +134,57 @@ class RowBatch:
         return self.lm.norm(h)[:, -1, :]
 
 
-def sample_rows(logits: mx.array, params: Sequence[SamplingParams], keys: Sequence[mx.array | None],
-                seen: Sequence[mx.array | None] | None = None,
-                bias: Sequence[mx.array | None] | None = None) -> mx.array:
+def sample_rows(logits: mx.array, params: Sequence[SamplingParams], keys: Sequence[mx.array | None] | mx.array,
+                seen: Sequence[mx.array | None] | mx.array | None = None,
+                bias: Sequence[mx.array | None] | mx.array | None = None) -> mx.array:
     """One id per row of ``logits [B, V]``, each with its own params, key, seen set and bias:
-    the same draw :func:`ttscli.lm.sample.sample` makes for that row alone (int32 ``[B]``)."""
-    out = []
+    the same draw :func:`ttscli.lm.sample.sample` makes for that row alone (int32 ``[B]``).
+
+    Rows that share their params (the usual case) are drawn together: one filter over their
+    rows and one Gumbel draw with a key per row, so a step costs the same few kernels at any
+    batch size. ``keys`` is ``[B, 2]`` or a list (``None``: the global PRNG); ``seen`` and
+    ``bias`` are ``[B, V]`` (``[1, V]``: the same for every row) or lists of ``[1, V]`` rows
+    (``None`` rows: no penalty, no bias)."""
+    B, V = logits.shape
+    groups: dict[SamplingParams, list[int]] = {}
     for i, p in enumerate(params):
-        out.append(sample(logits[i:i + 1], p, keys[i], None if seen is None else seen[i],
-                          None if bias is None else bias[i]))
-    return mx.concatenate(out, 0)
+        groups.setdefault(p, []).append(i)
+    parts, order = [], []
+    for p, rows in groups.items():
+        whole = len(rows) == B
+        take = None if whole else mx.array(rows, dtype=mx.int32)
+        s = _rows(seen, rows, take, V, mx.bool_) if p.repetition_penalty != 1.0 else None
+        noise = None if p.greedy else gumbel_rows((len(rows), V), _keys(keys, rows, take))
+        parts.append(sample_with(logits if whole else logits[take], p, noise, s,
+                                 _rows(bias, rows, take, V, mx.float32)))
+        order += rows
+    if len(parts) == 1:
+        return parts[0]
+    inverse = [0] * B
+    for pos, i in enumerate(order):
+        inverse[i] = pos
+    return mx.concatenate(parts, 0)[mx.array(inverse, dtype=mx.int32)]
+
+
+def _rows(x, rows: list[int], take: mx.array | None, V: int, dtype) -> mx.array | None:
+    """``[len(rows), V]`` of a per-row input given whole (``[B, V]``) or as a list (``None`` rows
+    filled with zeros: no penalty, no bias); ``None`` when no row has one."""
+    if x is None:
+        return None
+    if isinstance(x, mx.array):
+        return x if take is None or x.shape[0] == 1 else x[take]   # one row: shared by all
+    got = [x[i] for i in rows]
+    if all(g is None for g in got):
+        return None
+    return mx.concatenate([mx.zeros((1, V), dtype) if g is None else g for g in got], 0)
+
+
+def _keys(keys, rows: list[int], take: mx.array | None) -> mx.array | None:
+    if isinstance(keys, mx.array):
+        return keys if take is None else keys[take]
+    got = [keys[i] for i in rows]
+    if any(k is None for k in got):
+        if not all(k is None for k in got):
+            raise ValueError("sample_rows: give every row of a params group a key, or none")
+        return None
+    return mx.stack(got)

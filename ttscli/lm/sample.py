@@ -94,6 +94,46 @@ def filter_logits(logits: mx.array, p: SamplingParams) -> mx.array:
     return x
 
 
+def gumbel_rows(shape: tuple[int, int], keys: mx.array | None) -> mx.array:
+    """Gumbel noise ``[B, V]``: row ``b`` drawn from ``keys[b]`` (``[B, 2]``), exactly the noise
+    :func:`draw` makes for that row alone with its key; ``None``: the global PRNG."""
+    if keys is None:
+        return mx.random.gumbel(shape)
+    return mx.vmap(lambda k: mx.random.gumbel((shape[-1],), key=k))(keys)
+
+
+def draw(f: mx.array, noise: mx.array) -> mx.array:
+    """The Gumbel-max draw: ``argmax(f + noise)`` per row, ``f`` the filtered logits.
+
+    Written out rather than ``mx.random.categorical``, whose method depends on the batch size
+    (MLX 0.32 draws one row by inverse CDF and several by Gumbel-max), so that a row's draw is
+    the same alone and inside a batch (:func:`ttscli.lm.batch.sample_rows`)."""
+    return mx.argmax(f + noise, axis=-1).astype(mx.int32)
+
+
+def _prepared(logits: mx.array, p: SamplingParams, seen: mx.array | None,
+              bias: mx.array | None) -> tuple[mx.array, mx.array]:
+    """NaN-guarded, penalised and biased float32 logits, and their argmax (the fallback)."""
+    x = logits.astype(mx.float32)
+    x = mx.where(mx.isnan(x), NEG_INF, x)
+    if seen is not None:
+        x = apply_repetition_penalty(x, seen, p.repetition_penalty)
+    if bias is not None:
+        x = x + bias
+    return x, mx.argmax(x, axis=-1).astype(mx.int32)
+
+
+def sample_with(logits: mx.array, p: SamplingParams, noise: mx.array | None,
+                seen: mx.array | None = None, bias: mx.array | None = None) -> mx.array:
+    """:func:`sample` with the draw's Gumbel ``noise [B, V]`` given (ignored when greedy)."""
+    x, fallback = _prepared(logits, p, seen, bias)
+    if p.greedy:
+        return fallback
+    f = filter_logits(x, p)
+    ok = mx.isfinite(f.max(axis=-1))
+    return mx.where(ok, draw(f, noise), fallback)
+
+
 def sample(logits: mx.array, p: SamplingParams, key: mx.array | None = None,
            seen: mx.array | None = None, bias: mx.array | None = None) -> mx.array:
     """Draw one id per row of ``logits [B, V]``; returns int32 ``[B]``, still lazy.
@@ -101,19 +141,8 @@ def sample(logits: mx.array, p: SamplingParams, key: mx.array | None = None,
     Guards: NaN logits count as -inf; if filtering leaves a row with nothing finite, that row
     falls back to the argmax of its unfiltered (but biased) logits instead of drawing garbage.
     """
-    x = logits.astype(mx.float32)
-    x = mx.where(mx.isnan(x), NEG_INF, x)
-    if seen is not None:
-        x = apply_repetition_penalty(x, seen, p.repetition_penalty)
-    if bias is not None:
-        x = x + bias
-    fallback = mx.argmax(x, axis=-1).astype(mx.int32)
-    if p.greedy:
-        return fallback
-    f = filter_logits(x, p)
-    drawn = mx.random.categorical(f, axis=-1, key=key).astype(mx.int32)
-    ok = mx.isfinite(f.max(axis=-1))
-    return mx.where(ok, drawn, fallback)
+    noise = None if p.greedy else mx.random.gumbel(logits.shape, key=key)
+    return sample_with(logits, p, noise, seen, bias)
 
 
 class KeyStream:

@@ -39,15 +39,13 @@ class Item:
 class _Row:
     item: Item
     keys: KeyStream
-    seen: mx.array | None
     frames: int = 0
     extra: dict = field(default_factory=dict)
 
 
 def predictor_frame(cp, hidden: mx.array, c0_embed: mx.array, params: list, keys: mx.array):
     """:meth:`CodePredictor.frame` for ``B`` rows, each drawing with its own keys ``[B, 15, 2]``."""
-    return cp.frame_with(hidden, c0_embed,
-                         lambda j, logits: sample_rows(logits, params, [keys[i, j] for i in range(len(params))]))
+    return cp.frame_with(hidden, c0_embed, lambda j, logits: sample_rows(logits, params, keys[:, j]))
 
 
 class _Compiled:
@@ -100,7 +98,7 @@ def generate_batched(talker: Talker, source: Callable[[int], list[Item]] | Itera
     cp_frame = _Compiled(talker.code_predictor)
     batch = RowBatch(talker.model)
     rows: list[_Row] = []
-    logits = hidden = None
+    logits = hidden = seen = None   # [B, V], [B, H], [B, V] bool (codebook-0 ids drawn so far)
     if stats is not None:
         stats.setdefault("steps", 0)
         stats.setdefault("rows_per_step", [])
@@ -111,46 +109,49 @@ def generate_batched(talker: Talker, source: Callable[[int], list[Item]] | Itera
         new = source(max_batch - len(rows)) if len(rows) < max_batch else []
         if new:
             caches, lg, hd = [], [], []
+            # rows joining together with prompts of one length are prefilled as one batch (as a
+            # lone request, up to a batched matmul's rounding); others alone
+            by_len: dict[int, list[Item]] = {}
             for item in new:
+                by_len.setdefault(item.prompt.embeds.shape[1], []).append(item)
+            for group in by_len.values():
                 cache = talker.new_cache()
-                l1, h1 = talker(item.prompt.embeds, cache)  # prefilled alone, exactly as a lone request
+                embeds = mx.concatenate([item.prompt.embeds for item in group], 0)
+                l1, h1 = talker(embeds, cache)
                 caches.append(cache)
                 lg.append(l1)
                 hd.append(h1)
-                use_penalty = item.cfg.talker.repetition_penalty != 1.0
-                rows.append(_Row(item, KeyStream(item.seed), mx.zeros((1, V), mx.bool_) if use_penalty else None))
+                rows.extend(_Row(item, KeyStream(item.seed)) for item in group)
             batch.join(caches)
             logits = mx.concatenate(([logits] if logits is not None else []) + lg, 0)
             hidden = mx.concatenate(([hidden] if hidden is not None else []) + hd, 0)
+            seen = mx.concatenate(([seen] if seen is not None else []) + [mx.zeros((len(new), V), mx.bool_)], 0)
         if drop is not None and rows:
             stay = [i for i, r in enumerate(rows) if not drop(r.item.key)]
             if len(stay) != len(rows):
                 batch.keep(stay)
                 rows = [rows[i] for i in stay]
                 sel = mx.array(stay, dtype=mx.int32)
-                logits, hidden = (logits[sel], hidden[sel]) if stay else (None, None)
+                logits, hidden, seen = (logits[sel], hidden[sel], seen[sel]) if stay else (None, None, None)
         if not rows:
             if new or had_rows:
                 continue  # the rows there were got dropped: ask the source again
             return
         t0 = time.perf_counter()
-        ks = [r.keys.take(16) for r in rows]
+        ks = mx.stack([r.keys.take(16) for r in rows])      # [B, 16, 2]
         bias = [bias_closed if r.frames < r.item.cfg.min_new_tokens else bias_open[r.item.cfg.ignore_eos]
                 for r in rows]
-        c0 = sample_rows(logits, [r.item.cfg.talker for r in rows], [k[0] for k in ks],
-                         seen=[r.seen for r in rows], bias=bias)
+        c0 = sample_rows(logits, [r.item.cfg.talker for r in rows], ks[:, 0], seen=seen,
+                         bias=bias[0] if all(b is bias[0] for b in bias) else mx.concatenate(bias, 0))
         c0_embed = talker.embed_codec(c0)
-        rest, frame_embed = cp_frame(hidden, c0_embed, [r.item.cfg.sub for r in rows],
-                                     mx.stack([k[1:] for k in ks]))
+        rest, frame_embed = cp_frame(hidden, c0_embed, [r.item.cfg.sub for r in rows], ks[:, 1:])
         codes = mx.concatenate([c0[:, None], rest], axis=1)
         text = mx.concatenate([r.item.prompt.text_at(r.frames) for r in rows], 0)
         # Queue the next talker step before waiting, as the single-row loop does.
         hidden = batch.step(frame_embed[:, None, :] + text)
         logits = talker.codec_head(hidden)
-        mx.async_eval(codes, logits, hidden)
-        for i, r in enumerate(rows):
-            if r.seen is not None:
-                r.seen = mx.logical_or(r.seen, vocab == c0[i:i + 1, None])
+        seen = mx.logical_or(seen, vocab == c0[:, None])
+        mx.async_eval(codes, logits, hidden, seen)
         out = np.array(codes)
         if stats is not None:
             stats["steps"] += 1
@@ -164,7 +165,7 @@ def generate_batched(talker: Talker, source: Callable[[int], list[Item]] | Itera
             r.frames += 1
             yield r.item.key, out[i]
             if r.frames >= r.item.cfg.max_frames:
-                yield r.item.key, _overrun(r, logits[i:i + 1], bias_open[False], eos)
+                yield r.item.key, _overrun(r, logits[i:i + 1], seen[i:i + 1], bias_open[False], eos)
                 continue
             keep.append(i)
         if len(keep) != len(rows):
@@ -172,19 +173,20 @@ def generate_batched(talker: Talker, source: Callable[[int], list[Item]] | Itera
             rows = [rows[i] for i in keep]
             if keep:
                 sel = mx.array(keep, dtype=mx.int32)
-                logits, hidden = logits[sel], hidden[sel]
+                logits, hidden, seen = logits[sel], hidden[sel], seen[sel]
             else:
-                logits = hidden = None
+                logits = hidden = seen = None
 
 
-def _overrun(r: _Row, logits: mx.array, bias: mx.array, eos: int):
+def _overrun(r: _Row, logits: mx.array, seen: mx.array, bias: mx.array, eos: int):
     """A row at its frame limit: complete if EOS is next (as the single-row loop decides)."""
     from ttscli.lm.sample import sample
 
     cfg = r.item.cfg
     if cfg.ignore_eos:
         return None
-    last = sample(logits, cfg.talker, r.keys.next(), seen=r.seen, bias=bias)
+    last = sample(logits, cfg.talker, r.keys.next(), seen=seen if cfg.talker.repetition_penalty != 1.0 else None,
+                  bias=bias)
     if int(last.item()) == eos:
         return None
     return GenerationError(f"reached max frames ({cfg.max_frames}, {cfg.max_frames / 12.5:.1f} s of audio) "
