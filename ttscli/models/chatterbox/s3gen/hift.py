@@ -122,7 +122,9 @@ class SourceModuleHnNSF(nn.Module):
         f = mx.repeat(f0, a.upsample_scale)[:, None]              # nearest upsampling, as upstream
         # torch sums float32 in double on the CPU: a float32 running sum over 10^5 samples
         # drifts by ~1e-3 cycles, audible as phase error in the overtones
-        cycles = mx.cumsum((f * h / a.sampling_rate).astype(mx.float64), axis=0).astype(mx.float32)
+        # (the GPU has no float64: this sum runs on the CPU stream wherever the rest runs)
+        step = (f * h / a.sampling_rate).astype(mx.float64, stream=mx.cpu)
+        cycles = mx.cumsum(step, axis=0, stream=mx.cpu).astype(mx.float32, stream=mx.cpu)
         theta = 2 * math.pi * (cycles - mx.floor(cycles))          # torch's % 1 on positives
         uv = (f > a.nsf_voiced_threshold).astype(mx.float32)
         amp = uv * a.nsf_sigma + (1 - uv) * (a.nsf_alpha / 3)
