@@ -11,8 +11,14 @@ venv's python (ttscli is imported from the repo checkout):
     /tmp/mavenv/bin/python scripts/bench_breeze_peer.py --tiny --frames 6 --rounds 1        # smoke test
 
 mlx-audio's Breeze port imports only mlx, numpy and huggingface_hub (its package __init__):
-no torch, transformers or scipy, so a ``--no-deps`` install suffices. ``--only ours`` runs in
-ttscli's own venv without mlx-audio.
+no torch, transformers or scipy, so a ``--no-deps`` install suffices and nothing is stubbed.
+``--only ours`` runs in ttscli's own venv without mlx-audio. On a Linux CPU point both at
+ttscli's BLAS (``TTSCLI_BLAS=/work/main/.venv/lib/libmkl_rt.so.3``; a scratch venv has no
+``mkl`` wheel). On the lent H200 (../shared/gpu/README.md: the mlx and mlx-cuda-13 wheels
+and ``mlx_audio-0.6.2-py3-none-any.whl`` installed ``--no-deps --target /root/site``):
+
+    PYTHONPATH=/root/site:$PWD python3 scripts/bench_breeze_peer.py --frames 24 --rounds 3 \
+        --out $OUT/breeze_peer.json
 
 What is timed, per side, each driven with its own modules and sampler as its own generate
 loop calls them:
@@ -39,10 +45,13 @@ every round dropped. Both models get random weights at the real Breeze-TTS-2 dim
 (``ttscli.models.breeze_tts.config.real_config``) in ``--dtype`` (float32 by default; ttscli
 keeps its two heads in float32 as its loader does). Neither frame uses the text encoder (the
 prompt is given as embeddings) nor the text embedding, so both are shrunk on both sides
-(one encoder layer, a 512-row vocabulary) to save ~5 GB per side; everything the frame
+(one encoder layer, a 512-row vocabulary) to save 4-6 GB per side in float32; everything the frame
 touches is at full size. ``--layers`` shrinks the backbone and depth stacks of both sides
 equally, ``--tiny`` shrinks every width too (a smoke test of the script, not a figure).
 EOS is kept out of codebook 0 on both sides so that every round times ``--frames`` frames.
+Also reported: ``rtf`` (frame time over the 80 ms of audio a frame holds, 12.5 Hz) and
+``peak_above_weights_mb`` (MLX's peak memory during a frame pass above what was resident
+before it: caches and activations, not the weights, given as ``weights_mb``).
 
 Not here: time to first audio and the codec (``ttscli bench breeze-tts-2 --random-weights
 --stream`` measures ours); mlx-audio's text encoder and prompt building.
