@@ -99,3 +99,39 @@ def test_missing_tensor_and_bad_precision():
         build_graph(args, w, {}, max_positions=8)
     with pytest.raises(UsageError, match="int8, int4"):
         Quant("int2")
+
+
+@pytest.mark.parametrize("prec", ["float32", "int8"])
+def test_heads_chosen_by_an_input(tmp_path, prec):
+    """Five heads behind one output picked by ``head``: each pick equals that head alone, and a
+    step runs one head's matmul, not five (onnxruntime's profile lists the nodes it ran)."""
+    import json
+
+    import onnx
+    import onnxruntime as ort
+
+    args = LMArgs.from_hf(QWEN3)
+    lm, w, _ = mlx_stack(args, 5)
+    rng = np.random.default_rng(6)
+    heads = {f"logits_{j}": rng.standard_normal((VOCAB, args.hidden_size)).astype(np.float32) for j in range(5)}
+    x = rng.standard_normal((1, 6, args.hidden_size)).astype(np.float32)
+    q = Quant(prec, 16)
+    onnx.save_model(build_graph(args, w, heads, max_positions=64, quant=q, head_select="head"), str(tmp_path / "s.onnx"))
+    onnx.save_model(build_graph(args, w, heads, max_positions=64, quant=q), str(tmp_path / "all.onnx"))
+    entry = {"layers": args.num_hidden_layers, "kv_heads": args.num_key_value_heads, "head_dim": args.head_dim,
+             "max_positions": 64, "input_size": args.hidden_size, "hidden_size": args.hidden_size}
+    sel = OnnxLM(tmp_path, {**entry, "path": "s.onnx", "head_select": {"input": "head", "count": 5}})
+    every = OnnxLM(tmp_path, {**entry, "path": "all.onnx"})
+    for j in (0, 3, 4, 1, 2):
+        got = sel.run(x, sel.new_cache(), ("logits",), head=j)[0]
+        want = every.run(x, every.new_cache(), (f"logits_{j}",))[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    so = ort.SessionOptions()
+    so.enable_profiling, so.profile_file_prefix = True, str(tmp_path / "prof")
+    sel.session = ort.InferenceSession(str(tmp_path / "s.onnx"), so, providers=["CPUExecutionProvider"])
+    sel.run(x[:, :1], sel.new_cache(), ("logits",), head=2)
+    events = json.load(open(sel.session.end_profiling()))
+    op = "MatMulNBits" if prec == "int8" else "MatMul"
+    ran = {e["name"] for e in events if e.get("cat") == "Node" and e.get("args", {}).get("op_name") == op}
+    per_layer = 4          # fused qkv, o, fused gate/up, down
+    assert len(ran) == args.num_hidden_layers * per_layer + 1

@@ -76,7 +76,8 @@ def test_convert_cache_and_rebuild(tmp_path, monkeypatch):
     assert out.name == "onnx-int4"
     m = read_manifest(out)
     assert set(m["components"]) == {"code_decoder", "code_predictor"}
-    assert m["components"]["code_predictor"]["heads"] == [f"logits_{j}" for j in range(15)]
+    assert m["components"]["code_predictor"]["heads"] == ["logits"]
+    assert m["components"]["code_predictor"]["head_select"] == {"input": "head", "count": 15}
     assert m["components"]["code_decoder"]["block_size"] == 32 and m["precision"] == "int4"
     assert find_or_build(ck, Quant("int4", 32)) == out
     stamp = (out / "manifest.json").stat().st_mtime_ns
@@ -101,3 +102,34 @@ def test_bad_backend_and_convert_options(run_cli):
         split_backend("onnx-int2")
     with pytest.raises(UsageError, match="only onnx"):
         split_backend("mlx-int8")
+
+
+@pytest.mark.parametrize("params", [(0.9, 50, 1.0), (1.0, 0, 0.8), (0.9, 0, 1.0, 0.05)])
+def test_frame_draws_what_the_mlx_sampler_draws(tmp_path, monkeypatch, params):
+    """The predictor frame on onnxruntime draws its 15 codes in numpy; with the MLX sampler per
+    step instead (same logits, same keys) every frame's codes and summed embedding are the same."""
+    import mlx.core as mx
+    import numpy as np
+
+    from ttscli.backends.onnx.graph import Quant
+    from ttscli.lm.sample import SamplingParams
+    from ttscli.models.qwen3_tts.loader import load_model
+    from ttscli.models.qwen3_tts.onnx_decoder import open_decoder
+    from ttscli.models.qwen3_tts.onnx_export import find_or_build
+
+    monkeypatch.setenv("TTSCLI_CACHE", str(tmp_path / "cache"))
+    ck = FIX / "qwen3-tiny-base"
+    model, _ = load_model(ck, "float32")
+    pred = open_decoder(find_or_build(ck, Quant("float32")), model, prefill="onnx").predictor
+    assert pred.draws_in_numpy
+    p = SamplingParams(*params)
+    H = model.talker.args.hidden_size
+    for f in range(6):
+        h, e = (mx.random.normal((1, H), key=mx.random.key(10 * f + i)) for i in (1, 2))
+        keys = mx.random.split(mx.random.key(100 + f), 15)
+        codes, total = pred.frame(h, e, p, keys)
+        pred.draws_in_numpy = False
+        want, want_total = pred.frame(h, e, p, keys)
+        pred.draws_in_numpy = True
+        assert np.array_equal(np.asarray(codes), np.asarray(want))
+        assert np.array_equal(np.asarray(total), np.asarray(want_total))

@@ -23,8 +23,10 @@ CACHE_BLOCK = 256
 
 def export_lm(args: LMArgs, weights: Mapping[str, np.ndarray], out_dir: Path, file_name: str, *,
               heads: Mapping[str, np.ndarray], max_positions: int, quant: Quant,
-              in_proj: tuple[np.ndarray, np.ndarray] | None = None, cache_block: int = CACHE_BLOCK) -> dict:
-    """Build and save ``out_dir/file_name`` (+ ``.data``); its manifest entry (kind ``lm_step``)."""
+              in_proj: tuple[np.ndarray, np.ndarray] | None = None, cache_block: int = CACHE_BLOCK,
+              head_select: str | None = None) -> dict:
+    """Build and save ``out_dir/file_name`` (+ ``.data``); its manifest entry (kind ``lm_step``).
+    ``head_select``: the heads become one ``logits`` output chosen by this int64 input."""
     import onnx
 
     t0 = time.perf_counter()
@@ -32,7 +34,7 @@ def export_lm(args: LMArgs, weights: Mapping[str, np.ndarray], out_dir: Path, fi
     data = file_name + ".data"
     with open(out_dir / data, "wb") as f:
         model = build_graph(args, weights, heads, max_positions=max_positions, quant=quant, in_proj=in_proj,
-                            name=Path(file_name).stem, data=f, data_name=data)
+                            name=Path(file_name).stem, data=f, data_name=data, head_select=head_select)
     onnx.save_model(model, str(out_dir / file_name))
     size = sum((out_dir / f).stat().st_size for f in (file_name, data) if (out_dir / f).exists())
     return {"path": file_name, "data_files": [data] if (out_dir / data).exists() else [], "kind": "lm_step",
@@ -41,6 +43,8 @@ def export_lm(args: LMArgs, weights: Mapping[str, np.ndarray], out_dir: Path, fi
             "layers": args.num_hidden_layers, "kv_heads": args.num_key_value_heads, "head_dim": args.head_dim,
             "hidden_size": args.hidden_size, "input_size": args.hidden_size if in_proj is None
             else int(in_proj[0].shape[1]), "max_positions": max_positions, "cache_block": cache_block,
-            "heads": list(heads), "vocab_size": int(next(iter(heads.values())).shape[0]) if heads else None,
+            "heads": ["logits"] if head_select else list(heads),
+            "head_select": {"input": head_select, "count": len(heads)} if head_select else None,
+            "vocab_size": int(next(iter(heads.values())).shape[0]) if heads else None,
             "lm": json.loads(json.dumps(dataclasses.asdict(args))), "size_bytes": size,
             "build_seconds": round(time.perf_counter() - t0, 2)}

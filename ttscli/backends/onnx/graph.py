@@ -13,8 +13,10 @@ Linear layers are MatMul on float32 weights or MatMulNBits on block-quantized on
 int4, ``accuracy_level`` 4: int8 activations, the fast path on CPUs without AVX-512 VNNI).
 
 Outputs: ``hidden`` (post-norm state of the last position, ``[B, H]``) and one logits output per
-head (``logits`` or ``logits_0..n-1``): onnxruntime computes only what a run asks for, so a
-stack with several heads (Qwen3-TTS's code predictor) runs one head per step.
+head (``logits`` or ``logits_0..n-1``), or, for a stack with several heads used one per step
+(Qwen3-TTS's code predictor), one ``logits`` output whose head an int64 input picks through a
+tree of ``If`` nodes: onnxruntime runs every node of the graph whatever outputs a run binds,
+so 15 head outputs cost 15 heads per step (+40% weights read at 0.6B, measured).
 """
 from __future__ import annotations
 
@@ -151,15 +153,42 @@ def _cat(w: Mapping[str, np.ndarray], keys: list[str]) -> np.ndarray | None:
     return np.concatenate([np.asarray(w[k], np.float32) for k in keys], axis=0)
 
 
+def _head_tree(b: _Builder, x: str, index: str, heads: list, vocab: int, out: str, lo: int = 0) -> None:
+    """``out = heads[index - lo](x)``: a leaf is one head's linear layer; an inner node an
+    ``If`` on ``index < lo + mid`` between two halves. A head's weights are initializers of
+    its own branch: onnxruntime prepacks a subgraph's own initializers, not outer-scope ones
+    a subgraph reads (int8 logits then differed by ~1% from the same head outside an If)."""
+    from onnx import TensorProto, helper
+
+    if len(heads) == 1:
+        name, w = heads[0]
+        b.linear(x, w, None, name, out=out)
+        return
+    mid = len(heads) // 2
+    below = b.node("Less", [index, b.const(b.name("head_split"), np.array(lo + mid, np.int64))])[0]
+    branches = []
+    for part, start in ((heads[:mid], lo), (heads[mid:], lo + mid)):
+        sub = _Builder(b.quant, b.data, b.data_name, n=b.n)
+        branch_out = sub.name(out)
+        _head_tree(sub, x, index, part, vocab, branch_out, start)
+        b.n = sub.n
+        branches.append(helper.make_graph(sub.nodes, sub.name("head_branch"), [],
+                                          [helper.make_tensor_value_info(branch_out, TensorProto.FLOAT,
+                                                                         ["batch", vocab])], initializer=sub.inits))
+    b.node("If", [below], [out], then_branch=branches[0], else_branch=branches[1])
+
+
 def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[str, np.ndarray], *,
                 max_positions: int, quant: Quant | None = None, in_proj: tuple[np.ndarray, np.ndarray] | None = None,
-                name: str = "lm", data=None, data_name: str = ""):
+                name: str = "lm", data=None, data_name: str = "", head_select: str | None = None):
     """The ONNX model of the stack. ``heads``: output name -> head weight ``[V, H]`` (may be
     empty: hidden only). ``in_proj``: ``(weight [H, H_in], bias [H])`` applied to the input
     embeddings first (a predictor narrower than the LM feeding it). ``max_positions``: length
     of the RoPE tables, the most positions one cache can hold. ``data``: a binary file open for
     writing, where tensors of 4 KB and more are written as they are made (``data_name``: its
-    file name next to the saved graph), else everything is held in the returned proto."""
+    file name next to the saved graph), else everything is held in the returned proto.
+    ``head_select``: name of an int64 scalar input choosing one of ``heads`` (in their order)
+    for a single ``logits`` output."""
     from onnx import TensorProto, helper
 
     quant = quant or Quant()
@@ -236,9 +265,17 @@ def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[
         normed = b.node("SkipSimplifiedLayerNormalization", [pending, resid, fn], 4, MS, epsilon=eps)[0]
     hidden = b.node("Gather", [normed, "last"], ["hidden"], axis=1)[0]
     outputs.insert(0, helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", H]))
-    for out_name, w in heads.items():
-        V = int(np.shape(w)[0])
-        b.linear(hidden, w, None, out_name, out=out_name)
+    vocab = {out_name: int(np.shape(w)[0]) for out_name, w in heads.items()}
+    if head_select is not None:
+        if len(set(vocab.values())) != 1:
+            raise CheckpointError(f"heads chosen by an input must share one vocabulary, not {sorted(set(vocab.values()))}")
+        inputs.append(helper.make_tensor_value_info(head_select, TensorProto.INT64, []))
+        _head_tree(b, hidden, head_select, list(heads.items()), next(iter(vocab.values())), "logits")
+        vocab = {"logits": next(iter(vocab.values()))}
+    else:
+        for out_name, w in heads.items():
+            b.linear(hidden, w, None, out_name, out=out_name)
+    for out_name, V in vocab.items():
         outputs.insert(len(outputs) - 2 * args.num_hidden_layers,
                        helper.make_tensor_value_info(out_name, TensorProto.FLOAT, ["batch", V]))
     graph = helper.make_graph(b.nodes, name, inputs, outputs, initializer=b.inits)

@@ -20,8 +20,9 @@ import functools
 import os
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -117,6 +118,11 @@ class LMCache:
     keys: list[np.ndarray]
     values: list[np.ndarray]
     offset: int = 0
+    # the session's IOBinding with these buffers bound, and the outputs it has bound: made on
+    # first use and kept, so a step rebinds only its inputs (a frame makes hundreds of steps)
+    binding: Any = field(default=None, repr=False)
+    bound_outputs: tuple[str, ...] = ()
+    ort_values: list = field(default_factory=list, repr=False)   # OrtValues over keys/values
 
     @property
     def capacity(self) -> int:
@@ -139,6 +145,7 @@ class OnnxLM:
         self.input_size = int(entry["input_size"])
         self.hidden_size = int(entry["hidden_size"])
         self.heads = list(entry.get("heads", []))
+        self.head_input = (entry.get("head_select") or {}).get("input")
         self.block = int(entry.get("cache_block", 256))
 
     def new_cache(self, capacity: int | None = None) -> LMCache:
@@ -156,34 +163,46 @@ class OnnxLM:
         if need <= cache.capacity:
             return
         cap = min(self.max_positions, -(-need // self.block) * self.block * 2)
+        cache.binding, cache.bound_outputs, cache.ort_values = None, (), []    # the old buffers
         for buf in (cache.keys, cache.values):
             for i, old in enumerate(buf):
                 new = np.zeros((1, self.kv_heads, cap, self.head_dim), np.float32)
                 new[:, :, :cache.offset] = old[:, :, :cache.offset]
                 buf[i] = new
 
-    def run(self, embeds: np.ndarray, cache: LMCache, outputs: tuple[str, ...]) -> list[np.ndarray]:
+    def run(self, embeds: np.ndarray, cache: LMCache, outputs: tuple[str, ...],
+            head: int | None = None) -> list[np.ndarray]:
         """Feed ``embeds [1, S, input_size]`` at the cache's offset; the named outputs
-        (``hidden`` and/or head logits of the last position)."""
-        import onnxruntime as ort
-
+        (``hidden`` and/or head logits of the last position). ``head``: which head ``logits``
+        is, for a graph whose heads are chosen by an input."""
         x = np.ascontiguousarray(embeds, np.float32)
         s = x.shape[1]
         self.ensure(cache, s)
         total = cache.offset + s
-        bind = self.session.io_binding()
+        bind = cache.binding or self.session.io_binding()
         bind.bind_cpu_input("inputs_embeds", x)
         bind.bind_cpu_input("seqlens_k", np.array([total - 1], np.int32))
         bind.bind_cpu_input("total_sequence_length", np.array(total, np.int32))
-        for name in outputs:  # bound first, so they come back first
-            bind.bind_output(name, "cpu")
-        for i in range(self.layers):
-            # the same memory as past and present: the attention writes the new positions in place
-            for kind, buf in (("key", cache.keys[i]), ("value", cache.values[i])):
-                v = ort.OrtValue.ortvalue_from_numpy(buf)
-                bind.bind_ortvalue_input(f"past_{kind}.{i}", v)
-                bind.bind_ortvalue_output(f"present_{kind}.{i}", v)
+        if self.head_input:
+            bind.bind_cpu_input(self.head_input, np.array(head or 0, np.int64))
+        if cache.binding is None or cache.bound_outputs != outputs:
+            self._bind_cache(bind, cache, outputs)
         self.session.run_with_iobinding(bind)
         cache.offset = total
         got = bind.get_outputs()   # OrtValues: the K/V buffers are not copied back
         return [got[j].numpy() for j in range(len(outputs))]
+
+    def _bind_cache(self, bind, cache: LMCache, outputs: tuple[str, ...]) -> None:
+        import onnxruntime as ort
+
+        if not cache.ort_values:
+            cache.ort_values = [(f"{kind}.{i}", ort.OrtValue.ortvalue_from_numpy(buf)) for i in range(self.layers)
+                                for kind, buf in (("key", cache.keys[i]), ("value", cache.values[i]))]
+        bind.clear_binding_outputs()
+        for name in outputs:  # bound first, so they come back first
+            bind.bind_output(name, "cpu")
+        for name, v in cache.ort_values:
+            # the same memory as past and present: the attention writes the new positions in place
+            bind.bind_ortvalue_input("past_" + name, v)
+            bind.bind_ortvalue_output("present_" + name, v)
+        cache.binding, cache.bound_outputs = bind, tuple(outputs)

@@ -1,10 +1,12 @@
 """The Qwen3-TTS frame's LM work on onnxruntime: the talker as a code decoder, plus the code
 predictor's frame (codebooks 1..15) in the shape of ``CodePredictor.compiled_frame``.
 
-Per predictor step: one graph run (the step's head only), then the MLX sampler with the same
-params and PRNG key as the MLX frame, then the codec embedding looked up in numpy. Nothing
-here holds request state (caches are created per request and per frame), so several
-requests may run at once.
+Per predictor step: one graph run (its input ``head`` picks the step's head), the draw, and the codec embedding
+looked up in numpy. The draw is the MLX sampler's own, with the same params and PRNG keys,
+made in numpy (:mod:`ttscli.backends.onnx.sample`: one MLX call per frame makes the 15 keys'
+random numbers) so no step waits on MLX; were the installed MLX to draw in a way that module
+does not reproduce, each step calls the MLX sampler instead. Nothing here holds request
+state (caches are created per request and per frame), so several requests may run at once.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import numpy as np
 
 from ttscli.backends.onnx.decoder import OnnxCodeDecoder
 from ttscli.backends.onnx.manifest import component, read_manifest
+from ttscli.backends.onnx import sample as np_sample
 from ttscli.backends.onnx.runtime import OnnxLM
 from ttscli.lm.sample import SamplingParams, sample
 
@@ -28,6 +31,8 @@ class OnnxFramePredictor:
         self.lm = lm
         self.embeddings = embeddings
         self.groups = len(embeddings)
+        self.vocab = int(embeddings[0].shape[0])
+        self.draws_in_numpy = np_sample.method() is not None
 
     def frame(self, hidden: mx.array, c0_embed: mx.array, params: SamplingParams,
               keys: mx.array | None) -> tuple[mx.array, mx.array]:
@@ -38,9 +43,14 @@ class OnnxFramePredictor:
         x = np.stack([h, e0], axis=1)
         total = e0.astype(np.float32).copy()
         codes = []
+        in_numpy = params.greedy or (keys is not None and self.draws_in_numpy)
+        rows = None if params.greedy or not in_numpy else np_sample.noise(keys, self.vocab, np_sample.method())
         for j in range(self.groups):
-            logits = self.lm.run(x, cache, (f"logits_{j}",))[0]
-            code = int(sample(mx.array(logits), params, None if keys is None else keys[j]).item())
+            logits = self.lm.run(x, cache, ("logits",), head=j)[0]
+            if in_numpy:
+                code = np_sample.sample_row(logits, params, None if rows is None else rows[j])
+            else:
+                code = int(sample(mx.array(logits), params, None if keys is None else keys[j]).item())
             codes.append(code)
             e = self.embeddings[j][code]
             total += e

@@ -2,8 +2,9 @@
 15 steps) as two graphs of the shared decoder-LM export (ttscli.backends.onnx).
 
     code_decoder     the talker's Qwen3 stack (``talker.model.*``) and ``talker.codec_head``
-    code_predictor   ``talker.code_predictor.model.*`` with its 15 heads (``logits_0..14``, one
-                     computed per step) and, when the talker is wider (1.7B), the
+    code_predictor   ``talker.code_predictor.model.*`` with its 15 heads behind one ``logits``
+                     output (the int64 input ``head`` picks the step's head, the others are not
+                     computed) and, when the talker is wider (1.7B), the
                      ``small_to_mtp_projection`` in front
 
 Embeddings (prompt building, codec embeddings), sampling (the same MLX samplers and PRNG keys
@@ -42,6 +43,10 @@ FAMILY = "qwen3_tts"
 CODE_DECODER, CODE_PREDICTOR = "code_decoder", "code_predictor"
 TALKER_FILE, PREDICTOR_FILE = "talker.onnx", "code_predictor.onnx"
 SOURCE_FILES = ("model.safetensors",)
+HEAD_INPUT = "head"
+# graphs built before the predictor's heads were chosen by an input ran all 15 heads every step:
+# a conversion without it is rebuilt
+GRAPH_LAYOUT = 2
 TALKER_POSITIONS = 16384      # RoPE table length: a 4096-token prompt plus 8192 frames fit
 PREFILL_ENV = "TTSCLI_ONNX_PREFILL"
 # onnxruntime's prefill against an MLX batched prefill with the cache handed over, 200 tokens at
@@ -90,7 +95,8 @@ def export_graphs(source, cfg: dict, out_dir: Path, quant: Quant, *, model_id: s
                               "small_to_mtp_projection")
     entry_p = export_lm(pred, w, out_dir, PREDICTOR_FILE,
                         heads={f"logits_{j}": heads[f"lm_head.{j}.weight"] for j in range(groups)},
-                        max_positions=groups + 1, quant=quant, in_proj=proj, cache_block=groups + 1)
+                        max_positions=groups + 1, quant=quant, in_proj=proj, cache_block=groups + 1,
+                        head_select=HEAD_INPUT)
     say(2, 2, f"ONNX {quant.precision}: done")
     return write_manifest(out_dir, model=model_id, family=FAMILY, precision=quant.precision,
                           components={CODE_DECODER: entry_t, CODE_PREDICTOR: entry_p},
@@ -145,7 +151,8 @@ def find_or_build(checkpoint: Path, quant: Quant, model_id: str | None = None) -
     want = converted_dir(model_id or checkpoint.name, var)
     for folder in [want] + converted_folders(var):
         m = current(folder, checkpoint)
-        if m is not None and (m["components"][CODE_DECODER].get("block_size") in (None, quant.block_size)):
+        if m is not None and (m["components"][CODE_DECODER].get("block_size") in (None, quant.block_size)) \
+                and m["components"][CODE_PREDICTOR].get("head_select"):
             return folder
     sys.stderr.write(f"ttscli: building the ONNX {quant.precision} graphs of {checkpoint} into {want} "
                      "(once; `ttscli convert MODEL --to onnx` does the same)\n")
@@ -167,7 +174,7 @@ def _build_into(out_dir: Path, build: Callable[[Path], object]) -> None:
 def _fingerprint(params: dict, quant: Quant) -> str:
     import hashlib
 
-    h = hashlib.sha256(f"{quant.precision}/{quant.block_size}".encode())
+    h = hashlib.sha256(f"{quant.precision}/{quant.block_size}/{GRAPH_LAYOUT}".encode())
     for k in sorted(params):
         v = params[k]
         h.update(f"{k}{tuple(v.shape)}{float(np.asarray(v, np.float64).sum()):.6e}".encode())
