@@ -52,3 +52,14 @@ def test_guards_nan_and_all_filtered():
     nz = noise(keys, V, method())
     for p in (SamplingParams(0.9, 50, 1.0), SamplingParams(1.0, 0, 0.5, 0.1), SamplingParams(do_sample=False)):
         assert [sample_row(rows[j], p, nz[j]) for j in range(4)] == mlx_draws(rows, p, keys)
+
+
+@pytest.mark.parametrize("how", ["gumbel", "cdf"])
+def test_noise_of_many_keys_is_each_keys_own(how):
+    """The vmapped call makes, row by row, what one key alone makes (the shape a row's draw uses)."""
+    import mlx.core as mx
+
+    keys = mx.random.split(mx.random.key(11), 15)
+    alone = [mx.random.gumbel((1, 300), key=keys[j]) if how == "gumbel" else mx.random.uniform(shape=(1,), key=keys[j])
+             for j in range(15)]
+    np.testing.assert_array_equal(noise(keys, 300, how), np.stack([np.asarray(a).reshape(-1) for a in alone]))
