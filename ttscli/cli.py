@@ -70,7 +70,8 @@ Seed = typer.Option(None, "--seed", min=0, max=2**32 - 1, help="Random seed (0 t
 MaxFrames = typer.Option(None, "--max-frames", min=1, help="Frame limit per chunk; reaching it is an error.")
 Stream = typer.Option(False, "--stream", help="Emit audio while generating.")
 FirstChunkFrames = typer.Option(None, "--first-chunk-frames", min=1, show_default=False,
-                                help="Frames before the first streamed audio (default: the model's; 3 for most).")
+                                help="Frames before the first streamed audio (default: the model's; "
+                                     "1 for Qwen3-TTS and Breeze, 8 for Chatterbox, else 3).")
 ChunkFrames = typer.Option(25, "--chunk-frames", min=1, help="Frames per streamed chunk after the first.")
 Workers = typer.Option(1, "--workers", "--concurrent-worker-count", min=1, help="Chunks generated at once.")
 Dtype = typer.Option(None, "--dtype", help="float32, float16 or bfloat16.")

@@ -27,4 +27,6 @@ FAMILY = Family(
     batched={name: hook(f"ttscli.models.qwen3_tts.batched:{name}")
              for name in ("synthesize_many", "stream_many", "bench_batch")},
     honours=frozenset({"voice", "instruct", "language", "ref_audio", "save_voice", "max_frames", "stream"}),
+    # the 12 Hz decoder is causal and streams exactly from one frame: first audio after frame 1
+    first_chunk_frames=1,
 )
