@@ -43,6 +43,16 @@ def rss_mib() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def traces() -> str:
+    """Traces held by every compile_bounded site now (sites/traces)."""
+    import gc
+
+    from ttscli.nn.compiled import BoundedCompile
+
+    sites = [o for o in gc.get_objects() if isinstance(o, BoundedCompile)]
+    return f"{sum(len(s) for s in sites)} in {len(sites)} sites"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("family", choices=["piper", "qwen3"])
@@ -52,7 +62,14 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-words", type=int, default=24, help="texts of 3..N words")
     ap.add_argument("--frames", default="4,24", help="qwen3: frames per synthesis, drawn from LO,HI")
+    ap.add_argument("--max-shapes", type=int, default=None,
+                    help="traces kept per compile_bounded site (default: ttscli.nn.compiled.MAX_SHAPES)")
     a = ap.parse_args()
+    if a.max_shapes is not None:  # before any model module builds its compiled sites
+        from ttscli.nn import compiled
+
+        compiled.BoundedCompile.__init__.__defaults__ = (a.max_shapes,)
+        compiled.compile_bounded.__kwdefaults__ = {"max_shapes": a.max_shapes}
 
     import mlx.core as mx
 
@@ -88,8 +105,8 @@ def main() -> int:
         if i in marks:
             at[i] = rss_mib()
             print(f"after {i:4d}: RSS {at[i]:7.1f} MiB  (MLX active {mx.get_active_memory() / 2**20:6.1f}, "
-                  f"cache {mx.get_cache_memory() / 2**20:6.1f} MiB; last {samples / pipe.sample_rate:5.2f} s audio; "
-                  f"{time.perf_counter() - t0:6.1f} s)", flush=True)
+                  f"cache {mx.get_cache_memory() / 2**20:6.1f} MiB; {traces()} bounded traces; "
+                  f"last {samples / pipe.sample_rate:5.2f} s audio; {time.perf_counter() - t0:6.1f} s)", flush=True)
     if 10 in at and n > 10:
         grow = at[n] / at[10] - 1
         print(f"growth from 10 to {n}: {at[n] - at[10]:+.1f} MiB ({grow:+.1%})")
