@@ -19,6 +19,7 @@ from ttscli.errors import UsageError
 from ttscli.generate import Request
 from ttscli.models.base import Pipeline
 from ttscli.models.breeze_tts.config import GenerationConfig
+from ttscli.models.breeze_tts.family import FAMILY
 from ttscli.models.breeze_tts.loop import LoopConfig, generate_frames
 from ttscli.models.breeze_tts.prompt import Voice, prompts
 from ttscli.models.breeze_tts.voice import load_voice, save_voice
@@ -121,7 +122,7 @@ class BreezePipeline(Pipeline):
         t0 = time.perf_counter()
         frames = self.frames(request)
         if request.stream:
-            sd = StreamingDecoder(self.speech_decoder, max(1, request.first_chunk_frames),
+            sd = StreamingDecoder(self.speech_decoder, max(1, request.first_chunk_frames or FAMILY.first_chunk_frames),
                                   max(1, request.chunk_frames))
         else:
             sd = StreamingDecoder(self.speech_decoder, 50, 50)

@@ -20,6 +20,7 @@ from ttscli.generate import Request
 from ttscli.lm import CodeDecoder
 from ttscli.models.base import Pipeline
 from ttscli.models.qwen3_tts.config import GenerationConfig
+from ttscli.models.qwen3_tts.family import FAMILY
 from ttscli.models.qwen3_tts.loop import LoopConfig, generate_frames
 from ttscli.models.qwen3_tts.model import Qwen3TTSModel
 from ttscli.models.qwen3_tts.prompt import Prompt, VoicePrompt, prepare, ref_text_template
@@ -162,7 +163,8 @@ class Qwen3TTSPipeline(Pipeline):
         t0 = time.perf_counter()
         frames, voice = self.frames(request)
         if request.stream:
-            sd = self.speech_stream(voice, max(1, request.first_chunk_frames), max(1, request.chunk_frames))
+            sd = self.speech_stream(voice, max(1, request.first_chunk_frames or FAMILY.first_chunk_frames),
+                                    max(1, request.chunk_frames))
         else:  # one-shot output, decoded in bounded chunks through one exact cache
             sd = self.speech_stream(voice)
         yield from decode_timed(sd, frames, request.stream, self.stats, t0)
