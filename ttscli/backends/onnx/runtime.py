@@ -10,8 +10,14 @@ threads spin against the busy one (measured 8x slower on 2 cores). Two ways out:
   its own pool -- which every other onnxruntime user does by default (piper-tts as a bench
   peer, DNSMOS in ``ttscli eval``) -- so it is opt-in.
 * the default, ``session``: a pool per session whose threads do not spin when idle
-  (``session.intra_op.allow_spinning=0``), which removes the contention; docs/parity.md has
-  both measured.
+  (``session.intra_op.allow_spinning=0``), which removes the contention.
+
+On the shared 2-core machine (load average 8-12, int8 0.6B frame, one process, variants
+interleaved) spinning lost whichever way it was arranged: one global spinning pool 1558 ms a
+frame vs 840 ms for the default; pools spinning only while their run lasts
+(``session.force_spinning_stop``) 1464-2041 vs 739-840 ms; one thread per session came within
+15% of two, faster in some runs and slower in others. Spinning pays on idle cores (the issue's
+standalone frame), which a shared CPU does not have.
 """
 from __future__ import annotations
 
