@@ -116,7 +116,8 @@ def test_heads_chosen_by_an_input(tmp_path, prec):
     heads = {f"logits_{j}": rng.standard_normal((VOCAB, args.hidden_size)).astype(np.float32) for j in range(5)}
     x = rng.standard_normal((1, 6, args.hidden_size)).astype(np.float32)
     q = Quant(prec, 16)
-    onnx.save_model(build_graph(args, w, heads, max_positions=64, quant=q, head_select="head"), str(tmp_path / "s.onnx"))
+    sel_graph = build_graph(args, w, heads, max_positions=64, quant=q, head_select="head")
+    onnx.save_model(sel_graph, str(tmp_path / "s.onnx"))
     onnx.save_model(build_graph(args, w, heads, max_positions=64, quant=q), str(tmp_path / "all.onnx"))
     entry = {"layers": args.num_hidden_layers, "kv_heads": args.num_key_value_heads, "head_dim": args.head_dim,
              "max_positions": 64, "input_size": args.hidden_size, "hidden_size": args.hidden_size}

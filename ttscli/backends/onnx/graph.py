@@ -267,8 +267,9 @@ def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[
     outputs.insert(0, helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", H]))
     vocab = {out_name: int(np.shape(w)[0]) for out_name, w in heads.items()}
     if head_select is not None:
-        if len(set(vocab.values())) != 1:
-            raise CheckpointError(f"heads chosen by an input must share one vocabulary, not {sorted(set(vocab.values()))}")
+        sizes = sorted(set(vocab.values()))
+        if len(sizes) != 1:
+            raise CheckpointError(f"heads chosen by an input must share one vocabulary, not {sizes}")
         inputs.append(helper.make_tensor_value_info(head_select, TensorProto.INT64, []))
         _head_tree(b, hidden, head_select, list(heads.items()), next(iter(vocab.values())), "logits")
         vocab = {"logits": next(iter(vocab.values()))}
