@@ -16,7 +16,8 @@ import soundfile as sf
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from clitools import only_line, ttscli_exe
 
-from ttscli.batch.manifest import file_sha256, read_rows, rel_path, row_seed
+from ttscli.batch.manifest import read_rows, rel_path, row_seed
+from ttscli.filehash import file_sha256
 from ttscli.errors import UsageError
 
 

@@ -9,30 +9,18 @@ records, which files an entry needs on disk); reading, checking and hashing live
 """
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
-import os
 from pathlib import Path
 
 from ttscli.errors import CheckpointError
+from ttscli.filehash import file_sha256_cached
 
 MANIFEST = "manifest.json"
 
 
-@functools.lru_cache(maxsize=32)
-def _sha256(path: str, size: int, mtime_ns: int) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while b := f.read(1 << 22):
-            h.update(b)
-    return h.hexdigest()
-
-
 def sha256(path: Path) -> str:
     """Hex digest of a file, computed once per process for an unchanged file."""
-    st = os.stat(path)
-    return _sha256(str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+    return file_sha256_cached(path)
 
 
 def source_files(checkpoint: Path, rels: tuple[str, ...]) -> dict[str, dict]:

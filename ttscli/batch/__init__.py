@@ -19,7 +19,6 @@ from ttscli.batch.manifest import (
     MANIFEST,
     Appender,
     Row,
-    file_sha256,
     load_done,
     read_rows,
     rel_path,
@@ -27,6 +26,7 @@ from ttscli.batch.manifest import (
     row_seed,
 )
 from ttscli.errors import TTSError, UsageError
+from ttscli.filehash import file_sha256
 
 FORMATS = ("wav", "flac", "ogg", "mp3")
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ttscli.errors import UsageError
+from ttscli.filehash import file_sha256
 
 ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 FIELDS = ("id", "text", "voice", "ref_audio", "ref_text", "instruct", "language", "seed")
@@ -155,14 +156,6 @@ def request_key(row: Row, model: str, fmt: str, seed: int) -> str:
                        "ref_audio": row.ref_audio, "ref_text": row.ref_text, "instruct": row.instruct,
                        "language": row.language, "knobs": row.knobs}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def load_done(out: Path) -> dict[str, dict]:
