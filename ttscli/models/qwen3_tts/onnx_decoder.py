@@ -32,7 +32,8 @@ class OnnxFramePredictor:
         self.embeddings = embeddings
         self.groups = len(embeddings)
         self.vocab = int(embeddings[0].shape[0])
-        self.draws_in_numpy = np_sample.method() is not None
+        # False: MLX's sampler per code (one MLX call and a host sync each), the numpy draw's reference
+        self.draws_in_numpy = True
 
     def frame(self, hidden: mx.array, c0_embed: mx.array, params: SamplingParams,
               keys: mx.array | None) -> tuple[mx.array, mx.array]:
@@ -44,7 +45,7 @@ class OnnxFramePredictor:
         total = e0.astype(np.float32).copy()
         codes = []
         in_numpy = params.greedy or (keys is not None and self.draws_in_numpy)
-        rows = None if params.greedy or not in_numpy else np_sample.noise(keys, self.vocab, np_sample.method())
+        rows = None if params.greedy or not in_numpy else np_sample.noise(keys, self.vocab)
         for j in range(self.groups):
             logits = self.lm.run(x, cache, ("logits",), head=j)[0]
             if in_numpy:
