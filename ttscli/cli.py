@@ -393,7 +393,9 @@ def convert(
     q_group_size: Optional[int] = typer.Option(None, "--q-group-size",
                                                help="Quantization group size (default: 64 mlx, 32 onnx)."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="float16, bfloat16 or float32 for unquantized tensors."),
-    capacity: int = typer.Option(256, "--capacity", help="Core ML KV-cache positions of the code decoder."),
+    capacity: Optional[int] = typer.Option(None, "--capacity", show_default=False,
+                                           help="Core ML KV-cache positions of the code decoder (default: the "
+                                                "model's; 256 for Qwen3-TTS, 1024 for Chatterbox and Breeze)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output folder."),
     model_dir: Optional[Path] = ModelDir,
     registry: Optional[List[Path]] = Registry,

@@ -33,7 +33,7 @@ class ConvertRequest:
     q_bits: int = 4
     q_group_size: int | None = None          # None: 64 for mlx, 32 for onnx
     dtype: str | None = None
-    capacity: int = 256
+    capacity: int | None = None              # None: the family's own (Qwen3-TTS 256, Chatterbox and Breeze 1024)
     force: bool = False
     model_dir: Path | None = None
 
@@ -53,7 +53,7 @@ def check(req: ConvertRequest) -> None:
         raise UsageError("Core ML packages compute in float16; drop --dtype or use --dtype float16")
     if req.to == "onnx" and req.dtype not in (None, "float32"):
         raise UsageError("ONNX graphs compute in float32 (weights float32, or int8/int4 with -q); drop --dtype")
-    if req.to == "coreml" and not 16 <= req.capacity <= 8192:
+    if req.to == "coreml" and req.capacity is not None and not 16 <= req.capacity <= 8192:
         raise UsageError(f"--capacity {req.capacity}: choose 16..8192 positions")
     if req.output is None:
         return
@@ -111,7 +111,8 @@ def convert(req: ConvertRequest, registry: Registry, note: Callable[[str], None]
         else:
             if req.quantize and req.q_bits != 8:
                 raise UsageError("Core ML weights quantize to 8 bits only; use -q --q-bits 8")
-            fn(spec, checkpoint, tmp, capacity=req.capacity, weights_8bit=req.quantize, progress=progress)
+            sized = {} if req.capacity is None else {"capacity": req.capacity}
+            fn(spec, checkpoint, tmp, weights_8bit=req.quantize, progress=progress, **sized)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it 0700
