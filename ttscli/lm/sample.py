@@ -96,7 +96,7 @@ def filter_logits(logits: mx.array, p: SamplingParams) -> mx.array:
 
 def gumbel_rows(shape: tuple[int, int], keys: mx.array | None) -> mx.array:
     """Gumbel noise ``[B, V]``: row ``b`` drawn from ``keys[b]`` (``[B, 2]``), exactly the noise
-    :func:`draw` makes for that row alone with its key; ``None``: the global PRNG."""
+    :func:`sample` draws for that row alone with its key; ``None``: the global PRNG."""
     if keys is None:
         return mx.random.gumbel(shape)
     return mx.vmap(lambda k: mx.random.gumbel((shape[-1],), key=k))(keys)
@@ -111,22 +111,16 @@ def draw(f: mx.array, noise: mx.array) -> mx.array:
     return mx.argmax(f + noise, axis=-1).astype(mx.int32)
 
 
-def _prepared(logits: mx.array, p: SamplingParams, seen: mx.array | None,
-              bias: mx.array | None) -> tuple[mx.array, mx.array]:
-    """NaN-guarded, penalised and biased float32 logits, and their argmax (the fallback)."""
+def sample_with(logits: mx.array, p: SamplingParams, noise: mx.array | None,
+                seen: mx.array | None = None, bias: mx.array | None = None) -> mx.array:
+    """:func:`sample` with the draw's Gumbel ``noise [B, V]`` given (ignored when greedy)."""
     x = logits.astype(mx.float32)
     x = mx.where(mx.isnan(x), NEG_INF, x)
     if seen is not None:
         x = apply_repetition_penalty(x, seen, p.repetition_penalty)
     if bias is not None:
         x = x + bias
-    return x, mx.argmax(x, axis=-1).astype(mx.int32)
-
-
-def sample_with(logits: mx.array, p: SamplingParams, noise: mx.array | None,
-                seen: mx.array | None = None, bias: mx.array | None = None) -> mx.array:
-    """:func:`sample` with the draw's Gumbel ``noise [B, V]`` given (ignored when greedy)."""
-    x, fallback = _prepared(logits, p, seen, bias)
+    fallback = mx.argmax(x, axis=-1).astype(mx.int32)
     if p.greedy:
         return fallback
     f = filter_logits(x, p)

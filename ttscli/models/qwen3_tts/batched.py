@@ -186,8 +186,7 @@ def _overrun(r: _Row, logits: mx.array, seen: mx.array, bias: mx.array, eos: int
     cfg = r.item.cfg
     if cfg.ignore_eos:
         return None
-    last = sample(logits, cfg.talker, r.keys.next(), seen=seen if cfg.talker.repetition_penalty != 1.0 else None,
-                  bias=bias)
+    last = sample(logits, cfg.talker, r.keys.next(), seen=seen, bias=bias)
     if int(last.item()) == eos:
         return None
     return GenerationError(f"reached max frames ({cfg.max_frames}, {cfg.max_frames / 12.5:.1f} s of audio) "
