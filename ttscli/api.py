@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ttscli import hub
+from ttscli import hub, mlx_runtime
 from ttscli.errors import NotImplementedModelError, UsageError
 from ttscli.models import family_of
 from ttscli.models.base import PREFILL_MODES, LoadOptions, Pipeline
@@ -14,7 +14,13 @@ DEFAULT_CACHE_LIMIT = 2 << 30
 
 
 def limit_mlx_cache() -> None:
-    """Bound MLX's buffer cache to min(2 GiB, RAM/4), never raising a lower limit already set."""
+    """Bound MLX's buffer cache to min(2 GiB, RAM/4), never raising a lower limit already set.
+
+    Nothing to bound where MLX has no backend (a Linux install without ``[cpu]`` or ``[cuda]``): the
+    onnxruntime voices still load, and an MLX model's own import says what to install.
+    """
+    if not mlx_runtime.available():
+        return
     import mlx.core as mx
 
     try:
@@ -47,7 +53,12 @@ def load(
     limit_mlx_cache()
     if options.prefill_mode not in PREFILL_MODES:
         raise UsageError(f"prefill mode {options.prefill_mode!r}: choose {' or '.join(PREFILL_MODES)}")
-    pipe = family_of(spec).load(spec, checkpoint, options)
+    try:
+        pipe = family_of(spec).load(spec, checkpoint, options)
+    except ImportError as exc:
+        if mlx_runtime.is_missing_backend(exc):
+            raise mlx_runtime.unavailable(exc) from exc
+        raise
     if not isinstance(pipe, Pipeline):
         raise TypeError(f"the {spec.family} family's load() returned {type(pipe).__name__}, not a Pipeline")
     pipe.spec = spec

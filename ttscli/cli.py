@@ -760,6 +760,12 @@ def _dispatch(args: list) -> int:
     except Exception as e:  # noqa: BLE001 - a bug: one line unless --debug
         if State.debug:
             err.print_exception()
+        from ttscli import mlx_runtime
+
+        if mlx_runtime.is_missing_backend(e):  # an MLX command on Linux without ttscli[cpu] or [cuda]
+            missing = mlx_runtime.unavailable(e)
+            fail(str(missing))
+            return missing.exit_code
         # a full disk, read-only path or permission is the machine's state, not a bug
         known = os_error(e, doing="use") if isinstance(e, OSError) else None
         fail(str(known) if known else f"internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)")

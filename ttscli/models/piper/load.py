@@ -12,15 +12,18 @@ import logging
 import os
 from pathlib import Path
 
-import mlx.core as mx
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ttscli.errors import CheckpointError, UsageError
 from ttscli.models.base import LoadOptions
 
 from .convert import FORMAT_VERSION, convert_onnx, source_fingerprint
-from .model import ModelArgs, Vits
-from .pipeline import PiperPipeline
+
+if TYPE_CHECKING:  # MLX is imported on the MLX paths only: the onnxruntime voice runs without an MLX backend
+    from .model import ModelArgs, Vits
+    from .pipeline import PiperPipeline
 
 _LOG = logging.getLogger(__name__)
 
@@ -43,7 +46,10 @@ def find_onnx(checkpoint: Path) -> Path:
 
 def load_converted(out_dir: Path) -> tuple[Vits, dict]:
     """Model + config from a converted folder; CheckpointError if anything is off."""
+    import mlx.core as mx
     from safetensors.numpy import load_file
+
+    from .model import ModelArgs, Vits
 
     try:
         config = json.loads((Path(out_dir) / "config.json").read_text(encoding="utf-8"))
@@ -75,7 +81,10 @@ def _cached_model(onnx_path: Path, out_dir: Path) -> tuple[Vits, dict]:
 
 def random_model(args: ModelArgs | None = None, seed: int = 0) -> Vits:
     """VITS at real dimensions (joe-medium by default) with fan-in-scaled random weights."""
+    import mlx.core as mx
     from mlx.utils import tree_flatten
+
+    from .model import ModelArgs, Vits
 
     model = Vits(args or ModelArgs())
     rng = np.random.default_rng(seed)
@@ -153,7 +162,7 @@ def vits_backend(options: LoadOptions) -> str:
     return "mlx" if options.random_weights else default_vits_backend()
 
 
-def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = None) -> PiperPipeline:
+def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = None) -> "PiperPipeline":
     from ttscli.paths import converted_dir
 
     options = options or LoadOptions()
@@ -172,6 +181,9 @@ def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = N
         if getattr(spec, "sample_rate", None) and spec.sample_rate != pipe.sample_rate:
             raise CheckpointError(f"{spec.id}: registry says {spec.sample_rate} Hz, the voice is {pipe.sample_rate} Hz")
         return pipe
+    from .model import ModelArgs
+    from .pipeline import PiperPipeline
+
     if options.random_weights:
         args = ModelArgs(sample_rate=int(voice.get("audio", {}).get("sample_rate", 22050)))
         model, config = random_model(args), {"phoneme_id_map": voice["phoneme_id_map"],
