@@ -145,6 +145,10 @@ class Family:
     # lookahead before any audio is final asks for more than a causal codec's 3
     first_chunk_frames: int = 3
 
+    def first_chunk(self, requested: int | None) -> int:
+        """Frames in a stream's first chunk: the request's, else the family's (at least one)."""
+        return max(1, requested or self.first_chunk_frames)
+
     def knob(self, name: str) -> Knob | None:
         return next((k for k in self.knobs if k.name == name), None)
 

@@ -122,7 +122,7 @@ class BreezePipeline(Pipeline):
         t0 = time.perf_counter()
         frames = self.frames(request)
         if request.stream:
-            sd = StreamingDecoder(self.speech_decoder, max(1, request.first_chunk_frames or FAMILY.first_chunk_frames),
+            sd = StreamingDecoder(self.speech_decoder, FAMILY.first_chunk(request.first_chunk_frames),
                                   max(1, request.chunk_frames))
         else:
             sd = StreamingDecoder(self.speech_decoder, 50, 50)

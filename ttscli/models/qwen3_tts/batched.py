@@ -394,7 +394,7 @@ def stream_many(pipe, source: Callable[[int], list[tuple[Any, Any]]], drop: Call
     def item_for(key, st) -> Item:
         r = st["chunks"][st["i"]]
         prompt, voice, cfg = row_prompt(pipe, r)
-        sd = StreamingDecoder(pipe.speech_decoder, max(1, r.first_chunk_frames or FAMILY.first_chunk_frames),
+        sd = StreamingDecoder(pipe.speech_decoder, FAMILY.first_chunk(r.first_chunk_frames),
                               max(1, r.chunk_frames))
         if voice is not None and voice.ref_codes is not None:
             mx.eval(pipe.speech_decoder(voice.ref_codes.astype(mx.int32), sd.cache))

@@ -163,7 +163,7 @@ class Qwen3TTSPipeline(Pipeline):
         t0 = time.perf_counter()
         frames, voice = self.frames(request)
         if request.stream:
-            sd = self.speech_stream(voice, max(1, request.first_chunk_frames or FAMILY.first_chunk_frames),
+            sd = self.speech_stream(voice, FAMILY.first_chunk(request.first_chunk_frames),
                                     max(1, request.chunk_frames))
         else:  # one-shot output, decoded in bounded chunks through one exact cache
             sd = self.speech_stream(voice)
