@@ -369,3 +369,24 @@ def test_bounded_compile_keeps_at_most_max_shapes_and_matches_eager():
         assert len(f) <= 4
     again = mx.random.normal((3, 29), key=mx.random.key(0))
     assert mx.allclose(f(again, bias, 3), tap_sum(again, bias, 3)).item() and len(f) == 4
+
+
+NO_LIBSNDFILE = '''
+import sys
+class _NoLibsndfile:
+    def find_spec(self, name, path=None, target=None):
+        if name == "soundfile":  # what soundfile's pure-Python wheel raises on a machine without libsndfile
+            raise OSError("cannot load library 'libsndfile.so': libsndfile.so: cannot open shared object file: "
+                          "No such file or directory")
+sys.meta_path.insert(0, _NoLibsndfile())
+'''
+
+
+def test_missing_libsndfile_is_named_not_an_internal_error(run_cli, tmp_path, tmp_path_factory):
+    site = tmp_path_factory.mktemp("site")
+    (site / "sitecustomize.py").write_text(NO_LIBSNDFILE, encoding="utf-8")
+    p = run_cli("speak", "Hi.", "-o", "x.wav", env={"PYTHONPATH": str(site)})
+    line = only_line(p.err)
+    assert p.returncode == 1 and "internal error" not in line
+    assert "libsndfile" in line and "pip install --force-reinstall --only-binary=:all: soundfile" in line
+    no_files(tmp_path)

@@ -761,9 +761,11 @@ def _dispatch(args: list) -> int:
         if State.debug:
             err.print_exception()
         from ttscli import mlx_runtime
+        from ttscli.errors import missing_library
 
-        if mlx_runtime.is_missing_backend(e):  # an MLX command on Linux without ttscli[cpu] or [cuda]
-            missing = mlx_runtime.unavailable(e)
+        # an MLX command on Linux without ttscli[cpu] or [cuda]; soundfile without its libsndfile
+        missing = mlx_runtime.unavailable(e) if mlx_runtime.is_missing_backend(e) else missing_library(e)
+        if missing is not None:
             fail(str(missing))
             return missing.exit_code
         # a full disk, read-only path or permission is the machine's state, not a bug

@@ -86,3 +86,14 @@ def os_error(err: OSError, path=None, doing: str = "write") -> TTSError | None:
     where = path if path is not None else err.filename
     target = f" {where}" if where is not None else ""
     return OutputError(f"cannot {doing}{target}: {cause} ({err.strerror})")
+
+
+def missing_library(err: BaseException) -> TTSError | None:
+    """A one-line error for a native library a dependency could not load (the machine's state, not
+    a bug): libsndfile behind soundfile, whose pure-Python wheel (other platforms) bundles none."""
+    text = str(err)
+    if isinstance(err, OSError) and "libsndfile" in text:
+        return BackendUnavailableError(
+            f"soundfile cannot load libsndfile ({text}): reinstall it as a wheel that bundles the library "
+            "(pip install --force-reinstall --only-binary=:all: soundfile) or install the system's libsndfile1")
+    return None
