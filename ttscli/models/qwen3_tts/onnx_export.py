@@ -17,26 +17,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
-import shutil
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
-from ttscli.backends.coreml.weights import ArrayWeights, SafeTensors, take
+from ttscli.backends.coreml.weights import SafeTensors, take
+from ttscli.backends.onnx.convert import RANDOM_SOURCE, build_from_params, convert_with, mlx_params
+from ttscli.backends.onnx.convert import find_or_build as shared_find_or_build
 from ttscli.backends.onnx.graph import Quant
-from ttscli.lm.config import stack_shapes
-from ttscli.backends.manifest import MANIFEST, converted_folders
-from ttscli.backends.onnx.manifest import (
-    current,
-    source_files,
-    variant,
-    write_manifest,
-)
-from ttscli.errors import CheckpointError, UsageError
-from ttscli.lm.config import LMArgs
+from ttscli.backends.onnx.manifest import source_files, write_manifest
+from ttscli.errors import CheckpointError
+from ttscli.lm.config import LMArgs, stack_shapes
 
 _LOG = logging.getLogger(__name__)
 FAMILY = "qwen3_tts"
@@ -123,85 +113,28 @@ def export_checkpoint(checkpoint: Path, out_dir: Path, quant: Quant, *, model_id
                          source_record=record, progress=progress)
 
 
-def quant_for(quantize: bool, q_bits: int, q_group_size: int | None) -> Quant:
-    if not quantize:
-        return Quant("float32")
-    if q_bits not in (4, 8):
-        raise UsageError(f"--q-bits {q_bits}: ONNX weights quantize to 8 or 4 bits")
-    return Quant({8: "int8", 4: "int4"}[q_bits], q_group_size or 32)
-
-
 def convert_onnx(spec, checkpoint: Path, out_dir: Path, *, quantize: bool = False, q_bits: int = 8,
                  q_group_size: int | None = 32, dtype: str | None = None,
                  progress: Callable[..., None] | None = None, **_) -> None:
     """The family hook of ``ttscli convert MODEL --to onnx [-q --q-bits 8|4] [--q-group-size N]``."""
-    if dtype not in (None, "float32"):
-        raise UsageError("ONNX graphs compute in float32 (weights float32, int8 or int4); drop --dtype")
-    export_checkpoint(checkpoint, out_dir, quant_for(quantize, q_bits, q_group_size), model_id=spec.id,
-                      progress=progress)
+    convert_with(export_checkpoint, spec, checkpoint, out_dir, quantize=quantize, q_bits=q_bits,
+                 q_group_size=q_group_size, dtype=dtype, progress=progress)
 
 
 def find_or_build(checkpoint: Path, quant: Quant, model_id: str | None = None) -> Path:
-    """The folder converted from ``checkpoint`` at this precision: ttscli's cache is searched by
-    source hashes; when nothing matches, it is built (once) into ``converted_dir(model_id)``."""
-    from ttscli.paths import converted_dir
-
-    checkpoint = Path(checkpoint)
-    var = variant(quant.precision)
-    want = converted_dir(model_id or checkpoint.name, var)
-    for folder in [want] + converted_folders(var):
-        m = current(folder, checkpoint)
-        if m is not None and (m["components"][CODE_DECODER].get("block_size") in (None, quant.block_size)) \
-                and m["components"][CODE_PREDICTOR].get("head_select"):
-            return folder
-    sys.stderr.write(f"ttscli: building the ONNX {quant.precision} graphs of {checkpoint} into {want} "
-                     "(once; `ttscli convert MODEL --to onnx` does the same)\n")
-    _build_into(want, lambda tmp: export_checkpoint(checkpoint, tmp, quant, model_id=model_id or checkpoint.name))
-    return want
-
-
-def _build_into(out_dir: Path, build: Callable[[Path], object]) -> None:
-    tmp = out_dir.with_name(f".{out_dir.name}.{os.getpid()}.partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        build(tmp)
-        shutil.rmtree(out_dir, ignore_errors=True)
-        tmp.rename(out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _fingerprint(params: dict, quant: Quant) -> str:
-    import hashlib
-
-    h = hashlib.sha256(f"{quant.precision}/{quant.block_size}/{GRAPH_LAYOUT}".encode())
-    for k in sorted(params):
-        v = params[k]
-        h.update(f"{k}{tuple(v.shape)}{float(np.asarray(v, np.float64).sum()):.6e}".encode())
-    return h.hexdigest()[:16]
+    """The folder converted from ``checkpoint`` at this precision (ttscli's cache searched by
+    source hashes; built once when nothing matches)."""
+    return shared_find_or_build(checkpoint, quant, export_checkpoint, model_id,
+                                accept=lambda m: bool(m["components"][CODE_PREDICTOR].get("head_select")))
 
 
 def build_from_model(model, quant: Quant) -> Path:
     """The graphs of an in-memory MLX model (random weights at real dimensions for
     ``bench --random-weights``), cached by a fingerprint of its weights."""
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
-
-    from ttscli.paths import cache_dir
-
-    # np.asarray shares a float32 MLX array's memory: no second copy of the weights
-    params = {"talker." + k: np.asarray(v if v.dtype == mx.float32 else v.astype(mx.float32))
-              for k, v in tree_flatten(model.talker.parameters())
-              if k.startswith(("model.layers", "model.norm", "codec_head", "code_predictor.model.layers",
-                               "code_predictor.model.norm", "code_predictor.lm_head",
-                               "code_predictor.small_to_mtp"))}
-    if any(k.endswith(".scales") for k in params):
-        raise CheckpointError("cannot build ONNX graphs from a quantized MLX model; use the original checkpoint")
-    out_dir = cache_dir() / "onnx-random" / _fingerprint(params, quant)
-    if (out_dir / MANIFEST).is_file():
-        return out_dir
+    params = mlx_params(model.talker, lambda k: k.startswith(
+        ("model.layers", "model.norm", "codec_head", "code_predictor.model.layers", "code_predictor.model.norm",
+         "code_predictor.lm_head", "code_predictor.small_to_mtp")), prefix="talker.")
     tc = json.loads(json.dumps(dataclasses.asdict(model.args.talker_config), default=str))
-    _build_into(out_dir, lambda tmp: export_graphs(ArrayWeights(params, "MLX model"), {"talker_config": tc}, tmp,
-                                                   quant, model_id="random weights",
-                                                   source_record={"checkpoint": "MLX model weights", "files": {}}))
-    return out_dir
+    return build_from_params(params, quant, GRAPH_LAYOUT,
+                             lambda src, tmp: export_graphs(src, {"talker_config": tc}, tmp, quant,
+                                                            model_id="random weights", source_record=RANDOM_SOURCE))
