@@ -35,7 +35,8 @@ FAMILY = Family(
     ),
     voices=_voices,
     convert={"mlx": hook("ttscli.models.chatterbox.convert:convert_mlx"),
-             "coreml": hook("ttscli.models.chatterbox.coreml_export:convert_coreml")},
+             "coreml": hook("ttscli.models.chatterbox.coreml_export:convert_coreml"),
+             "onnx": hook("ttscli.models.chatterbox.onnx_export:convert_onnx")},
     bench_components=_bench_components,
     bench_rows=(("t3_prefill_s", "T3 prefill (s)", "{:.3f}"),
                 ("t3_tokens_per_s", "T3 tokens/s (CFG: 2 rows)", "{:.1f}"),
@@ -45,6 +46,7 @@ FAMILY = Family(
                 ("s3gen_passes", "S3Gen passes", "{:.0f}"),
                 ("s3gen_s_per_audio_s", "S3Gen s per audio s", "{:.3f}")),
     parity_checks=hook("ttscli.models.chatterbox.parity:parity_checks"),
+    parity_against=("onnx", "onnx-f32", "onnx-int8", "onnx-int4"),
     peers={"mlx-audio": hook("ttscli.models.chatterbox.mlx_audio_peer:bench_peer")},
     honours=frozenset({"voice", "ref_audio", "save_voice", "max_frames", "stream"}),
     # S3Gen's first pass makes audio from 8 tokens: 3 of the flow's lookahead, 4 of vocoder context

@@ -96,10 +96,17 @@ def load_pipeline(spec, checkpoint: Path | None, options):
     from ttscli.models.chatterbox.pipeline import ChatterboxPipeline
     from ttscli.models.chatterbox.s3gen import load_s3gen
 
+    from ttscli.backends.select import split_backend
+
     for component, backend in options.backends.items():
-        if backend != "mlx" and not (component == "code_decoder" and backend == "coreml"):
+        if backend != "mlx" and not (component == "code_decoder" and split_backend(backend)[0] in ("coreml", "onnx")):
             raise BackendUnavailableError(f"Chatterbox {component}: backend {backend!r} is not available "
-                                          "(code_decoder: mlx or coreml; the rest: mlx)")
+                                          "(code_decoder: mlx, coreml or onnx[-f32|-int8|-int4]; the rest: mlx)")
+    code_backend = options.backend("code_decoder")
+    if split_backend(code_backend)[0] == "onnx":     # before anything loads
+        from ttscli.models.chatterbox.onnx_decoder import check_options
+
+        check_options(options)
     dtype = options.dtype or "float32"
     rnd = options.random_weights
     t3 = load_t3(checkpoint, dtype=dtype, random_weights=rnd)
@@ -112,8 +119,12 @@ def load_pipeline(spec, checkpoint: Path | None, options):
         conds = load_conds(checkpoint) if (Path(checkpoint) / "conds.pt").exists() else None
     s3gen = load_s3gen(None if rnd else _file(checkpoint, "s3gen.safetensors"), random_weights=rnd)
     decoder = None
-    code_backend = options.backend("code_decoder")
-    if code_backend == "coreml":
+    if split_backend(code_backend)[0] == "onnx":
+        from ttscli.models.chatterbox.onnx_decoder import load_decoder
+
+        decoder = load_decoder(code_backend, t3, None if rnd else Path(checkpoint), options, getattr(spec, "id", None))
+        code_backend = f"onnx-{decoder.precision}"
+    elif code_backend == "coreml":
         # T3 converted by `ttscli convert chatterbox --to coreml`, found by its manifest's source hashes
         from ttscli.backends.coreml import require_coreml
         from ttscli.backends.coreml.decoder import open_code_decoder

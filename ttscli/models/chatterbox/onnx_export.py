@@ -1,0 +1,89 @@
+"""Chatterbox on onnxruntime: T3's Llama stack and speech head as the code decoder.
+
+Exactly what the Core ML package holds (:func:`~ttscli.models.chatterbox.coreml_export.t3_weights`:
+``tfmr.*`` and ``speech_head``), built by the shared decoder-LM export (ttscli.backends.onnx)
+as one graph, ``t3.onnx``. T3's embeddings, learned position tables, conditioning encoder and
+sampler and S3Gen stay on MLX. The graph takes one row per run: classifier-free guidance's two
+rows each keep their own cache (:class:`~ttscli.backends.decoder.RowwiseDecoder`).
+
+Conversions live in ttscli's cache (``paths.converted_dir(MODEL, "onnx-<precision>")``), found
+by the sha256 of t3_cfg.safetensors; a missing or stale one is built on first use.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ttscli.backends.coreml.weights import SafeTensors
+from ttscli.backends.decoder import CODE_DECODER
+from ttscli.backends.onnx.convert import RANDOM_SOURCE, build_from_params, convert_with, mlx_params
+from ttscli.backends.onnx.convert import find_or_build as shared_find_or_build
+from ttscli.backends.onnx.graph import Quant
+from ttscli.backends.onnx.manifest import source_files, write_manifest
+from ttscli.models.chatterbox.config import T3Args
+from ttscli.models.chatterbox.coreml_export import t3_weights
+
+FAMILY = "chatterbox"
+T3_FILE = "t3.onnx"
+SOURCE_FILES = ("t3_cfg.safetensors",)
+GRAPH_LAYOUT = 1
+
+
+def max_positions(args: T3Args) -> int:
+    """RoPE table length: the longest sequence T3's learned position tables allow (conditioning,
+    framed text, two BOS, every speech token)."""
+    cond = 1 + args.perceiver_queries + 1
+    return cond + args.max_text_tokens + 2 + 2 + args.max_speech_tokens + 2
+
+
+def export_t3(source, args: T3Args, out_dir: Path, quant: Quant, *, model_id: str, source_record: dict,
+              progress: Callable[..., None] | None = None) -> dict:
+    """``t3.onnx`` + manifest into ``out_dir`` from a weight source with the checkpoint's names."""
+    from ttscli.backends.onnx.export import export_lm
+
+    say = progress or (lambda done, total, what="": None)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    say(0, 1, f"ONNX {quant.precision}: T3 (code decoder)")
+    lm, w, head = t3_weights(source, args)
+    entry = export_lm(lm, w, out_dir, T3_FILE, heads={"logits": head}, max_positions=max_positions(args),
+                      quant=quant)
+    say(1, 1, f"ONNX {quant.precision}: T3 done")
+    return write_manifest(out_dir, model=model_id, family=FAMILY, precision=quant.precision,
+                          components={CODE_DECODER: entry}, source={**source_record, "graph_layout": GRAPH_LAYOUT})
+
+
+def export_checkpoint(checkpoint: Path, out_dir: Path, quant: Quant, *, model_id: str,
+                      progress: Callable[..., None] | None = None) -> dict:
+    from ttscli.checkpoint import read_safetensors, shapes
+
+    checkpoint = Path(checkpoint)
+    path = checkpoint / SOURCE_FILES[0]
+    record = {"checkpoint": str(checkpoint.resolve()), "files": source_files(checkpoint, SOURCE_FILES)}
+    args = T3Args.from_weights(shapes(read_safetensors(path)), str(path))
+    return export_t3(SafeTensors(path), args, out_dir, quant, model_id=model_id, source_record=record,
+                     progress=progress)
+
+
+def convert_onnx(spec, checkpoint: Path, out_dir: Path, *, quantize: bool = False, q_bits: int = 8,
+                 q_group_size: int | None = 32, dtype: str | None = None,
+                 progress: Callable[..., None] | None = None, **_) -> None:
+    """``ttscli convert chatterbox --to onnx [-q --q-bits 8|4] [--q-group-size N]``."""
+    convert_with(export_checkpoint, spec, checkpoint, out_dir, quantize=quantize, q_bits=q_bits,
+                 q_group_size=q_group_size, dtype=dtype, progress=progress)
+
+
+def find_or_build(checkpoint: Path, quant: Quant, model_id: str | None = None) -> Path:
+    """The folder converted from ``checkpoint`` at this precision (ttscli's cache, by source
+    hashes; built once when missing or stale)."""
+    return shared_find_or_build(checkpoint, quant, export_checkpoint, model_id,
+                                accept=lambda m: m.get("family") == FAMILY
+                                and m.get("source", {}).get("graph_layout") == GRAPH_LAYOUT)
+
+
+def build_from_model(t3, quant: Quant) -> Path:
+    """The graph of an in-memory T3 (random weights at the real size for ``bench
+    --random-weights``), cached by a fingerprint of its weights."""
+    params = mlx_params(t3, lambda k: k.startswith(("tfmr.layers.", "tfmr.norm.", "speech_head.")))
+    return build_from_params(params, quant, f"{FAMILY}/{GRAPH_LAYOUT}", lambda src, tmp: export_t3(
+        src, t3.args, tmp, quant, model_id="random weights", source_record=RANDOM_SOURCE))
