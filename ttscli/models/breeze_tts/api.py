@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ttscli.errors import BackendUnavailableError
+from ttscli.errors import BackendUnavailableError, UsageError
 from ttscli.models.base import LoadOptions
 
 
@@ -63,9 +63,20 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
 
     backend = options.backend("code_decoder")
     for component, name in options.backends.items():
-        if name != "mlx" and not (component == "code_decoder" and name == "coreml"):
+        if name != "mlx" and not (component == "code_decoder" and name.startswith(("coreml", "onnx"))):
             raise BackendUnavailableError(f"{spec.id} {component}: backend {name!r} is not available "
-                                          "(code_decoder: mlx or coreml; the rest: mlx)")
+                                          "(code_decoder: mlx, coreml or onnx; the rest: mlx)")
+    if backend.startswith("onnx"):
+        # fail before the model loads: a bad precision, a missing onnxruntime
+        from ttscli.backends.onnx import require_onnxruntime
+        from ttscli.backends.onnx.graph import Quant
+        from ttscli.backends.select import split_backend
+
+        require_onnxruntime()
+        quant = Quant(split_backend(backend)[1])
+        if options.dtype not in (None, "float32") and not options.random_weights:
+            raise UsageError(f"{spec.id} on onnxruntime computes the backbone and depth decoder in "
+                                          f"float32; drop --dtype {options.dtype}")
     code_decoder = None
     if backend == "coreml":
         # the backbone converted by `ttscli convert breeze-tts-2 --to coreml`, found by its manifest's
@@ -95,10 +106,18 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
         tokenizer = load_tokenizer(checkpoint, model.args)
         decoder = load_speech_decoder(checkpoint / "audio_tokenizer", options.dtype or "float32")
         check_codec(model.args, decoder.args, checkpoint)
+    if backend.startswith("onnx"):
+        from ttscli.models.breeze_tts.onnx_decoder import open_decoder
+        from ttscli.models.breeze_tts.onnx_export import build_from_model, find_or_build
+
+        folder = build_from_model(model, quant) if checkpoint is None else find_or_build(checkpoint, quant, spec.id)
+        code_decoder = open_decoder(folder, model)
     if code_decoder is None:
         code_decoder = MLXCodeDecoder(model, sequential=options.prefill_mode == "sequential")
     pipe = BreezePipeline(spec, model, gen, tokenizer, decoder, code_decoder, checkpoint)
     pipe.backends["code_decoder"] = backend
+    if backend.startswith("onnx"):    # onnxruntime runs the backbone and the depth decoder
+        pipe.backends.update(code_decoder=f"onnx-{code_decoder.precision}", code_predictor="onnx")
     return pipe
 
 
@@ -122,12 +141,13 @@ def bench_components(pipeline, req) -> dict[str, float]:
     bias = logit_bias(model.args.vocab_size, range(model.args.codebook_size, model.args.vocab_size))[None]
     keys = mx.random.split(mx.random.key(2), 16)
     step_ms, depth_ms = [], []
+    depth_frame = getattr(dec, "depth_frame", model.depth_frame)
     for i in range(8):
         t = time.perf_counter()
         logits, h = dec.step(x[:, i:i + 1], cache)
         mx.eval(logits, h)
         t1 = time.perf_counter()
-        codes, _ = model.depth_frame(h, mx.array([5]), lambda z, j: sample(z, params, keys[j], bias=bias))
+        codes, _ = depth_frame(h, mx.array([5]), lambda z, j: sample(z, params, keys[j], bias=bias))
         mx.eval(codes)
         t2 = time.perf_counter()
         if i >= 2:

@@ -134,6 +134,8 @@ def generate_frames(model, decoder, cond: Prompt, uncond: Prompt | None, scale: 
     seen = mx.zeros((1, V + 1), dtype=mx.bool_)
     vocab = mx.arange(V + 1)[None]
 
+    # a converted code decoder may run the depth decoder too (onnxruntime)
+    depth_frame = getattr(decoder, "depth_frame", model.depth_frame)
     t0 = time.perf_counter()
     b = Branches(model, decoder, cond, uncond, scale)
     mx.eval(b.logits, b.hidden)
@@ -152,7 +154,7 @@ def generate_frames(model, decoder, cond: Prompt, uncond: Prompt | None, scale: 
         def pick(z, j, k=k):
             return sample(z, cfg.depth, k[j], bias=bias_d)
 
-        rest, depth_logits = model.depth_frame(b.hidden, c0, pick, scale)
+        rest, depth_logits = depth_frame(b.hidden, c0, pick, scale)
         if trace is not None:
             trace.append((b.logits, depth_logits))
         codes = mx.concatenate([c0[:, None], rest], axis=1)
