@@ -1,6 +1,6 @@
 """Chatterbox's T3 on onnxruntime (``--code-decoder-backend onnx*``) on the tiny checkpoint in the
 published layout: the float32 graph against the upstream goldens (chatterbox-tts 0.1.7,
-scripts/goldens/chatterbox_t3.py) and against MLX T3, CFG's two rows each with its own cache;
+scripts/goldens/chatterbox_t3.py) and against MLX T3, CFG's two rows as one batch;
 int8 against float32; `convert --to onnx`, its cache and rebuild on a changed checkpoint; the
 random-weights build; what the backend cannot honour, as one line from the installed `ttscli`."""
 import itertools
@@ -89,7 +89,7 @@ def test_float32_greedy_tokens_match_upstream(t3, conds, ids, f32, rp):
 
 def test_float32_draws_what_mlx_draws(t3, conds, ids, f32):
     """Sampled (temperature 0.8, min-p, penalty, seeded keys) and without CFG (one row): the
-    same tokens as MLX T3, and one cache per CFG row (a row's cache is its own)."""
+    same tokens as MLX T3; CFG's rows run as one batch of two."""
     from ttscli.lm.sample import KeyStream
 
     for cfg in (0.5, 0.0):
@@ -100,7 +100,21 @@ def test_float32_draws_what_mlx_draws(t3, conds, ids, f32):
         assert got == want, cfg
     c = f32.new_cache()
     f32.prefill(t3.prefill_embeds(conds.t3_cond(0.5), ids, cfg=True), c)
-    assert len(c) == 2 and c[0] is not c[1] and c[0].offset == c[1].offset == 34 + len(ids) + 4
+    assert c.keys[0].shape[0] == 2 and c.offset == 34 + len(ids) + 4      # CFG: one batch of two rows
+
+
+def test_batch_of_two_rows_equals_each_row_alone(t3, conds, ids, f32):
+    """CFG runs its rows as one batch: each row's logits after prefill and steps are those of the
+    row run alone with its own cache (no row reads the other's keys)."""
+    embeds = np.array(t3.prefill_embeds(conds.t3_cond(0.5), ids, cfg=True))
+    steps = np.random.default_rng(0).standard_normal((4, 2, 1, embeds.shape[-1])).astype(np.float32)
+    both = f32.new_cache()
+    got = [f32.prefill(embeds, both)[0]] + [f32.step(e, both)[0] for e in steps]
+    for r in range(2):
+        alone = f32.new_cache()
+        want = [f32.prefill(embeds[r:r + 1], alone)[0]] + [f32.step(e[r:r + 1], alone)[0] for e in steps]
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g[r:r + 1], w, atol=1e-4)
 
 
 def test_int8_logits_against_float32(t3, conds, ids, f32):

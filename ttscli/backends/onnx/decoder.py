@@ -60,7 +60,7 @@ class OnnxCodeDecoder(ConvertedCodeDecoder):
         return tuple(self.lm.run(x, cache, (self.head, "hidden")))
 
     def _step(self, x: np.ndarray, cache: LMCache) -> tuple[np.ndarray, np.ndarray]:
-        return tuple(self.lm.run(x.reshape(1, 1, -1), cache, (self.head, "hidden")))
+        return tuple(self.lm.run(x.reshape(x.shape[0], 1, -1), cache, (self.head, "hidden")))
 
     def _prefill_mlx(self, embeds, cache: LMCache):
         import mlx.core as mx
@@ -68,7 +68,7 @@ class OnnxCodeDecoder(ConvertedCodeDecoder):
         mcache = self.mlx_model.new_cache()
         logits, hidden = self.mlx_model(embeds if isinstance(embeds, mx.array) else mx.array(embeds), mcache)
         n = mcache[0].offset
-        self.lm.ensure(cache, n)
+        self.lm.ensure(cache, n, embeds.shape[0])
         for i, c in enumerate(mcache):
             k, v = c.state
             cache.keys[i][:, :, :n] = np.asarray(k.astype(mx.float32))

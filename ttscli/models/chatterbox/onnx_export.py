@@ -3,8 +3,8 @@
 Exactly what the Core ML package holds (:func:`~ttscli.models.chatterbox.coreml_export.t3_weights`:
 ``tfmr.*`` and ``speech_head``), built by the shared decoder-LM export (ttscli.backends.onnx)
 as one graph, ``t3.onnx``. T3's embeddings, learned position tables, conditioning encoder and
-sampler and S3Gen stay on MLX. The graph takes one row per run: classifier-free guidance's two
-rows each keep their own cache (:class:`~ttscli.backends.decoder.RowwiseDecoder`).
+sampler and S3Gen stay on MLX. Classifier-free guidance's two rows run as a batch of two
+(onnx_decoder.py).
 
 Conversions live in ttscli's cache (``paths.converted_dir(MODEL, "onnx-<precision>")``), found
 by the sha256 of t3_cfg.safetensors; a missing or stale one is built on first use.
