@@ -310,3 +310,21 @@ def test_cli_convert_speak_parity_and_refusals(run_cli, tmp_path):
     assert checks["greedy frames mlx vs onnx-float32, all 16 codes (cfg 3)"]["value"] == 20
     p = run_cli("parity", MODEL_ID, "--model-dir", TINY, "--against", "coreml", env=env)
     assert p.returncode == 2 and "--against coreml" in error_line(p.err)
+
+
+def test_graphs_of_the_in_memory_model_as_for_random_weights(loaded, goldens, tmp_path, monkeypatch):
+    """`--random-weights` builds the graphs from the MLX model in memory (cached by a fingerprint
+    of its weights); from the tiny model they speak as upstream."""
+    from ttscli.models.breeze_tts.onnx_export import build_from_model
+
+    model, tok = loaded
+    arrays, meta = goldens
+    monkeypatch.setenv("TTSCLI_CACHE", str(tmp_path / "cache"))
+    folder = build_from_model(model, Quant("float32"))
+    assert folder.parent == tmp_path / "cache" / "onnx-random"
+    stamp = (folder / "manifest.json").stat().st_mtime_ns
+    assert build_from_model(model, Quant("float32")) == folder
+    assert (folder / "manifest.json").stat().st_mtime_ns == stamp
+    assert build_from_model(model, Quant("int8")) != folder
+    codes, _ = greedy(model, tok, goldens, meta["cases"]["design_cfg"], decoder(folder, model), meta["frames"])
+    assert (codes == arrays["design_cfg.codes"]).all()
