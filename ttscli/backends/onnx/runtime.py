@@ -190,7 +190,7 @@ class OnnxLM:
         (``hidden`` and/or head logits of the last position, ``[B, ...]``). ``head``: which head
         ``logits`` is, for a graph whose heads are chosen by an input. Rows of one batch cost
         little more than one on CPU (the weights are read once): CFG's two T3 rows in one run
-        took 0.55-0.65x the time of two runs (README, "CPU backend")."""
+        took 0.47-0.65x the time of two runs (README, "CPU backend")."""
         x = np.ascontiguousarray(embeds, np.float32)
         s = x.shape[1]
         self.ensure(cache, s, x.shape[0])
