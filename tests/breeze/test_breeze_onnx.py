@@ -171,7 +171,8 @@ def test_depth_frame_matches_mlx_with_and_without_guidance(f32, loaded):
     def force(z, k):
         return mx.array([int(forced[k])])
 
-    for rows, scale in ((hidden[:1], None), (hidden, 2.5)):
+    for rows, scale, one_run in ((hidden[:1], None, True), (hidden, 2.5, True), (hidden, 2.5, False)):
+        dec.depth.rows_in_one_run = one_run      # CFG's rows as one batch, or a run (and cache) per row
         c_ref, l_ref = model.depth_frame(rows, mx.array([int(forced[0])]), force, scale)
         c_onnx, l_onnx = dec.depth_frame(rows, mx.array([int(forced[0])]), force, scale)
         assert np.array_equal(np.array(c_ref), np.array(c_onnx)) and np.array(c_onnx).shape == (1, 15)

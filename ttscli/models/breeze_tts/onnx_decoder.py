@@ -31,6 +31,9 @@ class OnnxDepthDecoder:
         self.table = table
         self.vocab = vocab
         self.num_codebooks = num_codebooks
+        # CFG's two rows (one length: the depth stack starts afresh each frame) as one batch of a
+        # run; False: a run per row, each with its own cache (the reference for the batch)
+        self.rows_in_one_run = True
 
     def frame(self, hidden, c0, pick, cfg_scale: float | None = None) -> tuple[mx.array, list[mx.array]]:
         """:meth:`BreezeModel.depth_frame`: ``hidden [B, H]`` (CFG: conditional, unconditional),
@@ -38,12 +41,14 @@ class OnnxDepthDecoder:
         (guided) logits."""
         h = to_numpy(hidden)
         rows = h.shape[0]
-        caches = [self.lm.new_cache() for _ in range(rows)]
         e = self.table[int(np.asarray(c0).reshape(-1)[0])]
-        xs = [np.stack([h[r], e])[None] for r in range(rows)]
+        x = np.stack([h, np.broadcast_to(e, h.shape)], axis=1)          # [rows, 2, H]
+        # a batch of rows in one run, or a run per row (then a "batch" is a row)
+        batches = [slice(0, rows)] if self.rows_in_one_run else [slice(r, r + 1) for r in range(rows)]
+        caches = [self.lm.new_cache() for _ in batches]
         codes, logits = [], []
         for k in range(1, self.num_codebooks):
-            z = np.concatenate([self.lm.run(xs[r], caches[r], ("logits",), head=k - 1)[0] for r in range(rows)])
+            z = np.concatenate([self.lm.run(x[b], c, ("logits",), head=k - 1)[0] for b, c in zip(batches, caches)])
             if cfg_scale is not None:
                 z = z[1:2] + np.float32(cfg_scale) * (z[0:1] - z[1:2])
             z = mx.array(z)
@@ -51,8 +56,7 @@ class OnnxDepthDecoder:
             codes.append(c)
             logits.append(z)
             if k + 1 < self.num_codebooks:
-                x = self.table[int(c.item()) + k * self.vocab].reshape(1, 1, -1)
-                xs = [x] * rows
+                x = np.broadcast_to(self.table[int(c.item()) + k * self.vocab], (rows, 1, h.shape[1]))
         return mx.stack(codes, axis=1), logits
 
 
