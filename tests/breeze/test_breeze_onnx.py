@@ -329,3 +329,21 @@ def test_graphs_of_the_in_memory_model_as_for_random_weights(loaded, goldens, tm
     assert build_from_model(model, Quant("int8")) != folder
     codes, _ = greedy(model, tok, goldens, meta["cases"]["design_cfg"], decoder(folder, model), meta["frames"])
     assert (codes == arrays["design_cfg.codes"]).all()
+
+
+def test_graphs_of_a_bfloat16_model_widen_its_weights(goldens, tmp_path, monkeypatch):
+    """A bfloat16 MLX model (random weights default to it) is widened tensor by tensor: the graph
+    computes what the model's own weights compute."""
+    from ttscli.models.breeze_tts.load import load_model, load_tokenizer
+    from ttscli.models.breeze_tts.onnx_export import build_from_model
+
+    monkeypatch.setenv("TTSCLI_CACHE", str(tmp_path / "cache"))
+    model, _ = load_model(TINY, "bfloat16")
+    assert model.backbone_model.layers[0].self_attn.q_proj.weight.dtype == mx.bfloat16
+    dec = decoder(build_from_model(model, Quant("float32")), model)
+    _, meta = goldens
+    cond, _, _ = prompts_for(model, load_tokenizer(TINY, model.args), goldens, meta["cases"]["plain"])
+    x = cond.embeds.astype(mx.float32)
+    logits, _ = dec.prefill(x, dec.new_cache())
+    want, _ = model(cond.embeds, model.new_cache())
+    assert cos(logits, want) >= 0.999

@@ -93,12 +93,43 @@ def mlx_params(module, keep: Callable[[str], bool], prefix: str = "") -> dict:
     import mlx.core as mx
     from mlx.utils import tree_flatten
 
-    # np.asarray shares a float32 MLX array's memory: no second copy of the weights
-    out = {prefix + k: np.asarray(v if v.dtype == mx.float32 else v.astype(mx.float32))
+    # np.asarray shares a float32 MLX array's memory: no second copy of the weights; others
+    # (a bfloat16 random model) stay MLX arrays, widened one tensor at a time when read
+    # (:func:`float32`), so the float32 copy of a 3.5 B model never exists at once
+    out = {prefix + k: np.asarray(v) if v.dtype == mx.float32 else v
            for k, v in tree_flatten(module.parameters()) if keep(k)}
     if any(k.endswith(".scales") for k in out):
         raise CheckpointError("cannot build ONNX graphs from a quantized MLX model; use the original checkpoint")
     return out
+
+
+def float32(v) -> np.ndarray:
+    """A weight of :func:`mlx_params` as float32 numpy (an MLX array of another dtype widened)."""
+    if type(v).__module__.startswith("mlx"):
+        import mlx.core as mx
+
+        return np.asarray(v.astype(mx.float32))
+    return np.asarray(v, np.float32)
+
+
+class _Float32Weights:
+    """A weight source over :func:`mlx_params`' mapping, widening each tensor when it is read."""
+
+    def __init__(self, arrays: Mapping[str, object], path: str):
+        self._arrays = dict(arrays)
+        self.path = Path(path)
+
+    def keys(self):
+        return self._arrays.keys()
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        return tuple(self._arrays[key].shape)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._arrays
+
+    def get(self, key: str) -> np.ndarray:
+        return float32(self._arrays[key])
 
 
 def fingerprint(params: Mapping[str, np.ndarray], quant: Quant, layout: object) -> str:
@@ -107,7 +138,7 @@ def fingerprint(params: Mapping[str, np.ndarray], quant: Quant, layout: object) 
     h = hashlib.sha256(f"{quant.precision}/{quant.block_size}/{layout}".encode())
     for k in sorted(params):
         v = params[k]
-        h.update(f"{k}{tuple(v.shape)}{float(np.asarray(v, np.float64).sum()):.6e}".encode())
+        h.update(f"{k}{tuple(v.shape)}{float(np.asarray(float32(v), np.float64).sum()):.6e}".encode())
     return h.hexdigest()[:16]
 
 
@@ -115,12 +146,11 @@ def build_from_params(params: Mapping[str, np.ndarray], quant: Quant, layout: ob
                       build: Callable[[object, Path], object]) -> Path:
     """Graphs of in-memory weights (an MLX model's, e.g. random weights at real dimensions for
     ``bench --random-weights``), built once by ``build(source, out_dir)`` (``source``: the
-    weights as a weight source, :class:`~ttscli.backends.coreml.weights.ArrayWeights`) into
+    weights as a weight source whose ``get`` gives float32 numpy) into
     ttscli's cache under their :func:`fingerprint` with the family's graph ``layout``."""
-    from ttscli.backends.coreml.weights import ArrayWeights
     from ttscli.paths import cache_dir
 
     out_dir = cache_dir() / "onnx-random" / fingerprint(params, quant, layout)
     if not (out_dir / MANIFEST).is_file():
-        build_into(out_dir, lambda tmp: build(ArrayWeights(dict(params), "MLX model"), tmp))
+        build_into(out_dir, lambda tmp: build(_Float32Weights(params, "MLX model"), tmp))
     return out_dir
