@@ -237,6 +237,10 @@ def test_pipeline_on_onnx_speaks_as_upstream(tmp_path, monkeypatch, goldens):
     class Spec:
         id, sample_rate, defaults = MODEL_ID, 24000, {}
 
+    from ttscli.errors import UsageError
+
+    with pytest.raises(UsageError, match="prefill-mode sequential is MLX's"):
+        load_pipeline(Spec(), TINY, LoadOptions(backends={"code_decoder": "onnx"}, prefill_mode="sequential"))
     pipe = load_pipeline(Spec(), TINY, LoadOptions(backends={"code_decoder": "onnx"}))
     assert pipe.backends["code_decoder"] == "onnx-int8"         # int8: the CPU default
     pipe = load_pipeline(Spec(), TINY, LoadOptions(backends={"code_decoder": "onnx-f32"}))

@@ -74,6 +74,9 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
 
         require_onnxruntime()
         quant = Quant(split_backend(backend)[1])
+        if options.prefill_mode == "sequential":
+            raise UsageError(f"{spec.id} on onnxruntime prefills in one run of its graph; --prefill-mode "
+                             "sequential is MLX's (drop it or use --code-decoder-backend mlx)")
         if options.dtype not in (None, "float32") and not options.random_weights:
             raise UsageError(f"{spec.id} on onnxruntime computes the backbone and depth decoder in "
                                           f"float32; drop --dtype {options.dtype}")
