@@ -8,8 +8,9 @@ conditional and unconditional rows run as one batch of two and share the sampled
 
 CFG's two backbone branches (each its own prompt, positions and cache) are prefilled one by one
 and then stepped together as one batch (:class:`ttscli.lm.batch.RowBatch`: the shorter prompt
-left-padded and masked). A converted backbone (Core ML) takes one row per call: there the
-decoder is a :class:`ttscli.backends.decoder.RowwiseDecoder` and each branch keeps its own state.
+left-padded and masked). A converted backbone (Core ML, onnxruntime) takes one row per call: there
+the decoder is a :class:`ttscli.backends.decoder.RowwiseDecoder` and each branch keeps its own state.
+A code decoder with a ``depth_frame`` (onnxruntime) runs the depth decoder too.
 
 Stopping: the EOS class, never emitted. ``max_frames`` frames without it is a GenerationError,
 not truncated audio.
