@@ -99,14 +99,17 @@ def main() -> int:
           f"RSS after load {rss_mib():.0f} MiB", flush=True)
     marks = {1, 10, n} | set(range(10, n + 1, 10))
     at = {}
+    longest = 0.0  # RSS follows the largest synthesis so far (its buffers), not the count of them
     t0 = time.perf_counter()
     for i, r in enumerate(reqs, 1):
         samples = sum(len(x) for x in ttscli.synthesize(pipe, r))
+        longest = max(longest, samples / pipe.sample_rate)
         if i in marks:
             at[i] = rss_mib()
             print(f"after {i:4d}: RSS {at[i]:7.1f} MiB  (MLX active {mx.get_active_memory() / 2**20:6.1f}, "
                   f"cache {mx.get_cache_memory() / 2**20:6.1f} MiB; {traces()} bounded traces; "
-                  f"last {samples / pipe.sample_rate:5.2f} s audio; {time.perf_counter() - t0:6.1f} s)", flush=True)
+                  f"last {samples / pipe.sample_rate:5.2f} s audio, longest {longest:5.2f} s; "
+                  f"{time.perf_counter() - t0:6.1f} s)", flush=True)
     if 10 in at and n > 10:
         grow = at[n] / at[10] - 1
         print(f"growth from 10 to {n}: {at[n] - at[10]:+.1f} MiB ({grow:+.1%})")
