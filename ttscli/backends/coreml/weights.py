@@ -107,8 +107,19 @@ class ShardedSafeTensors:
         return self._shard(key).get(key)
 
 
+def as_float32(v) -> np.ndarray:
+    """An array in memory as float32 numpy; an MLX array of another dtype (bfloat16, which numpy
+    cannot read) is widened by MLX first, one tensor at a time."""
+    if type(v).__module__.startswith("mlx"):
+        import mlx.core as mx
+
+        return np.asarray(v.astype(mx.float32))
+    return np.asarray(v, np.float32)
+
+
 class ArrayWeights:
-    """A source over arrays in memory (numpy, or anything ``np.asarray`` reads)."""
+    """A source over arrays in memory (numpy, MLX arrays of any float dtype, or anything
+    ``np.asarray`` reads), each read as float32."""
 
     def __init__(self, arrays: Mapping[str, object], path: str = "arrays"):
         self._arrays = dict(arrays)
@@ -124,7 +135,7 @@ class ArrayWeights:
         return key in self._arrays
 
     def get(self, key: str) -> np.ndarray:
-        return np.asarray(self._arrays[key], dtype=np.float32)
+        return as_float32(self._arrays[key])
 
 
 class RandomWeights:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ttscli.backends.coreml.weights import ArrayWeights, as_float32
 from ttscli.backends.manifest import MANIFEST, converted_folders
 from ttscli.errors import CheckpointError, UsageError
 
@@ -38,14 +39,18 @@ def quant_for(quantize: bool, q_bits: int, q_group_size: int | None) -> Quant:
     return Quant({8: "int8", 4: "int4"}[q_bits], q_group_size or 32)
 
 
-def convert_with(export: Export, spec, checkpoint: Path, out_dir: Path, *, quantize: bool = False, q_bits: int = 8,
-                 q_group_size: int | None = 32, dtype: str | None = None,
-                 progress: Callable[..., None] | None = None) -> None:
-    """A family's ``convert["onnx"]`` hook (``ttscli convert MODEL --to onnx [-q --q-bits 8|4]``)
-    over its ``export``."""
-    if dtype not in (None, "float32"):
-        raise UsageError("ONNX graphs compute in float32 (weights float32, int8 or int4); drop --dtype")
-    export(checkpoint, out_dir, quant_for(quantize, q_bits, q_group_size), model_id=spec.id, progress=progress)
+def convert_hook(export: Export) -> Callable[..., None]:
+    """A family's ``convert["onnx"]`` hook (``ttscli convert MODEL --to onnx [-q --q-bits 8|4]
+    [--q-group-size N]``) over its ``export``; options of other targets are ignored."""
+
+    def convert_onnx(spec, checkpoint: Path, out_dir: Path, *, quantize: bool = False, q_bits: int = 8,
+                     q_group_size: int | None = 32, dtype: str | None = None,
+                     progress: Callable[..., None] | None = None, **_) -> None:
+        if dtype not in (None, "float32"):
+            raise UsageError("ONNX graphs compute in float32 (weights float32, int8 or int4); drop --dtype")
+        export(checkpoint, out_dir, quant_for(quantize, q_bits, q_group_size), model_id=spec.id, progress=progress)
+
+    return convert_onnx
 
 
 def build_into(out_dir: Path, build: Callable[[Path], object]) -> None:
@@ -95,41 +100,12 @@ def mlx_params(module, keep: Callable[[str], bool], prefix: str = "") -> dict:
 
     # np.asarray shares a float32 MLX array's memory: no second copy of the weights; others
     # (a bfloat16 random model) stay MLX arrays, widened one tensor at a time when read
-    # (:func:`float32`), so the float32 copy of a 3.5 B model never exists at once
+    # (:class:`~ttscli.backends.coreml.weights.ArrayWeights`), so the float32 copy of a 3.5 B model never exists at once
     out = {prefix + k: np.asarray(v) if v.dtype == mx.float32 else v
            for k, v in tree_flatten(module.parameters()) if keep(k)}
     if any(k.endswith(".scales") for k in out):
         raise CheckpointError("cannot build ONNX graphs from a quantized MLX model; use the original checkpoint")
     return out
-
-
-def float32(v) -> np.ndarray:
-    """A weight of :func:`mlx_params` as float32 numpy (an MLX array of another dtype widened)."""
-    if type(v).__module__.startswith("mlx"):
-        import mlx.core as mx
-
-        return np.asarray(v.astype(mx.float32))
-    return np.asarray(v, np.float32)
-
-
-class _Float32Weights:
-    """A weight source over :func:`mlx_params`' mapping, widening each tensor when it is read."""
-
-    def __init__(self, arrays: Mapping[str, object], path: str):
-        self._arrays = dict(arrays)
-        self.path = Path(path)
-
-    def keys(self):
-        return self._arrays.keys()
-
-    def shape(self, key: str) -> tuple[int, ...]:
-        return tuple(self._arrays[key].shape)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._arrays
-
-    def get(self, key: str) -> np.ndarray:
-        return float32(self._arrays[key])
 
 
 def fingerprint(params: Mapping[str, np.ndarray], quant: Quant, layout: object) -> str:
@@ -138,7 +114,7 @@ def fingerprint(params: Mapping[str, np.ndarray], quant: Quant, layout: object) 
     h = hashlib.sha256(f"{quant.precision}/{quant.block_size}/{layout}".encode())
     for k in sorted(params):
         v = params[k]
-        h.update(f"{k}{tuple(v.shape)}{float(np.asarray(float32(v), np.float64).sum()):.6e}".encode())
+        h.update(f"{k}{tuple(v.shape)}{float(np.asarray(as_float32(v), np.float64).sum()):.6e}".encode())
     return h.hexdigest()[:16]
 
 
@@ -152,5 +128,5 @@ def build_from_params(params: Mapping[str, np.ndarray], quant: Quant, layout: ob
 
     out_dir = cache_dir() / "onnx-random" / fingerprint(params, quant, layout)
     if not (out_dir / MANIFEST).is_file():
-        build_into(out_dir, lambda tmp: build(_Float32Weights(params, "MLX model"), tmp))
+        build_into(out_dir, lambda tmp: build(ArrayWeights(params, "MLX model"), tmp))
     return out_dir

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ttscli.backends.coreml.weights import SafeTensors, take
-from ttscli.backends.onnx.convert import RANDOM_SOURCE, build_from_params, convert_with, mlx_params
+from ttscli.backends.onnx.convert import RANDOM_SOURCE, build_from_params, convert_hook, mlx_params
 from ttscli.backends.onnx.convert import find_or_build as shared_find_or_build
 from ttscli.backends.onnx.graph import Quant
 from ttscli.backends.onnx.manifest import source_files, write_manifest
@@ -113,12 +113,7 @@ def export_checkpoint(checkpoint: Path, out_dir: Path, quant: Quant, *, model_id
                          source_record=record, progress=progress)
 
 
-def convert_onnx(spec, checkpoint: Path, out_dir: Path, *, quantize: bool = False, q_bits: int = 8,
-                 q_group_size: int | None = 32, dtype: str | None = None,
-                 progress: Callable[..., None] | None = None, **_) -> None:
-    """The family hook of ``ttscli convert MODEL --to onnx [-q --q-bits 8|4] [--q-group-size N]``."""
-    convert_with(export_checkpoint, spec, checkpoint, out_dir, quantize=quantize, q_bits=q_bits,
-                 q_group_size=q_group_size, dtype=dtype, progress=progress)
+convert_onnx = convert_hook(export_checkpoint)
 
 
 def find_or_build(checkpoint: Path, quant: Quant, model_id: str | None = None) -> Path:
