@@ -28,8 +28,8 @@ from ttscli.backends.coreml.manifest import built_from, for_checkpoint, read_man
 from ttscli.backends.decoder import RowwiseDecoder
 from ttscli.errors import CheckpointError, GenerationError
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "breeze"
-TINY = FIX / "tiny"
+from breeze_cases import TINY, cos, greedy, prompts_for, read_goldens
+
 MODEL_ID = "breeze-tts-2"
 CAPACITY = 112            # the longest prompt (79, voice direction) + 20 frames + EOS check
 CASES = ["plain", "design", "design_cfg", "clone", "direction", "direction_cfg", "design_cfg0"]
@@ -39,14 +39,10 @@ SOURCE = ("config.json", "model.safetensors.index.json", "model-00001-of-00002.s
 _ok, _why = coreml_available()
 
 
-def cos(a, b) -> float:
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-
 
 @pytest.fixture(scope="module")
 def goldens():
-    return np.load(FIX / "tiny.goldens.npz"), json.loads((FIX / "tiny.cases.json").read_text(encoding="utf-8"))
+    return read_goldens()
 
 
 @pytest.fixture(scope="module")
@@ -73,28 +69,8 @@ def interpreted(package) -> CoreMLCodeDecoder:
     return CoreMLCodeDecoder(InterpretedModel(folder / entry["path"], fp16=False), entry)
 
 
-def prompts_for(model, tok, goldens, case):
-    from ttscli.models.breeze_tts.prompt import Voice, prompts
-
-    arrays, meta = goldens
-    t = case["template"]
-    voice = Voice(arrays["ref_codes"], meta["request"]["ref_text"]) if t.startswith("ref_") else None
-    instruct = meta["request"]["instruction"] if t in ("tts_instruction", "ref_edit_tata") else None
-    return prompts(model, tok, meta["request"]["text"], instruct, voice, case["cfg_scale"])
 
 
-def greedy(model, tok, goldens, case, decoder, frames):
-    """Greedy frames as upstream's goldens ran them (their EOS row zeroed: here the EOS class is
-    masked instead, the same argmax since no golden frame ended)."""
-    from ttscli.lm.sample import SamplingParams
-    from ttscli.models.breeze_tts.loop import LoopConfig, generate_frames
-
-    cond, uncond, scale = prompts_for(model, tok, goldens, case)
-    cfg = LoopConfig(SamplingParams(1.0, 0, 1.0, 0.0, 1.1, False), SamplingParams(1.0, 0, 1.0, 0.0, 1.0, False),
-                     frames, ignore_eos=True)
-    trace: list = []
-    codes = np.stack(list(generate_frames(model, decoder, cond, uncond, scale, cfg, trace=trace)))
-    return codes, trace
 
 
 # ------------------------------------------------------------------ the package and its manifest

@@ -14,13 +14,12 @@ import pytest
 
 from ttscli.errors import CheckpointError, UsageError
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "breeze"
-TINY = FIX / "tiny"
+from breeze_cases import TINY, cos, read_goldens
 
 
 @pytest.fixture(scope="module")
 def goldens():
-    return np.load(FIX / "tiny.goldens.npz"), json.loads((FIX / "tiny.cases.json").read_text(encoding="utf-8"))
+    return read_goldens()
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +30,7 @@ def loaded():
     return model, gen, load_tokenizer(TINY, model.args)
 
 
-def cos(a, b) -> float:
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
 
 
 def voice_for(g, case):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,22 +20,18 @@ from clitools import by_name, only_line
 from ttscli.backends.onnx.graph import Quant
 from ttscli.backends.onnx.manifest import built_from, read_manifest
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "breeze"
-TINY = FIX / "tiny"
+from breeze_cases import TINY, cos, greedy, prompts_for, read_goldens
+
 MODEL_ID = "breeze-tts-2"
 CASES = ["plain", "design", "design_cfg", "clone", "direction", "direction_cfg", "design_cfg0"]
 SOURCE = ("config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors",
           "model-00002-of-00002.safetensors")
 
 
-def cos(a, b) -> float:
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-
 
 @pytest.fixture(scope="module")
 def goldens():
-    return np.load(FIX / "tiny.goldens.npz"), json.loads((FIX / "tiny.cases.json").read_text(encoding="utf-8"))
+    return read_goldens()
 
 
 @pytest.fixture(scope="module")
@@ -70,28 +65,8 @@ def decoder(folder, model):
     return open_decoder(folder, model)
 
 
-def prompts_for(model, tok, goldens, case):
-    from ttscli.models.breeze_tts.prompt import Voice, prompts
-
-    arrays, meta = goldens
-    t = case["template"]
-    voice = Voice(arrays["ref_codes"], meta["request"]["ref_text"]) if t.startswith("ref_") else None
-    instruct = meta["request"]["instruction"] if t in ("tts_instruction", "ref_edit_tata") else None
-    return prompts(model, tok, meta["request"]["text"], instruct, voice, case["cfg_scale"])
 
 
-def greedy(model, tok, goldens, case, dec, frames):
-    """Greedy frames as upstream's goldens ran them (their EOS row zeroed: here the EOS class is
-    masked instead, the same argmax since no golden frame ended)."""
-    from ttscli.lm.sample import SamplingParams
-    from ttscli.models.breeze_tts.loop import LoopConfig, generate_frames
-
-    cond, uncond, scale = prompts_for(model, tok, goldens, case)
-    cfg = LoopConfig(SamplingParams(1.0, 0, 1.0, 0.0, 1.1, False), SamplingParams(1.0, 0, 1.0, 0.0, 1.0, False),
-                     frames, ignore_eos=True)
-    trace: list = []
-    codes = np.stack(list(generate_frames(model, dec, cond, uncond, scale, cfg, trace=trace)))
-    return codes, trace
 
 
 # ------------------------------------------------------------------ the graphs and their manifest
