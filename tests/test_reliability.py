@@ -303,11 +303,13 @@ def _wait_for_library(pid: int, names=("libmkl", "openblas", "libmlx"), timeout=
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/PID/maps")
-@pytest.mark.parametrize("offset", [0.0, 0.05, 0.2, 0.5])
-def test_ctrl_c_during_imports_is_one_line(tmp_path, shared_cache, offset):
+@pytest.mark.parametrize("offset,text", [(0.0, "short"), (0.05, "short"), (0.2, "short"), (0.5, "short"),
+                                         (0.5, "long"), (1.0, "long")])
+def test_ctrl_c_during_imports_is_one_line(tmp_path, shared_cache, offset, text):
     # the signal lands while ttscli's heavy imports run (a library of them is being mapped), or
-    # just after; Python's own startup before ttscli's first line is Python's, not ours
-    proc = _popen(["speak", "Hello there.", "-o", "x.wav"], tmp_path, shared_cache)
+    # just after; Python's own startup before ttscli's first line is Python's, not ours. With
+    # the long text it lands during loading or synthesis.
+    proc = _popen(["speak", LONG if text == "long" else "Hello there.", "-o", "x.wav"], tmp_path, shared_cache)
     assert _wait_for_library(proc.pid), "the BLAS/mlx libraries were never loaded"
     time.sleep(offset)
     proc.send_signal(signal.SIGINT)
@@ -315,6 +317,51 @@ def test_ctrl_c_during_imports_is_one_line(tmp_path, shared_cache, offset):
     assert proc.returncode == 130, err
     assert only_line(err.decode()) == "error: interrupted; no output written"
     no_files(tmp_path)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("when", ["between chunks", "after the last chunk"])
+def test_a_stop_whose_exception_is_lost_still_stops_the_run(tmp_path, sig, when):
+    # The handler's exception can die on its way out (raised inside a finalizer, a collected
+    # generator, a library's catch-all) while the stop was received: one full-suite run under
+    # load wrote the whole file and then reported "interrupted; no output written". The run
+    # must end stopped anyway, before the next chunk and before anything is renamed into place.
+    import numpy as np
+
+    from ttscli import signals
+    from ttscli.audio import FileSink
+    from ttscli.generate import write_all
+
+    def swallowed_stop():
+        try:
+            signal.raise_signal(sig)
+            time.sleep(5)  # not reached: the handler raises here
+        except BaseException:  # noqa: BLE001 - the catch-all that loses it
+            pass
+
+    written = []
+
+    def chunks():
+        for i in range(4):
+            if when == "between chunks" and i == 2:
+                swallowed_stop()
+            written.append(i)
+            yield np.full(2205, 0.1, np.float32)
+        if when == "after the last chunk":
+            swallowed_stop()
+
+    previous = {s: signal.getsignal(s) for s in signals.STOP_SIGNALS}
+    signals.install()
+    try:
+        with pytest.raises(KeyboardInterrupt) as got:
+            write_all(chunks(), FileSink(tmp_path / "x.wav", 22050, "wav"))
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        signals._received = None
+    assert isinstance(got.value, signals.Terminated) == (sig != signal.SIGINT)
+    assert written == ([0, 1, 2] if when == "between chunks" else [0, 1, 2, 3])
+    assert os.listdir(tmp_path) == []
 
 
 # ---- 11. a reader that goes away; components that do not match ------------------------------

@@ -13,6 +13,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from ttscli import signals
 from ttscli.errors import (AudioInputError, BackendUnavailableError, OutputClosed, OutputError, UsageError,
                            os_cause, os_error)
 
@@ -241,6 +242,7 @@ class FileSink(Sink):
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(self.tmp, 0o666 & ~umask)
+            signals.check()  # a stop received (and lost on its way) before this point: nothing is renamed
             os.replace(self.tmp, self.path)
         except BaseException as e:
             self._discard()

@@ -270,9 +270,12 @@ def effective_workers(pipeline, requested: int) -> tuple[int, str | None]:
 def write_all(chunks: Iterator[np.ndarray], sink) -> int:
     """Write audio chunks into a Sink; commits only when everything succeeded (and something was
     spoken), else aborts it. Returns samples written."""
+    from ttscli import signals
+
     n = 0
     try:
         for x in chunks:
+            signals.check()   # a stop whose exception was lost on the way must still stop the run
             sink.write(x)
             n += len(x)
     except BaseException:

@@ -44,6 +44,21 @@ def received() -> int | None:
     return _received
 
 
+def check() -> None:
+    """Raise the stop again if one was received since `install`.
+
+    The handler's exception can be lost on its way out: raised inside a finalizer or a generator
+    being collected (Python reports those as "ignored"), or inside a library's catch-all. The run
+    must still end as stopped, so code about to write or commit output checks here: once per
+    chunk and before the file is renamed into place.
+    """
+    if _received is None:
+        return
+    if _received == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(_received)
+
+
 def exit_code(signum: int | None = None) -> int:
     return 128 + int(signum or _received or signal.SIGINT)
 
