@@ -27,10 +27,12 @@ def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = N
     from .pipeline import KokoroPipeline
 
     options = options or LoadOptions()
-    if any(b != "mlx" for b in options.backends.values()):
-        raise UsageError(f"Kokoro runs on MLX only (asked for {options.backends})")
+    backend = acoustic_backend(options)
     if options.dtype not in (None, "float32", "float16", "bfloat16"):
         raise UsageError(f"--dtype {options.dtype}: choose float32, float16 or bfloat16")
+    if backend == "onnx" and options.dtype not in (None, "float32"):
+        raise UsageError(f"--dtype {options.dtype}: the onnxruntime decoder is float32; "
+                         f"set {BACKEND_ENV}=mlx for {options.dtype}")
     checkpoint = _checkpoint(checkpoint)
     info = describe(checkpoint)
     if options.random_weights:
@@ -39,13 +41,64 @@ def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = N
         model = random_model(KModel(ModelArgs()))
     else:
         model = load_model(checkpoint, _cache(spec), options.dtype)
+    if backend == "onnx":
+        from .onnx_runtime import open_model
+
+        model = open_model(model, None if options.random_weights else checkpoint, getattr(spec, "id", "kokoro-82m"))
     defaults = dict(getattr(spec, "defaults", {}) or {})
     pipe = KokoroPipeline(model, load_voices(checkpoint), read_vocab(info["vocab"]),
                           str(defaults.get("voice", "jf_alpha")))
+    pipe.backends["acoustic"] = backend
     if getattr(spec, "sample_rate", None) and spec.sample_rate != pipe.sample_rate:
         from ttscli.errors import CheckpointError
         raise CheckpointError(f"{spec.id}: registry says {spec.sample_rate} Hz, Kokoro makes {pipe.sample_rate} Hz")
     return pipe
+
+
+BACKEND_ENV = "TTSCLI_KOKORO_BACKEND"
+# Where the decoder runs by default, measured with `ttscli bench kokoro-82m --code-decoder-backend
+# mlx --code-decoder-backend onnx` on the 2-core AMD EPYC (AVX2, shared; README "Speed"):
+# MEASURED_FIGURES. Elsewhere on Linux (unmeasured) the same; on macOS MLX (Metal GPU).
+MEASURED_DEFAULT = {("linux", "AuthenticAMD"): "onnx", ("darwin", ""): "mlx"}
+
+
+def default_backend() -> str:
+    """$TTSCLI_KOKORO_BACKEND, else the measured choice for this OS and CPU vendor, else onnx on
+    a Linux CPU when onnxruntime is installed, else mlx."""
+    import os
+    import sys
+
+    env = os.environ.get(BACKEND_ENV, "").strip().lower()
+    if env:
+        if env not in ("mlx", "onnx"):
+            raise UsageError(f"{BACKEND_ENV}={env}: choose mlx or onnx")
+        return env
+    from ttscli.models.piper.load import cpu_vendor
+
+    plat = "linux" if sys.platform.startswith("linux") else sys.platform
+    pick = MEASURED_DEFAULT.get((plat, cpu_vendor() if plat == "linux" else ""), "onnx" if plat == "linux" else "mlx")
+    if pick == "onnx":
+        from ttscli.backends.onnx import onnx_available
+
+        if not onnx_available()[0]:
+            return "mlx"
+    return pick
+
+
+def acoustic_backend(options: LoadOptions) -> str:
+    """Where the decoder runs: ``options.backends["acoustic"]`` (bench's --code-decoder-backend),
+    else :func:`default_backend`."""
+    unknown = set(options.backends) - {"acoustic"}
+    if unknown:
+        raise UsageError(f"Kokoro has no {', '.join(sorted(unknown))} component (only acoustic: mlx or onnx)")
+    asked = options.backends.get("acoustic") or default_backend()
+    if asked not in ("mlx", "onnx"):
+        raise UsageError(f"Kokoro's decoder runs on mlx or onnx, not {asked!r}")
+    if asked == "onnx":
+        from ttscli.backends.onnx import require_onnxruntime
+
+        require_onnxruntime()
+    return asked
 
 
 def random_model(model, seed: int = 0):

