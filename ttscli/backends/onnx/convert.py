@@ -69,14 +69,18 @@ def build_into(out_dir: Path, build: Callable[[Path], object]) -> None:
 
 
 def find_or_build(checkpoint: Path, quant: Quant, export: Export, model_id: str | None = None,
-                  accept: Callable[[dict], bool] | None = None) -> Path:
+                  accept: Callable[[dict], bool] | None = None, variant_name: str | None = None,
+                  notice: bool = True) -> Path:
     """The folder converted from ``checkpoint`` at this precision and block size: ttscli's cache
     is searched by source hashes (``accept``: the family's own test of a manifest, e.g. a graph
-    layout it needs); when nothing matches, it is built (once) into ``converted_dir(model_id)``."""
+    layout it needs); when nothing matches, it is built (once) into ``converted_dir(model_id)``.
+    ``variant_name``: the cache folder's variant when not ``onnx-<precision>`` (a second graph of
+    one model, converted apart, e.g. Chatterbox's flow estimator beside T3). ``notice``: say on
+    stderr that a build starts."""
     from ttscli.paths import converted_dir
 
     checkpoint = Path(checkpoint)
-    var = variant(quant.precision)
+    var = variant_name or variant(quant.precision)
     want = converted_dir(model_id or checkpoint.name, var)
     for folder in [want] + converted_folders(var):
         m = current(folder, checkpoint)
@@ -85,8 +89,10 @@ def find_or_build(checkpoint: Path, quant: Quant, export: Export, model_id: str 
         blocks = {c.get("block_size") for c in m.get("components", {}).values()}
         if blocks <= {None, quant.block_size} and (accept is None or accept(m)):
             return folder
-    sys.stderr.write(f"ttscli: building the ONNX {quant.precision} graphs of {checkpoint} into {want} "
-                     "(once; `ttscli convert MODEL --to onnx` does the same)\n")
+    same = "" if variant_name else "; `ttscli convert MODEL --to onnx` does the same"
+    if notice:
+        sys.stderr.write(f"ttscli: building the ONNX {quant.precision} graphs of {checkpoint} into {want} "
+                         f"(once{same})\n")
     build_into(want, lambda tmp: export(checkpoint, tmp, quant, model_id=model_id or checkpoint.name))
     return want
 

@@ -12,7 +12,9 @@ def _bench_components(pipe, req):
     audio_s = s.decoder_frames / 25.0
     return {"t3_prefill_s": s.prefill_s,
             "t3_tokens_per_s": (len(s.frame_s) / steps) if steps else None,
-            "s3gen_s_per_audio_s": (s.decoder_s / audio_s) if audio_s and s.decoder_s else None}
+            "s3gen_s_per_audio_s": (s.decoder_s / audio_s) if audio_s and s.decoder_s else None,
+            # a number, as the bench table shows only numbers: which runtime the flow estimator ran on
+            "s3gen_flow_onnx": float(pipe.backends.get("flow_estimator") == "onnx")}
 
 
 def _voices(spec, checkpoint):
@@ -41,6 +43,7 @@ FAMILY = Family(
     bench_rows=(("t3_prefill_s", "T3 prefill (s)", "{:.3f}"),
                 ("t3_tokens_per_s", "T3 tokens/s (CFG: 2 rows)", "{:.1f}"),
                 ("t3_s", "T3 total (s)", "{:.3f}"),
+                ("s3gen_flow_onnx", "S3Gen flow estimator on onnxruntime (1: yes, 0: MLX)", "{:.0f}"),
                 ("s3gen_flow_s", "S3Gen flow (s)", "{:.3f}"),
                 ("s3gen_hift_s", "S3Gen HiFT (s)", "{:.3f}"),
                 ("s3gen_passes", "S3Gen passes", "{:.0f}"),

@@ -99,14 +99,19 @@ def load_pipeline(spec, checkpoint: Path | None, options):
     from ttscli.backends.select import split_backend
 
     for component, backend in options.backends.items():
-        if backend != "mlx" and not (component == "code_decoder" and split_backend(backend)[0] in ("coreml", "onnx")):
+        if backend != "mlx" and not (component == "code_decoder" and split_backend(backend)[0] in ("coreml", "onnx")
+                                     or component == "flow_estimator" and backend == "onnx"):
             raise BackendUnavailableError(f"Chatterbox {component}: backend {backend!r} is not available "
-                                          "(code_decoder: mlx, coreml or onnx[-f32|-int8|-int4]; the rest: mlx)")
+                                          "(code_decoder: mlx, coreml or onnx[-f32|-int8|-int4]; "
+                                          "flow_estimator: mlx or onnx; the rest: mlx)")
     code_backend = options.backend("code_decoder")
     if split_backend(code_backend)[0] == "onnx":     # before anything loads
         from ttscli.models.chatterbox.onnx_decoder import check_options
 
         check_options(options)
+    from ttscli.models.chatterbox.s3gen.onnx_flow import choose_backend
+
+    flow_backend = choose_backend(options.backends.get("flow_estimator"))
     dtype = options.dtype or "float32"
     rnd = options.random_weights
     t3 = load_t3(checkpoint, dtype=dtype, random_weights=rnd)
@@ -118,6 +123,10 @@ def load_pipeline(spec, checkpoint: Path | None, options):
         tokenizer = load_tokenizer(checkpoint)
         conds = load_conds(checkpoint) if (Path(checkpoint) / "conds.pt").exists() else None
     s3gen = load_s3gen(None if rnd else _file(checkpoint, "s3gen.safetensors"), random_weights=rnd)
+    if flow_backend == "onnx":
+        from ttscli.models.chatterbox.s3gen.onnx_flow import attach
+
+        attach(s3gen.flow, None if rnd else Path(checkpoint), getattr(spec, "id", None))
     decoder = None
     if split_backend(code_backend)[0] == "onnx":
         from ttscli.models.chatterbox.onnx_decoder import load_decoder
@@ -140,7 +149,8 @@ def load_pipeline(spec, checkpoint: Path | None, options):
 
         decoder = MLXCodeDecoder(t3, sequential=True)
     return ChatterboxPipeline(spec, t3, ve, tokenizer, s3gen, conds, decoder,
-                              backends={"code_decoder": code_backend, "speech_decoder": "mlx", "voice_encoder": "mlx"})
+                              backends={"code_decoder": code_backend, "speech_decoder": "mlx",
+                                        "flow_estimator": flow_backend, "voice_encoder": "mlx"})
 
 
 class _CharTokenizer:

@@ -388,6 +388,8 @@ class CausalConditionalCFM(nn.Module):
         super().__init__()
         self.cfg = a.inference_cfg_rate
         self.estimator = ConditionalDecoder(a)
+        # the same network on another runtime (onnx_flow.OnnxEstimator), called in its place
+        self.external_estimator = None
 
     def __call__(self, mu: mx.array, spks: mx.array, cond: mx.array, noise: mx.array,
                  n_timesteps: int = 10) -> mx.array:
@@ -398,9 +400,10 @@ class CausalConditionalCFM(nn.Module):
         mu2 = mx.concatenate([mu, mx.zeros_like(mu)])
         spks2 = mx.concatenate([spks, mx.zeros_like(spks)])
         cond2 = mx.concatenate([cond, mx.zeros_like(cond)])
+        estimator = self.external_estimator or self.estimator
         x = noise
         for t, r in pairwise(t_span.tolist()):
-            v = self.estimator(mx.concatenate([x, x]), mu2, mx.array([t, t]), spks2, cond2)
+            v = estimator(mx.concatenate([x, x]), mu2, mx.array([t, t]), spks2, cond2)
             v = (1.0 + self.cfg) * v[:1] - self.cfg * v[1:]
             x = x + (r - t) * v
             mx.eval(x)

@@ -1,0 +1,320 @@
+"""S3Gen's flow estimator (``flow.decoder.estimator``, the CFM's U-Net) on onnxruntime.
+
+Only the network called once per Euler step moves: the Euler loop, CFG's mixing, the noise and
+the cosine schedule stay in :class:`~ttscli.models.chatterbox.s3gen.flow.CausalConditionalCFM`,
+which calls :class:`OnnxEstimator` in place of its MLX estimator when one is attached. The
+graph is built with the ``onnx`` package from the same weights the MLX estimator holds (names
+as in the checkpoint below ``flow.decoder.estimator.``), float32, dynamic batch and time axes.
+
+Why: on the 2-core AMD EPYC (AVX2) one estimator call at the real size (CFG's 2 rows x 300
+frames, random weights) took 3.5 s median under onnxruntime (2 threads) against 13.1 s on MLX
+with MKL, in one process at load 6-7 (README, Chatterbox). Layout is channels-last ``[B, T, C]``
+as in flow.py: a causal k3 conv is one GEMM over the three shifted copies of its left-padded
+input (im2col), so no transformer block needs a transpose; in the same run ``Conv`` on
+``[B, C, T]`` with transposes around it took 3.5 s and the 2-D form ``[B, C, 1, T]`` (the
+blocked NCHWc kernels) 4.1 s. Attention is onnxruntime's fused ``MultiHeadAttention``,
+LayerNorm its fused kernel, GELU its erf ``Gelu``.
+
+Where the graphs live: built from a checkpoint, in ttscli's cache
+(``paths.converted_dir(MODEL, "onnx-flow-float32")``), found by the sha256 of
+s3gen.safetensors and rebuilt when stale; built from an in-memory model (``--random-weights``),
+under a fingerprint of its weights (ttscli.backends.onnx.convert).
+
+Which runs: ``TTSCLI_FLOW_BACKEND=mlx|onnx``; unset, onnx on a Linux CPU where onnxruntime is
+installed (measured faster there, above), MLX elsewhere (macOS, a GPU).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ttscli.backends.onnx.graph import MS, OPSET
+from ttscli.backends.onnx.graph import _Builder as Builder
+from ttscli.backends.onnx.graph import Quant
+from ttscli.errors import BackendUnavailableError, CheckpointError, UsageError
+
+from .flow import FlowArgs
+
+FAMILY = "chatterbox"
+COMPONENT = "flow_estimator"
+FILE = "flow_estimator.onnx"
+SOURCE_FILES = ("s3gen.safetensors",)
+VARIANT = "onnx-flow-float32"
+GRAPH_LAYOUT = 1
+PREFIX = "flow.decoder.estimator."
+INPUTS = ("x", "mu", "t", "spks", "cond")
+OUTPUT = "velocity"
+IN_CHANNELS = 320
+BACKEND_ENV = "TTSCLI_FLOW_BACKEND"
+FLOAT32 = Quant("float32")
+
+
+class _Net:
+    """Emits the estimator's nodes into a :class:`Builder` from weights named as flow.py's modules."""
+
+    def __init__(self, b: Builder, source, a: FlowArgs):
+        self.b, self.src, self.a = b, source, a
+
+    def p(self, key: str) -> np.ndarray:
+        if PREFIX + key not in self.src:
+            raise CheckpointError(f"{self.src.path}: no tensor {PREFIX}{key}")
+        return np.asarray(self.src.get(PREFIX + key), np.float32)
+
+    def linear(self, x: str, key: str, bias: bool = True) -> str:
+        return self.b.linear(x, self.p(key + ".weight"), self.p(key + ".bias") if bias else None, key)
+
+    def layer_norm(self, x: str, key: str, eps: float = 1e-5) -> str:
+        g = self.b.const(key + ".weight", self.p(key + ".weight"))
+        beta = self.b.const(key + ".bias", self.p(key + ".bias"))
+        return self.b.node("LayerNormalization", [x, g, beta], axis=-1, epsilon=eps)[0]
+
+    def mish(self, x: str) -> str:
+        sp = self.b.node("Softplus", [x])[0]
+        return self.b.node("Mul", [x, self.b.node("Tanh", [sp])[0]])[0]
+
+    def conv(self, x: str, key: str) -> str:
+        """A causal (left-padded) conv of ``[B, T, in]``, weight ``[out, in, k]``."""
+        w = self.p(key + ".weight")
+        out, cin, k = w.shape
+        bias = self.p(key + ".bias")
+        b = self.b
+        if k == 1:
+            return b.linear(x, w[:, :, 0], bias, key)
+        xp = b.node("Pad", [x, b.const(b.name("pads"), np.array([0, k - 1, 0, 0, 0, 0], np.int64))])[0]
+        taps = []
+        for j in range(k):
+            # tap j: frames j .. j + T - 1 of the padded input (an end of int64 max: to the end)
+            end = j - (k - 1) if j < k - 1 else np.iinfo(np.int64).max
+            taps.append(b.node("Slice", [xp, b.const(b.name("start"), np.array([j], np.int64)),
+                                         b.const(b.name("end"), np.array([end], np.int64)), "axis1"])[0])
+        cols = b.node("Concat", taps, axis=-1)[0]
+        # im2col column (j, c) holds tap j of channel c: weight rows in the same order
+        return b.linear(cols, w.transpose(0, 2, 1).reshape(out, k * cin), bias, key)
+
+    def block1d(self, x: str, key: str) -> str:
+        return self.mish(self.layer_norm(self.conv(x, key + ".block.0"), key + ".block.2"))
+
+    def resnet(self, x: str, temb_act: str, key: str) -> str:
+        h = self.block1d(x, key + ".block1")
+        t = self.linear(temb_act, key + ".mlp.1")                     # [B, out]
+        h = self.b.node("Add", [h, self.b.node("Unsqueeze", [t, "axis1"])[0]])[0]
+        return self.b.node("Add", [self.conv(x, key + ".res_conv"), self.block1d(h, key + ".block2")])[0]
+
+    def transformer(self, x: str, key: str) -> str:
+        b, a = self.b, self.a
+        h = self.layer_norm(x, key + ".norm1")
+        at = key + ".attn1."
+        wqkv = np.concatenate([self.p(at + n + ".weight") for n in ("to_q", "to_k", "to_v")])
+        qkv = b.linear(h, wqkv, None, at + "qkv")
+        inner = a.dec_heads * a.dec_head_dim
+        q, k, v = b.node("Split", [qkv, b.const(at + "split", np.array([inner] * 3, np.int64))], 3, axis=-1)
+        y = b.node("MultiHeadAttention", [q, k, v], domain=MS, num_heads=a.dec_heads,
+                   scale=float(a.dec_head_dim ** -0.5))[0]
+        x = b.node("Add", [x, self.linear(y, at + "to_out.0")])[0]
+        h = self.layer_norm(x, key + ".norm3")
+        ff = key + ".ff.net."
+        h = b.node("Gelu", [self.linear(h, ff + "0.proj")], domain=MS)[0]
+        return b.node("Add", [x, self.linear(h, ff + "2")])[0]
+
+    def build(self) -> None:
+        b, a = self.b, self.a
+        b.const("axis1", np.array([1], np.int64))
+        b.const("axis2", np.array([2], np.int64))
+        # Matcha's SinusoidalPosEmb of t, then the time MLP
+        half = IN_CHANNELS // 2
+        freqs = np.exp(np.arange(half, dtype=np.float32) * np.float32(-(math.log(10000) / (half - 1))))
+        ang = b.node("Mul", [b.node("Unsqueeze", ["t", "axis1"])[0], b.const("time_freqs", 1000.0 * freqs[None])])[0]
+        feats = b.node("Concat", [b.node("Sin", [ang])[0], b.node("Cos", [ang])[0]], axis=-1)[0]
+        h = self.linear(feats, "time_mlp.linear_1")
+        h = b.node("Mul", [h, b.node("Sigmoid", [h])[0]])[0]
+        temb = self.mish(self.linear(h, "time_mlp.linear_2"))       # every resnet's mlp starts with Mish
+        spk = b.node("Expand", [b.node("Unsqueeze", ["spks", "axis1"])[0], b.node("Shape", ["x"])[0]])[0]
+        x = b.node("Concat", ["x", "mu", spk, "cond"], axis=-1)[0]
+        x = self.resnet(x, temb, "down_blocks.0.0")
+        for i in range(a.dec_n_blocks):
+            x = self.transformer(x, f"down_blocks.0.1.{i}")
+        skip = x
+        x = self.conv(x, "down_blocks.0.2")
+        for m in range(a.dec_mid_blocks):
+            x = self.resnet(x, temb, f"mid_blocks.{m}.0")
+            for i in range(a.dec_n_blocks):
+                x = self.transformer(x, f"mid_blocks.{m}.1.{i}")
+        x = self.resnet(b.node("Concat", [x, skip], axis=-1)[0], temb, "up_blocks.0.0")
+        for i in range(a.dec_n_blocks):
+            x = self.transformer(x, f"up_blocks.0.1.{i}")
+        x = self.block1d(self.conv(x, "up_blocks.0.2"), "final_block")
+        w = self.p("final_proj.weight")
+        b.linear(x, w[:, :, 0], self.p("final_proj.bias"), "final_proj", out=OUTPUT)
+
+
+def build_estimator(source, a: FlowArgs, *, data=None, data_name: str = ""):
+    """The ONNX model of the estimator from a weight source (``get``/``in``, float32 numpy, names
+    as in s3gen.safetensors); ``data``/``data_name``: an external-data file, as
+    :func:`ttscli.backends.onnx.graph.build_graph`."""
+    from onnx import TensorProto, helper
+
+    b = Builder(FLOAT32, data, data_name)
+    _Net(b, source, a).build()
+    mel, f = a.output_size, TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info("x", f, ["batch", "time", mel]),
+              helper.make_tensor_value_info("mu", f, ["batch", "time", mel]),
+              helper.make_tensor_value_info("t", f, ["batch"]),
+              helper.make_tensor_value_info("spks", f, ["batch", mel]),
+              helper.make_tensor_value_info("cond", f, ["batch", "time", mel])]
+    outputs = [helper.make_tensor_value_info(OUTPUT, f, ["batch", "time", mel])]
+    graph = helper.make_graph(b.nodes, "s3gen_flow_estimator", inputs, outputs, initializer=b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)],
+                              producer_name="ttscli")
+    model.ir_version = 8
+    return model
+
+
+# ----------------------------------------------------------------------------- export and cache
+
+
+def _layout(a: FlowArgs) -> str:
+    # the head split is not in any tensor's shape: it belongs to the graph's identity
+    return f"{FAMILY}/{COMPONENT}/{GRAPH_LAYOUT}/{a.dec_heads}x{a.dec_head_dim}"
+
+
+def export_estimator(source, a: FlowArgs, out_dir: Path, *, model_id: str, source_record: dict) -> dict:
+    """``flow_estimator.onnx`` (+ ``.data``) and the manifest into ``out_dir``."""
+    import onnx
+
+    from ttscli.backends.onnx.manifest import write_manifest
+
+    t0 = time.perf_counter()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = FILE + ".data"
+    with open(out_dir / data, "wb") as f:
+        model = build_estimator(source, a, data=f, data_name=data)
+    onnx.save_model(model, str(out_dir / FILE))
+    entry = {"path": FILE, "data_files": [data], "kind": COMPONENT, "precision": "float32", "block_size": None,
+             "flow": dataclasses.asdict(a),
+             "size_bytes": sum((out_dir / n).stat().st_size for n in (FILE, data)),
+             "build_seconds": round(time.perf_counter() - t0, 2)}
+    return write_manifest(out_dir, model=model_id, family=FAMILY, precision="float32",
+                          components={COMPONENT: entry}, source={**source_record, "graph_layout": _layout(a)})
+
+
+class _Shape:
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+
+
+def _checkpoint_args(path: Path, source) -> FlowArgs:
+    from . import flow_args
+
+    try:
+        return flow_args({k[len("flow."):]: _Shape(source.shape(k)) for k in source.keys() if k.startswith("flow.")})
+    except KeyError as e:
+        raise CheckpointError(f"{path}: missing tensor flow.{e.args[0]}") from None
+
+
+def export_checkpoint(checkpoint: Path, out_dir: Path, quant: Quant, *, model_id: str, progress=None) -> dict:
+    """The estimator of ``checkpoint/s3gen.safetensors`` (the shared find_or_build's export)."""
+    from ttscli.backends.coreml.weights import SafeTensors
+    from ttscli.backends.onnx.manifest import source_files
+
+    if quant.precision != "float32":
+        raise UsageError("S3Gen's flow estimator is built in float32 only")
+    checkpoint = Path(checkpoint)
+    path = checkpoint / SOURCE_FILES[0]
+    source = SafeTensors(path)
+    record = {"checkpoint": str(checkpoint.resolve()), "files": source_files(checkpoint, SOURCE_FILES)}
+    return export_estimator(source, _checkpoint_args(path, source), out_dir, model_id=model_id,
+                            source_record=record)
+
+
+def find_or_build(checkpoint: Path, model_id: str | None = None) -> Path:
+    """The estimator converted from ``checkpoint`` (a Chatterbox folder) in ttscli's cache, by
+    the hash of its s3gen.safetensors; built once when missing or stale."""
+    from ttscli.backends.onnx.convert import find_or_build as shared_find_or_build
+
+    def accept(m: dict) -> bool:
+        return m.get("family") == FAMILY and COMPONENT in m.get("components", {}) \
+            and str(m.get("source", {}).get("graph_layout", "")).startswith(f"{FAMILY}/{COMPONENT}/{GRAPH_LAYOUT}/")
+
+    # a build on first use of the default backend is announced at a terminal only: piped stderr
+    # keeps its one line per error
+    return shared_find_or_build(checkpoint, FLOAT32, export_checkpoint, model_id, accept=accept,
+                                variant_name=VARIANT, notice=sys.stderr.isatty())
+
+
+def build_from_model(flow) -> Path:
+    """The graph of an in-memory flow's estimator (random weights at the real size for ``bench
+    --random-weights``), cached by a fingerprint of its weights."""
+    from ttscli.backends.onnx.convert import RANDOM_SOURCE, build_from_params, mlx_params
+
+    a = flow.a
+    params = mlx_params(flow.decoder.estimator, lambda k: True, prefix=PREFIX)
+    return build_from_params(params, FLOAT32, _layout(a), lambda src, tmp: export_estimator(
+        src, a, tmp, model_id="random weights", source_record=RANDOM_SOURCE))
+
+
+# ----------------------------------------------------------------------------- runtime
+
+
+class OnnxEstimator:
+    """The estimator graph in a session: called as the MLX estimator is (MLX arrays in and out)."""
+
+    def __init__(self, folder: Path):
+        from ttscli.backends.onnx.manifest import component, read_manifest
+        from ttscli.backends.onnx.runtime import load_session, session_options
+
+        folder = Path(folder)
+        entry = component(read_manifest(folder), COMPONENT, folder)
+        so = session_options()
+        # the tensors grow with the utterance (attention scores are [2, 8, T, T]): an arena would
+        # keep the longest one's high-water mark for the process's life
+        so.enable_cpu_mem_arena = False
+        self.session = load_session(folder / entry["path"], so)
+
+    def __call__(self, x, mu, t, spks, cond):
+        import mlx.core as mx
+
+        feeds = {n: np.asarray(v, np.float32) for n, v in zip(INPUTS, (x, mu, t, spks, cond), strict=True)}
+        return mx.array(self.session.run([OUTPUT], feeds)[0])
+
+
+def choose_backend(asked: str | None = None) -> str:
+    """``asked`` (a pipeline's ``backends["flow_estimator"]``), else ``TTSCLI_FLOW_BACKEND``
+    (``mlx`` or ``onnx``), else onnx on a Linux CPU with onnxruntime installed and MLX elsewhere.
+    Asking for onnx where onnxruntime is missing is one line."""
+    import mlx.core as mx
+
+    import ttscli.backends.onnx as onnx_backend
+
+    where = "flow_estimator backend" if asked else BACKEND_ENV
+    asked = (asked or os.environ.get(BACKEND_ENV, "")).strip().lower()
+    if asked not in ("", "mlx", "onnx"):
+        raise UsageError(f"{where}={asked}: choose mlx or onnx")
+    ok, why = onnx_backend.onnx_available()
+    if asked == "onnx" and not ok:
+        raise BackendUnavailableError(f"{where}=onnx: {why}; or set {BACKEND_ENV}=mlx")
+    if asked:
+        return asked
+    on_cpu = mx.default_device() == mx.cpu
+    return "onnx" if ok and on_cpu and sys.platform.startswith("linux") else "mlx"
+
+
+def attach(flow, checkpoint: Path | None, model_id: str | None = None) -> None:
+    """Run ``flow``'s estimator on onnxruntime from now on: the conversion of ``checkpoint``'s
+    s3gen.safetensors (a Chatterbox folder), or, with ``checkpoint`` None, of the in-memory
+    weights. The graph computes in float32: an estimator held in another dtype is refused."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    dtypes = {v.dtype for _, v in tree_flatten(flow.decoder.estimator.parameters())}
+    if dtypes != {mx.float32}:
+        raise UsageError(f"S3Gen's flow estimator on onnxruntime computes in float32, not "
+                         f"{', '.join(sorted(str(d).split('.')[-1] for d in dtypes))}; set {BACKEND_ENV}=mlx")
+    folder = build_from_model(flow) if checkpoint is None else find_or_build(Path(checkpoint), model_id)
+    flow.decoder.external_estimator = OnnxEstimator(folder)
