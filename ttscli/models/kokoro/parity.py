@@ -159,6 +159,29 @@ def onnx_checks(model, onnx_path: Path, voices: dict, vocab: dict, utterances=UT
     return compare(model, references(onnx_path, voices, vocab, utterances))
 
 
+def decoder_backends_check(model, onnx_model, voices: dict, vocab: dict, utterances=UTTERANCES) -> Check:
+    """The onnxruntime decoder (our weights exported, onnx_export.py) against our MLX decoder, both
+    fed the MLX model's prosody and STFT features: largest sample difference over the peak."""
+    import mlx.core as mx
+
+    from .load import style_row
+    from .pipeline import tokens_of
+
+    worst = 0.0
+    for _, ps in utterances:
+        toks = mx.array(tokens_of(ps, vocab), dtype=mx.int32)
+        s = mx.array(style_row(voices[VOICE], len(ps)))
+        d, dur = model.durations(toks, s)
+        mx.eval(dur)
+        p = model.prosody(toks, s, d, dur)
+        _, feats = model.source(p.f0)
+        ref = np.array(model.decode(p, s, feats))
+        got = np.array(onnx_model.decode(p, s, feats))
+        worst = max(worst, float(np.abs(got - ref).max() / np.abs(ref).max()))
+    return Check("onnx backend: decoder vs our MLX decoder, same features (max abs / peak)", worst, 1e-4, "<=",
+                 f"worst of {', '.join(n for n, _ in utterances)}; voice {VOICE}; float32 both")
+
+
 def golden_checks(model, golden: Path) -> list[Check]:
     """``--golden FILE.npz`` (docs/parity.md): tokens, style [256], speed, audio at torch's level;
     optional durations, f0, n."""
@@ -202,12 +225,23 @@ def parity_checks(spec, checkpoint: Path | None, *, golden: Path | None = None, 
         raise UsageError("give exactly one of --golden FILE.npz or --against onnxruntime")
     if against is not None and against not in ("onnxruntime", "onnx"):
         raise UsageError(f"--against {against}: Kokoro is compared with its ONNX graph; use --against onnxruntime")
-    if backend not in (None, "mlx"):
-        raise UsageError("--code-decoder-backend is a Qwen3-TTS option; Kokoro runs on MLX")
+    if backend not in (None, "mlx", "onnx"):
+        raise UsageError(f"--code-decoder-backend {backend}: Kokoro's decoder runs on mlx or onnx")
     checkpoint = _checkpoint(checkpoint)
     model = load_model(checkpoint, _cache(spec))
+    subject = model
+    if backend == "onnx":
+        from ttscli.backends.onnx import require_onnxruntime
+
+        from .onnx_runtime import open_model
+
+        require_onnxruntime()
+        subject = open_model(model, checkpoint, getattr(spec, "id", "kokoro-82m"))
     if golden is not None:
-        return golden_checks(model, Path(golden))
+        return golden_checks(subject, Path(golden))
     info = describe(checkpoint)
-    return onnx_checks(model, onnx_path_of(checkpoint, _cache(spec)), load_voices(checkpoint),
-                       read_vocab(info["vocab"]))
+    voices, vocab = load_voices(checkpoint), read_vocab(info["vocab"])
+    checks = onnx_checks(subject, onnx_path_of(checkpoint, _cache(spec)), voices, vocab)
+    if backend == "onnx":
+        checks.append(decoder_backends_check(model, subject, voices, vocab))
+    return checks
