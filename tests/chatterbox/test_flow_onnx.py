@@ -182,3 +182,11 @@ def test_pipeline_refuses_other_flow_backends():
 
     with pytest.raises(BackendUnavailableError, match="flow_estimator: mlx or onnx"):
         load_pipeline(None, TINY, LoadOptions(backends={"flow_estimator": "coreml"}))
+
+
+def test_parity_against_onnx_f32_checks_the_flow():
+    from ttscli.models.chatterbox.parity import parity_checks
+
+    checks = {c.name: c for c in parity_checks(None, TINY, against="onnx-f32", frames=3)}
+    c = checks["S3Gen mel, flow estimator mlx vs onnx-float32 (max abs / peak)"]
+    assert c.passed and c.value <= 1e-5

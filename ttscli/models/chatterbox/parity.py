@@ -1,6 +1,7 @@
 """`ttscli parity chatterbox --golden FILE.npz [--code-decoder-backend onnx-f32]`: T3 and the voice
 encoder against goldens exported from the reference (format: docs/parity.md, Chatterbox section);
-`--against onnx[-f32|-int8|-int4]`: MLX T3 against its graphs on onnxruntime."""
+`--against onnx[-f32|-int8|-int4]`: MLX T3 against its graphs on onnxruntime (and, with float32,
+S3Gen's flow estimator on MLX against its graph)."""
 from __future__ import annotations
 
 import itertools
@@ -177,7 +178,34 @@ def against_checks(checkpoint: Path, against: str, frames: int) -> list:
             checks.append(Check(f"greedy speech tokens mlx vs {name} (leading equal)", lead, 0, ">=",
                                 f"{detail + '; ' if detail else ''}reported, not required: "
                                 f"{same}/{len(ref)} tokens equal"))
+    if "f32" in precisions:
+        checks.append(flow_check(checkpoint))
     return checks
+
+
+FLOW_TOLERANCE = 1e-4     # max abs / peak of the mel: float32 summation order only
+
+
+def flow_check(checkpoint: Path):
+    """S3Gen's mel with its flow estimator on MLX vs on onnxruntime (TTSCLI_FLOW_BACKEND), same
+    tokens (the default voice's prompt tokens), prompt and seeded noise."""
+    import mlx.core as mx
+
+    from ttscli.models.chatterbox.load import load_conds
+    from ttscli.models.chatterbox.s3gen import load_s3gen
+    from ttscli.models.chatterbox.s3gen.onnx_flow import OnnxEstimator
+    from ttscli.models.chatterbox.s3gen.onnx_flow import find_or_build as flow_graph
+    from ttscli.parity import Check
+
+    s3 = load_s3gen(checkpoint / "s3gen.safetensors")
+    gen = load_conds(checkpoint).gen
+    tokens = np.asarray(gen["prompt_token"]).reshape(-1)[:50]
+    ref = np.array(s3.mel(tokens, gen, key=mx.random.key(0)))
+    s3.flow.decoder.external_estimator = OnnxEstimator(flow_graph(checkpoint))
+    got = np.array(s3.mel(tokens, gen, key=mx.random.key(0)))
+    err = float(np.abs(got - ref).max() / max(float(np.abs(ref).max()), 1e-12))
+    return Check("S3Gen mel, flow estimator mlx vs onnx-float32 (max abs / peak)", err, FLOW_TOLERANCE, "<=",
+                 f"{len(tokens)} tokens after a {np.asarray(gen['prompt_token']).size}-token prompt, 10 Euler steps")
 
 
 def export(t3_goldens: Path, conds_pt: Path, meta_json: Path, out: Path) -> None:
