@@ -1,6 +1,7 @@
-"""Kokoro's decoder exported from our MLX model to float32 ONNX and run by onnxruntime: the same
-audio as our MLX decoder on the same features, the published graph's float twin end to end
-(parity.py's checks, unchanged), a perturbed weight caught, the cache, the backend choice."""
+"""Kokoro exported from our MLX model to float32 ONNX and run by onnxruntime: the same durations,
+F0, N, text features and decoder audio as our MLX model on the same inputs, the published graph's
+float twin end to end (parity.py's checks, unchanged), perturbed weights caught, the cache, the
+backend choice."""
 import numpy as np
 import pytest
 
@@ -72,6 +73,23 @@ def test_decoder_matches_mlx_on_the_same_features(kokoro_model, onnx_model, koko
     assert np.abs(dphi[live]).max() < 1e-3
 
 
+@pytest.mark.parametrize("utt", parity.UTTERANCES)
+def test_text_side_matches_mlx(kokoro_model, onnx_model, kokoro_voices, kokoro_vocab, utt):
+    from ttscli.models.kokoro.load import style_row
+    from ttscli.models.kokoro.pipeline import tokens_of
+
+    toks = mx.array(tokens_of(utt[1], kokoro_vocab), dtype=mx.int32)
+    s = mx.array(style_row(kokoro_voices[parity.VOICE], len(utt[1])))
+    ref_d, ref_dur = kokoro_model.durations(toks, s, 1.1)
+    d, dur = onnx_model.durations(toks, s, 1.1)
+    assert np.array_equal(np.array(dur), np.array(ref_dur))
+    assert parity.rel_l2(np.array(d), np.array(ref_d)) < 1e-5
+    ref = kokoro_model.prosody(toks, s, ref_d, ref_dur)
+    got = onnx_model.prosody(toks, s, d, dur)
+    for k in ("f0", "n", "asr"):
+        assert parity.rel_l2(np.array(getattr(got, k)), np.array(getattr(ref, k))) < 1e-5, k
+
+
 def test_end_to_end_passes_the_float_twin_checks(onnx_model, refs):
     checks = parity.compare(onnx_model, refs)
     bad = [(c.name, c.value, c.threshold) for c in checks if not c.passed]
@@ -80,22 +98,24 @@ def test_end_to_end_passes_the_float_twin_checks(onnx_model, refs):
     assert by["float twin: decoder on its durations + STFT features (rel L2)"] < 1e-4
 
 
-def test_a_perturbed_decoder_weight_fails(kokoro_model, refs, monkeypatch_module):
+def test_perturbed_weights_fail_their_checks(kokoro_model, refs, monkeypatch_module):
     from mlx.utils import tree_flatten
 
     from ttscli.models.kokoro.onnx_export import build_from_model
     from ttscli.models.kokoro.onnx_runtime import OnnxDecoder, OnnxKModel
 
-    name = "decoder.generator.conv_post.weight"
-    old = dict(tree_flatten(kokoro_model.parameters()))[name]
-    kokoro_model.load_weights([(name, old * 1.002)], strict=False)
+    # one graph build for two stages: the decoder's last conv and the F0 projection
+    changes = {"decoder.generator.conv_post.weight": lambda w: w * 1.002, "predictor.F0_proj.bias": lambda w: w + 3.0}
+    params = dict(tree_flatten(kokoro_model.parameters()))
+    old = {k: params[k] for k in changes}
+    kokoro_model.load_weights([(k, f(old[k])) for k, f in changes.items()], strict=False)
     try:
         model = OnnxKModel(kokoro_model, OnnxDecoder(build_from_model(kokoro_model)))
         failing = {c.name for c in parity.compare(model, refs) if not c.passed}
     finally:
-        kokoro_model.load_weights([(name, old)], strict=False)
+        kokoro_model.load_weights(list(old.items()), strict=False)
         mx.eval(kokoro_model.parameters())
-    assert "float twin: decoder on its durations + STFT features (rel L2)" in failing
+    assert {"float twin: decoder on its durations + STFT features (rel L2)", "float twin: F0 (rel L2)"} <= failing
 
 
 def test_conversion_is_found_by_source_hash_and_rebuilt_when_stale(kokoro_model, kokoro_ckpt, tmp_path,

@@ -1,8 +1,12 @@
-"""Kokoro's decoder as float32 ONNX graphs built from OUR MLX model's weights (``KModel``).
+"""Kokoro-82M as float32 ONNX graphs built from OUR MLX model's weights (``KModel``).
 
-Two graphs, split where our MLX model splits (model.py ``source`` / ``decode``), so the decoder
-can be fed other STFT features (parity's teacher forcing):
+Four graphs, split where our MLX model splits (model.py), so parity can feed any stage the
+reference's inputs (teacher forcing) and the alignment stays one numpy ``repeat``:
 
+- ``durations.onnx``: tokens ``[T]`` (int64), style ``[256]``, speed -> ``d [T, 640]`` and the
+  frames per token ``[T]`` (ALBERT, the duration encoder's BiLSTMs as ONNX LSTMs).
+- ``prosody.onnx``: tokens, ``d``, the token of each frame ``index [F]``, style -> ``f0``/``n
+  [2F]`` and the aligned text features ``asr [F, 512]``.
 - ``source.onnx``: F0 ``[2F]`` -> harmonic source ``har [600F]`` and its STFT features
   ``har_features [1, 22, 120F + 1]`` (magnitude ‖ phase, torch's conventions as ours). The
   deterministic source only: upstream's noise (``--source-noise``) stays on MLX.
@@ -35,8 +39,9 @@ from ttscli.errors import UsageError
 from ttscli.nn.spectral import _hann, istft_basis, stft_basis
 
 FAMILY = "kokoro"
+DURATIONS_FILE, PROSODY_FILE = "durations.onnx", "prosody.onnx"
 SOURCE_FILE, DECODER_FILE = "source.onnx", "decoder.onnx"
-GRAPH_LAYOUT = 2                 # 2: Snake's multiplies folded into the norms and convs
+GRAPH_LAYOUT = 3                 # 2: Snake's multiplies folded into the norms and convs; 3: text side too
 OPSET = 17
 RSQRT2 = 1.0 / math.sqrt(2.0)
 
@@ -295,6 +300,165 @@ def _tensor1(v: float):
     return helper.make_tensor("value", TensorProto.FLOAT, [1], [v])
 
 
+# ----------------------------------------------------------------------------- text side
+
+class _Seq:
+    """Ops on channels-last ``[T, C]`` tensors: linear layers, layer norms, BiLSTMs."""
+
+    def __init__(self, b: _Builder, w):
+        self.b, self.w = b, w
+        self.made: set[str] = set()         # ALBERT's one layer runs 12 times on one set of weights
+
+    def p(self, name: str) -> np.ndarray:
+        return np.asarray(self.w.get(name), np.float32)
+
+    def op(self, kind: str, *ins: str, **attrs) -> str:
+        return self.b.node(kind, list(ins), **attrs)[0]
+
+    def const(self, a, dtype=np.float32) -> str:
+        return self.b.const(self.b.name("k"), np.asarray(a, dtype))
+
+    def once(self, name: str, make) -> str:
+        if name not in self.made:
+            self.made.add(name)
+            self.b.const(name, make())
+        return name
+
+    def linear(self, x: str, name: str) -> str:
+        y = self.op("MatMul", x, self.once(name + ".weight_t", lambda: self.p(name + ".weight").T))
+        return self.op("Add", y, self.once(name + ".bias", lambda: self.p(name + ".bias")))
+
+    def layer_norm(self, x: str, scale: np.ndarray, bias: np.ndarray, eps: float) -> str:
+        return self.op("LayerNormalization", x, self.const(scale), self.const(bias), axis=-1, epsilon=eps)
+
+    def ada_layer_norm(self, x: str, name: str, s: str) -> str:
+        """AdaLayerNorm: LayerNorm over channels (no affine), then ``(1 + gamma) x + beta``."""
+        w, bias = self.p(name + ".fc.weight"), self.p(name + ".fc.bias")
+        c = w.shape[0] // 2
+        gamma = self.op("Add", self.op("MatMul", s, self.const(w[:c].T)), self.const(bias[:c] + np.float32(1.0)))
+        beta = self.op("Add", self.op("MatMul", s, self.const(w[c:].T)), self.const(bias[c:]))
+        n = self.layer_norm(x, np.ones(c, np.float32), np.zeros(c, np.float32), 1e-5)
+        return self.op("Add", self.op("Mul", n, gamma), beta)
+
+    def bilstm(self, x: str, name: str) -> str:
+        """torch's one-layer bidirectional LSTM over ``x [T, in]`` -> ``[T, 2H]`` as ONNX LSTM:
+        gates reordered from torch's i, f, g, o to ONNX's i, o, f, c."""
+        order = [0, 3, 1, 2]
+
+        def gates(a: np.ndarray) -> np.ndarray:
+            h = a.shape[0] // 4
+            return np.concatenate([a[k * h:(k + 1) * h] for k in order])
+
+        sfx = ("", "_reverse")
+        W = np.stack([gates(self.p(f"{name}.weight_ih_l0{d}")) for d in sfx])
+        R = np.stack([gates(self.p(f"{name}.weight_hh_l0{d}")) for d in sfx])
+        B = np.stack([np.concatenate([gates(self.p(f"{name}.bias_ih_l0{d}")), gates(self.p(f"{name}.bias_hh_l0{d}"))])
+                      for d in sfx])
+        hidden = R.shape[2]
+        b = self.b
+        x3 = self.op("Unsqueeze", x, self.const([1], np.int64))                          # [T, 1, in]
+        y = b.node("LSTM", [x3, b.const(name + ".W", W), b.const(name + ".R", R), b.const(name + ".B", B)], 1,
+                   direction="bidirectional", hidden_size=hidden)[0]                    # [T, 2, 1, H]
+        return self.op("Reshape", y, self.const([0, -1], np.int64))
+
+
+def durations_graph(w, args):
+    """``tokens [T]`` (int64, with the pads), ``style [256]``, ``speed`` -> (``d [T, 640]``, the
+    predictor's features; ``durations [T]``, frames per token rounded half to even, >= 1)."""
+    pa = args.plbert
+    b = _Builder(Quant())
+    q = _Seq(b, w)
+    op, const = q.op, q.const
+    sp = op("Slice", "style", const([args.style_dim], np.int64), const([2 * args.style_dim], np.int64),
+            const([0], np.int64))
+    e = "bert.embeddings."
+    t = op("Shape", "tokens")
+    table = b.const(e + "position_embeddings", q.p(e + "position_embeddings.weight"))
+    pos = op("Slice", table, const([0], np.int64), t, const([0], np.int64))
+    x = op("Add", op("Add", op("Gather", b.const(e + "word_embeddings", q.p(e + "word_embeddings.weight")), "tokens",
+                               axis=0), pos), const(q.p(e + "token_type_embeddings.weight")[0]))
+    x = q.layer_norm(x, q.p(e + "LayerNorm.weight"), q.p(e + "LayerNorm.bias"), pa.layer_norm_eps)
+    x = q.linear(x, "bert.encoder.embedding_hidden_mapping_in")
+    L = "bert.encoder.albert_layer_groups.0.albert_layers.0."
+    heads, hd = pa.num_attention_heads, pa.hidden_size // pa.num_attention_heads
+    split = const([0, heads, hd], np.int64)
+    eps = pa.layer_norm_eps
+
+    def heads_first(y):
+        return op("Transpose", op("Reshape", y, split), perm=[1, 0, 2])               # [heads, T, d]
+
+    for _ in range(pa.num_hidden_layers):                                            # one layer, shared
+        a = L + "attention."
+        qh, kh, vh = (heads_first(q.linear(x, a + n)) for n in ("query", "key", "value"))
+        att = op("Softmax", op("Mul", op("MatMul", qh, op("Transpose", kh, perm=[0, 2, 1])),
+                                const(1.0 / math.sqrt(hd))), axis=-1)
+        ctx = op("Reshape", op("Transpose", op("MatMul", att, vh), perm=[1, 0, 2]), const([0, -1], np.int64))
+        x = q.layer_norm(op("Add", x, q.linear(ctx, a + "dense")), q.p(a + "LayerNorm.weight"),
+                         q.p(a + "LayerNorm.bias"), eps)
+        h = q.linear(x, L + "ffn")
+        # gelu_new, the tanh approximation
+        inner = op("Mul", op("Add", h, op("Mul", op("Mul", op("Mul", h, h), h), const(0.044715))),
+                   const(math.sqrt(2.0 / math.pi)))
+        g = op("Mul", op("Mul", const(0.5), h), op("Add", const(1.0), op("Tanh", inner)))
+        x = q.layer_norm(op("Add", x, q.linear(g, L + "ffn_output")), q.p(L + "full_layer_layer_norm.weight"),
+                         q.p(L + "full_layer_layer_norm.bias"), eps)
+    x = q.linear(x, "bert_encoder")
+    srow = op("Expand", op("Unsqueeze", sp, const([0], np.int64)), op("Concat", t, const([args.style_dim], np.int64),
+                                                                       axis=0))
+    x = op("Concat", x, srow, axis=-1)
+    for i in range(2 * args.n_layer):
+        name = f"predictor.text_encoder.lstms.{i}"
+        x = q.bilstm(x, name) if i % 2 == 0 else op("Concat", q.ada_layer_norm(x, name, sp), srow, axis=-1)
+    d = b.node("Identity", [x], ["d"])[0]
+    logits = q.linear(q.bilstm(d, "predictor.lstm"), "predictor.duration_proj.linear_layer")
+    dur = op("Div", op("ReduceSum", op("Sigmoid", logits), const([-1], np.int64), keepdims=0), "speed")
+    b.node("Max", [op("Round", dur), const(1.0)], ["durations"])
+    from onnx import TensorProto, helper
+
+    return _model(b, "kokoro_durations",
+                  [helper.make_tensor_value_info("tokens", TensorProto.INT64, ["tokens"]),
+                   _value("style", [2 * args.style_dim]), _value("speed", [])],
+                  [_value("d", ["tokens", args.hidden_dim + args.style_dim]), _value("durations", ["tokens"])])
+
+
+def prosody_graph(w, args):
+    """``tokens [T]``, ``d [T, 640]``, ``index [F]`` (the token of each frame), ``style [256]`` ->
+    ``f0``/``n [2F]`` and the aligned text features ``asr [F, 512]``."""
+    b = _Builder(Quant())
+    q = _Seq(b, w)
+    net = _Net(b, w, conv2d=False)
+    op, const = q.op, q.const
+    sp = op("Slice", "style", const([args.style_dim], np.int64), const([2 * args.style_dim], np.int64),
+            const([0], np.int64))
+    shared = q.bilstm(op("Gather", "d", "index", axis=0), "predictor.shared")            # [F, 512]
+    cf = op("Unsqueeze", op("Transpose", shared, perm=[1, 0]), const([0], np.int64))    # [1, 512, F]
+    outs = []
+    for key, proj in (("F0", "predictor.F0_proj"), ("N", "predictor.N_proj")):
+        y = cf
+        for i in range(3):
+            y = net.adain_resblk(y, f"predictor.{key}.{i}", sp, upsample=i == 1)
+        outs.append(op("Reshape", net.conv(y, proj), const([-1], np.int64)))
+    b.node("Identity", [outs[0]], ["f0"])
+    b.node("Identity", [outs[1]], ["n"])
+    x = op("Gather", b.const("text_encoder.embedding", q.p("text_encoder.embedding.weight")), "tokens", axis=0)
+    k = args.text_encoder_kernel_size
+    for i in range(args.n_layer):
+        c = f"text_encoder.cnn.{i}"
+        y = net.conv(op("Unsqueeze", op("Transpose", x, perm=[1, 0]), const([0], np.int64)), c + ".0",
+                     pad=((k - 1) // 2,) * 2)
+        y = op("Transpose", op("Squeeze", y, const([0], np.int64)), perm=[1, 0])
+        x = op("LeakyRelu", q.layer_norm(y, q.p(c + ".1.gamma"), q.p(c + ".1.beta"), 1e-5), alpha=0.2)
+    b.node("Gather", [q.bilstm(x, "text_encoder.lstm"), "index"], ["asr"], axis=0)
+    from onnx import TensorProto, helper
+
+    return _model(b, "kokoro_prosody",
+                  [helper.make_tensor_value_info("tokens", TensorProto.INT64, ["tokens"]),
+                   _value("d", ["tokens", args.hidden_dim + args.style_dim]),
+                   helper.make_tensor_value_info("index", TensorProto.INT64, ["frames"]),
+                   _value("style", [2 * args.style_dim])],
+                  [_value("f0", ["f0_frames"]), _value("n", ["f0_frames"]), _value("asr", ["frames", args.hidden_dim])])
+
+
 # ----------------------------------------------------------------------------- files and cache
 
 def export_weights(source, args, out_dir: Path, *, model_id: str, source_record: dict, conv2d: bool = True,
@@ -306,21 +470,24 @@ def export_weights(source, args, out_dir: Path, *, model_id: str, source_record:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     components = {}
-    for i, (comp, file, build) in enumerate((("source", SOURCE_FILE, lambda: source_graph(source, args)),
-                                             ("decoder", DECODER_FILE, lambda: decoder_graph(source, args, conv2d)))):
-        say(i, 2, f"ONNX float32: {comp}")
+    graphs = (("durations", DURATIONS_FILE, lambda: durations_graph(source, args)),
+              ("prosody", PROSODY_FILE, lambda: prosody_graph(source, args)),
+              ("source", SOURCE_FILE, lambda: source_graph(source, args)),
+              ("decoder", DECODER_FILE, lambda: decoder_graph(source, args, conv2d)))
+    for i, (comp, file, build) in enumerate(graphs):
+        say(i, len(graphs), f"ONNX float32: {comp}")
         t0 = time.perf_counter()
         onnx.save_model(build(), str(out_dir / file))
         components[comp] = {"path": file, "data_files": [], "kind": f"kokoro_{comp}", "precision": "float32",
                             "conv2d": conv2d, "size_bytes": (out_dir / file).stat().st_size,
                             "build_seconds": round(time.perf_counter() - t0, 2)}
-    say(2, 2, "ONNX float32: done")
+    say(len(graphs), len(graphs), "ONNX float32: done")
     return write_manifest(out_dir, model=model_id, family=FAMILY, precision="float32", components=components,
                           source={**source_record, "graph_layout": GRAPH_LAYOUT})
 
 
-def _decoder_params(model) -> dict:
-    return mlx_params(model, lambda k: k.startswith("decoder."))
+def _params(model) -> dict:
+    return mlx_params(model, lambda k: True)
 
 
 def source_record(checkpoint: Path) -> dict:
@@ -350,7 +517,7 @@ def export_checkpoint(checkpoint: Path, out_dir: Path, quant: Quant, *, model_id
     _check_quant(quant)
     if model is None:
         model = load_model(checkpoint, converted_dir(model_id))
-    return export_weights(ArrayWeights(_decoder_params(model), "MLX model"), model.args, out_dir, model_id=model_id,
+    return export_weights(ArrayWeights(_params(model), "MLX model"), model.args, out_dir, model_id=model_id,
                           source_record=source_record(checkpoint), progress=progress)
 
 
@@ -372,6 +539,6 @@ def find_or_build(checkpoint: Path, model, model_id: str = "kokoro-82m") -> Path
 
 def build_from_model(model, conv2d: bool = True) -> Path:
     """The graphs of an in-memory model (random or perturbed weights), cached by a fingerprint."""
-    return build_from_params(_decoder_params(model), Quant(), f"{FAMILY}/{GRAPH_LAYOUT}/conv2d={conv2d}",
+    return build_from_params(_params(model), Quant(), f"{FAMILY}/{GRAPH_LAYOUT}/conv2d={conv2d}",
                              lambda src, tmp: export_weights(src, model.args, tmp, model_id="MLX model weights",
                                                              source_record=RANDOM_SOURCE, conv2d=conv2d))

@@ -1,9 +1,10 @@
-"""Kokoro with its decoder on onnxruntime: the graphs of onnx_export.py behind KModel's interface.
+"""Kokoro on onnxruntime: the graphs of onnx_export.py behind KModel's interface.
 
-Text encoder, durations and prosody stay on MLX (~10% of the time); the harmonic source, its
-STFT features, the decoder and the iSTFT run in onnxruntime. :class:`OnnxKModel` keeps
-``durations`` / ``prosody`` / ``source`` / ``decode`` with MLX arrays in and out, so the pipeline
-and parity drive it as they drive KModel.
+Four graphs, one session each: durations (ALBERT, the duration predictor), prosody (F0, N and
+the aligned text features, given the frame -> token index that numpy makes from the durations),
+the harmonic source with its STFT features, and the decoder with the iSTFT. :class:`OnnxKModel`
+keeps ``durations`` / ``prosody`` / ``source`` / ``decode`` with MLX arrays in and out, so the
+pipeline and parity drive it as they drive KModel.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ NOISE_ERROR = ("--source-noise runs on MLX only: the onnxruntime decoder's sourc
 
 
 class OnnxDecoder:
-    """The ``source`` and ``decoder`` graphs of a converted folder, one session each."""
+    """The four graphs of a converted folder (durations, prosody, source, decoder), one session each."""
 
     def __init__(self, folder: Path, threads: int | None = None):
         from ttscli.backends.onnx.manifest import component, read_manifest
@@ -28,8 +29,26 @@ class OnnxDecoder:
         m = read_manifest(folder)
         so = session_options(threads)
         self.folder = folder
-        self._source = load_session(folder / component(m, "source", folder)["path"], so)
-        self._decoder = load_session(folder / component(m, "decoder", folder)["path"], so)
+        self._durations, self._prosody, self._source, self._decoder = (
+            load_session(folder / component(m, name, folder)["path"], so)
+            for name in ("durations", "prosody", "source", "decoder"))
+
+    def durations(self, tokens: np.ndarray, style: np.ndarray, speed: float) -> tuple[np.ndarray, np.ndarray]:
+        """``tokens [T]``, ``style [256]`` -> (predictor features ``d [T, 640]``, frames per token ``[T]``)."""
+        d, dur = self._durations.run(None, {"tokens": np.asarray(tokens, np.int64).reshape(-1),
+                                            "style": np.ascontiguousarray(style, np.float32),
+                                            "speed": np.array(speed, np.float32)})
+        return d, dur
+
+    def prosody(self, tokens: np.ndarray, style: np.ndarray, d: np.ndarray,
+                durations: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """F0, N ``[2F]`` and the aligned text features ``asr [F, 512]`` for these durations."""
+        reps = np.asarray(durations).astype(np.int64).reshape(-1)
+        index = np.repeat(np.arange(reps.size, dtype=np.int64), reps)
+        f0, n, asr = self._prosody.run(None, {"tokens": np.asarray(tokens, np.int64).reshape(-1),
+                                              "d": np.ascontiguousarray(d, np.float32), "index": index,
+                                              "style": np.ascontiguousarray(style, np.float32)})
+        return f0, n, asr
 
     def source(self, f0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """F0 ``[2F]`` -> (harmonic source ``[600F]``, STFT features ``[1, 22, 120F + 1]``)."""
@@ -44,8 +63,7 @@ class OnnxDecoder:
 
 
 class OnnxKModel:
-    """KModel's stages with source and decoder on onnxruntime (``model``: the MLX KModel whose
-    text side runs, and whose weights the graphs were built from)."""
+    """KModel's stages on onnxruntime (``model``: the MLX KModel the graphs were built from)."""
 
     def __init__(self, model, decoder: OnnxDecoder):
         self.mlx_model, self.decoder = model, decoder
@@ -56,10 +74,18 @@ class OnnxKModel:
         return self.mlx_model.sample_rate
 
     def durations(self, tokens, style, speed: float = 1.0):
-        return self.mlx_model.durations(tokens, style, speed)
+        import mlx.core as mx
+
+        d, dur = self.decoder.durations(np.asarray(tokens), np.asarray(style), speed)
+        return mx.array(d), mx.array(dur)
 
     def prosody(self, tokens, style, d, durations):
-        return self.mlx_model.prosody(tokens, style, d, durations)
+        import mlx.core as mx
+
+        from .model import Prosody
+
+        f0, n, asr = self.decoder.prosody(np.asarray(tokens), np.asarray(style), np.asarray(d), np.asarray(durations))
+        return Prosody(mx.array(np.asarray(durations, np.float32)), mx.array(f0), mx.array(n), mx.array(asr))
 
     def source(self, f0, key=None):
         """(harmonic source, STFT features ``[120F + 1, 22]`` channels-last, as KModel's)."""
