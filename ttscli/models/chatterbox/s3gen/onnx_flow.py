@@ -50,7 +50,6 @@ GRAPH_LAYOUT = 1
 PREFIX = "flow.decoder.estimator."
 INPUTS = ("x", "mu", "t", "spks", "cond")
 OUTPUT = "velocity"
-IN_CHANNELS = 320
 BACKEND_ENV = "TTSCLI_FLOW_BACKEND"
 FLOAT32 = Quant("float32")
 
@@ -125,9 +124,8 @@ class _Net:
     def build(self) -> None:
         b, a = self.b, self.a
         b.const("axis1", np.array([1], np.int64))
-        b.const("axis2", np.array([2], np.int64))
-        # Matcha's SinusoidalPosEmb of t, then the time MLP
-        half = IN_CHANNELS // 2
+        # Matcha's SinusoidalPosEmb of t (as wide as the time MLP's input), then the time MLP
+        half = self.p("time_mlp.linear_1.weight").shape[1] // 2
         freqs = np.exp(np.arange(half, dtype=np.float32) * np.float32(-(math.log(10000) / (half - 1))))
         ang = b.node("Mul", [b.node("Unsqueeze", ["t", "axis1"])[0], b.const("time_freqs", 1000.0 * freqs[None])])[0]
         feats = b.node("Concat", [b.node("Sin", [ang])[0], b.node("Cos", [ang])[0]], axis=-1)[0]
