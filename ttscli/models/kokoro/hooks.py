@@ -56,7 +56,7 @@ def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = N
 
 
 BACKEND_ENV = "TTSCLI_KOKORO_BACKEND"
-# Where the decoder runs by default, measured with `ttscli bench kokoro-82m --code-decoder-backend
+# Where the model runs by default, measured with `ttscli bench kokoro-82m --code-decoder-backend
 # mlx,onnx --peer onnxruntime -n 2` on the 2-core AMD EPYC (AVX2, no AVX-512; load 6.2-6.7 from
 # other jobs), default text (8.55 s of speech): MLX float32 (MKL) 28.8 s, its decoder 26.8 s; our
 # float32 graphs on onnxruntime 15.6 s, decoder 13.6 s; the published int8 graph 15.8 s. Elsewhere on
@@ -88,14 +88,14 @@ def default_backend() -> str:
 
 
 def acoustic_backend(options: LoadOptions) -> str:
-    """Where the decoder runs: ``options.backends["acoustic"]`` (bench's --code-decoder-backend),
-    else :func:`default_backend`."""
+    """Where the model runs: ``options.backends["acoustic"]`` (bench's and parity's
+    --code-decoder-backend), else :func:`default_backend`."""
     unknown = set(options.backends) - {"acoustic"}
     if unknown:
         raise UsageError(f"Kokoro has no {', '.join(sorted(unknown))} component (only acoustic: mlx or onnx)")
     asked = options.backends.get("acoustic") or default_backend()
     if asked not in ("mlx", "onnx"):
-        raise UsageError(f"Kokoro's decoder runs on mlx or onnx, not {asked!r}")
+        raise UsageError(f"Kokoro runs on mlx or onnx, not {asked!r}")
     if asked == "onnx":
         from ttscli.backends.onnx import require_onnxruntime
 
