@@ -155,6 +155,9 @@ def test_backend_choice(monkeypatch):
         hooks.acoustic_backend(LoadOptions())
     with pytest.raises(UsageError, match="no code_decoder component"):
         hooks.acoustic_backend(LoadOptions(backends={"code_decoder": "onnx"}))
+    monkeypatch.delenv(hooks.BACKEND_ENV)
+    monkeypatch.setattr(mx, "default_device", lambda: mx.Device(mx.DeviceType.gpu, 0))
+    assert hooks.default_backend() == "mlx"                   # the graphs are CPU graphs
 
 
 def test_source_noise_on_onnx_is_one_line(run_cli, kokoro_model, tmp_path):

@@ -65,16 +65,21 @@ MEASURED_DEFAULT = {("linux", "AuthenticAMD"): "onnx", ("darwin", ""): "mlx"}
 
 
 def default_backend() -> str:
-    """$TTSCLI_KOKORO_BACKEND, else the measured choice for this OS and CPU vendor, else onnx on
-    a Linux CPU when onnxruntime is installed, else mlx."""
+    """$TTSCLI_KOKORO_BACKEND, else MLX when its default device is a GPU, else the measured
+    choice for this OS and CPU vendor, else onnx on a Linux CPU when onnxruntime is installed,
+    else mlx."""
     import os
     import sys
+
+    import mlx.core as mx
 
     env = os.environ.get(BACKEND_ENV, "").strip().lower()
     if env:
         if env not in ("mlx", "onnx"):
             raise UsageError(f"{BACKEND_ENV}={env}: choose mlx or onnx")
         return env
+    if mx.default_device().type == mx.DeviceType.gpu:
+        return "mlx"                       # the onnxruntime graphs run on the CPU only
     from ttscli.models.piper.load import cpu_vendor
 
     plat = "linux" if sys.platform.startswith("linux") else sys.platform
