@@ -50,6 +50,48 @@ def available(backend: str) -> tuple[bool, str]:
     return False, f"unknown backend {backend!r}"
 
 
+def cpu_vendor() -> str:
+    """The CPU's vendor string on Linux (``AuthenticAMD``, ``GenuineIntel``), else ""."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def mlx_or_onnx(env_name: str, measured: dict[tuple[str, str], str], gpu_means_mlx: bool = True) -> str:
+    """The default of a component that runs on MLX or on onnxruntime: ``$env_name`` (mlx or onnx),
+    else MLX when MLX's default device is a GPU and ``gpu_means_mlx`` (the ONNX graphs are CPU
+    graphs), else the choice ``measured`` for this OS and CPU vendor (``(platform, vendor) ->
+    backend``, ``("darwin", "")`` for macOS), else onnx on Linux and MLX elsewhere; onnx only
+    where onnxruntime is installed. ``gpu_means_mlx=False`` never imports MLX (a voice that must
+    speak without an MLX backend installed)."""
+    import os
+    import sys
+
+    env = os.environ.get(env_name, "").strip().lower()
+    if env:
+        if env not in ("mlx", "onnx"):
+            raise UsageError(f"{env_name}={env}: choose mlx or onnx")
+        return env
+    if gpu_means_mlx:
+        import mlx.core as mx
+
+        if mx.default_device().type == mx.DeviceType.gpu:
+            return "mlx"
+    plat = "linux" if sys.platform.startswith("linux") else sys.platform
+    pick = measured.get((plat, cpu_vendor() if plat == "linux" else ""), "onnx" if plat == "linux" else "mlx")
+    if pick == "onnx":
+        from ttscli.backends.onnx import onnx_available
+
+        if not onnx_available()[0]:
+            return "mlx"
+    return pick
+
+
 def choose_code_decoder_backend(spec: ModelSpec, requested: str | None, model_dir=None) -> str:
     """--code-decoder-backend checked against the registry and this machine; mlx when not given
     (Core ML and ONNX are asked for: their graphs come from `ttscli convert`)."""

@@ -68,28 +68,9 @@ def default_backend() -> str:
     """$TTSCLI_KOKORO_BACKEND, else MLX when its default device is a GPU, else the measured
     choice for this OS and CPU vendor, else onnx on a Linux CPU when onnxruntime is installed,
     else mlx."""
-    import os
-    import sys
+    from ttscli.backends.select import mlx_or_onnx
 
-    import mlx.core as mx
-
-    env = os.environ.get(BACKEND_ENV, "").strip().lower()
-    if env:
-        if env not in ("mlx", "onnx"):
-            raise UsageError(f"{BACKEND_ENV}={env}: choose mlx or onnx")
-        return env
-    if mx.default_device().type == mx.DeviceType.gpu:
-        return "mlx"                       # the onnxruntime graphs run on the CPU only
-    from ttscli.models.piper.load import cpu_vendor
-
-    plat = "linux" if sys.platform.startswith("linux") else sys.platform
-    pick = MEASURED_DEFAULT.get((plat, cpu_vendor() if plat == "linux" else ""), "onnx" if plat == "linux" else "mlx")
-    if pick == "onnx":
-        from ttscli.backends.onnx import onnx_available
-
-        if not onnx_available()[0]:
-            return "mlx"
-    return pick
+    return mlx_or_onnx(BACKEND_ENV, MEASURED_DEFAULT)
 
 
 def acoustic_backend(options: LoadOptions) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
 from typing import TYPE_CHECKING
@@ -111,35 +110,13 @@ BACKEND_ENV = "TTSCLI_PIPER_BACKEND"
 MEASURED_DEFAULT = {("linux", "AuthenticAMD"): "onnx", ("darwin", ""): "mlx"}
 
 
-def cpu_vendor() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
-
-
 def default_vits_backend() -> str:
     """$TTSCLI_PIPER_BACKEND, else the measured choice for this OS and CPU vendor, else onnx on a
-    Linux CPU (the graph piper-tts runs) when onnxruntime is installed, mlx otherwise."""
-    import sys
+    Linux CPU (the graph piper-tts runs) when onnxruntime is installed, mlx otherwise. MLX is not
+    imported here: the onnxruntime voice speaks without an MLX backend installed."""
+    from ttscli.backends.select import mlx_or_onnx
 
-    env = os.environ.get(BACKEND_ENV, "").strip().lower()
-    if env:
-        if env not in ("mlx", "onnx"):
-            raise UsageError(f"{BACKEND_ENV}={env}: choose mlx or onnx")
-        return env
-    plat = "linux" if sys.platform.startswith("linux") else sys.platform
-    pick = MEASURED_DEFAULT.get((plat, cpu_vendor() if plat == "linux" else ""), "onnx" if plat == "linux" else "mlx")
-    if pick == "onnx":
-        from ttscli.backends.onnx import onnx_available
-
-        if not onnx_available()[0]:
-            return "mlx"
-    return pick
+    return mlx_or_onnx(BACKEND_ENV, MEASURED_DEFAULT, gpu_means_mlx=False)
 
 
 def vits_backend(options: LoadOptions) -> str:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -286,21 +285,19 @@ def choose_backend(asked: str | None = None) -> str:
     """``asked`` (a pipeline's ``backends["flow_estimator"]``), else ``TTSCLI_FLOW_BACKEND``
     (``mlx`` or ``onnx``), else onnx on a Linux CPU with onnxruntime installed and MLX elsewhere.
     Asking for onnx where onnxruntime is missing is one line."""
-    import mlx.core as mx
-
     import ttscli.backends.onnx as onnx_backend
+    from ttscli.backends.select import mlx_or_onnx
 
     where = "flow_estimator backend" if asked else BACKEND_ENV
-    asked = (asked or os.environ.get(BACKEND_ENV, "")).strip().lower()
+    asked = (asked or "").strip().lower()
     if asked not in ("", "mlx", "onnx"):
         raise UsageError(f"{where}={asked}: choose mlx or onnx")
-    ok, why = onnx_backend.onnx_available()
-    if asked == "onnx" and not ok:
-        raise BackendUnavailableError(f"{where}=onnx: {why}; or set {BACKEND_ENV}=mlx")
-    if asked:
-        return asked
-    on_cpu = mx.default_device() == mx.cpu
-    return "onnx" if ok and on_cpu and sys.platform.startswith("linux") else "mlx"
+    pick = asked or mlx_or_onnx(BACKEND_ENV, {})
+    if pick == "onnx":
+        ok, why = onnx_backend.onnx_available()
+        if not ok:
+            raise BackendUnavailableError(f"{where}=onnx: {why}; or set {BACKEND_ENV}=mlx")
+    return pick
 
 
 def attach(flow, checkpoint: Path | None, model_id: str | None = None) -> None:
