@@ -88,7 +88,7 @@ def block_quantize(w: np.ndarray, bits: int, block_size: int) -> tuple[np.ndarra
 
 
 @dataclass
-class _Builder:
+class Builder:
     quant: Quant
     data: object | None = None             # open external-data file: big tensors go there at once
     data_name: str = ""
@@ -153,7 +153,7 @@ def _cat(w: Mapping[str, np.ndarray], keys: list[str]) -> np.ndarray | None:
     return np.concatenate([np.asarray(w[k], np.float32) for k in keys], axis=0)
 
 
-def _head_tree(b: _Builder, x: str, index: str, heads: list, vocab: int, out: str, lo: int = 0) -> None:
+def _head_tree(b: Builder, x: str, index: str, heads: list, vocab: int, out: str, lo: int = 0) -> None:
     """``out = heads[index - lo](x)``: a leaf is one head's linear layer; an inner node an
     ``If`` on ``index < lo + mid`` between two halves. A head's weights are initializers of
     its own branch: onnxruntime prepacks a subgraph's own initializers, not outer-scope ones
@@ -168,7 +168,7 @@ def _head_tree(b: _Builder, x: str, index: str, heads: list, vocab: int, out: st
     below = b.node("Less", [index, b.const(b.name("head_split"), np.array(lo + mid, np.int64))])[0]
     branches = []
     for part, start in ((heads[:mid], lo), (heads[mid:], lo + mid)):
-        sub = _Builder(b.quant, b.data, b.data_name, n=b.n)
+        sub = Builder(b.quant, b.data, b.data_name, n=b.n)
         branch_out = sub.name(out)
         _head_tree(sub, x, index, part, vocab, branch_out, start)
         b.n = sub.n
@@ -197,7 +197,7 @@ def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[
                                                            and tuple(np.shape(weights[k])) != need[k]]
     if problems:
         raise CheckpointError(f"LM tensors missing or mis-shaped: {', '.join(problems[:8])}")
-    b = _Builder(quant, data, data_name)
+    b = Builder(quant, data, data_name)
     H, hd = args.hidden_size, args.head_dim
     nh, kvh = args.num_attention_heads, args.num_key_value_heads
     eps = float(args.rms_norm_eps)

@@ -33,7 +33,7 @@ import numpy as np
 from ttscli.backends.coreml.weights import ArrayWeights
 from ttscli.backends.onnx.convert import RANDOM_SOURCE, build_from_params, convert_hook, mlx_params
 from ttscli.backends.onnx.convert import find_or_build as shared_find_or_build
-from ttscli.backends.onnx.graph import _Builder, Quant
+from ttscli.backends.onnx.graph import Builder, Quant
 from ttscli.backends.onnx.manifest import source_files, write_manifest
 from ttscli.errors import UsageError
 from ttscli.nn.spectral import _hann, istft_basis, stft_basis
@@ -49,7 +49,7 @@ RSQRT2 = 1.0 / math.sqrt(2.0)
 class _Net:
     """Ops on channels-first tensors, ``[1, C, T]`` or, with ``conv2d``, ``[1, C, 1, T]``."""
 
-    def __init__(self, b: _Builder, w, conv2d: bool):
+    def __init__(self, b: Builder, w, conv2d: bool):
         self.b, self.w, self.d2 = b, w, conv2d
 
     def p(self, name: str) -> np.ndarray:
@@ -145,7 +145,7 @@ def _value(name: str, dims: list) -> object:
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, dims)
 
 
-def _model(b: _Builder, name: str, inputs: list, outputs: list):
+def _model(b: Builder, name: str, inputs: list, outputs: list):
     from onnx import helper
 
     graph = helper.make_graph(b.nodes, name, inputs, outputs, initializer=b.inits)
@@ -160,7 +160,7 @@ def source_graph(w, args):
     scale = int(np.prod(g.upsample_rates)) * g.gen_istft_hop_size
     n_fft, hop = g.gen_istft_n_fft, g.gen_istft_hop_size
     dim = 9
-    b = _Builder(Quant())
+    b = Builder(Quant())
     net = _Net(b, w, conv2d=False)
     op, c = net.op, b.const
     i64 = lambda name, v: c(name, np.array(v, np.int64))     # noqa: E731
@@ -211,7 +211,7 @@ def source_graph(w, args):
                   [_value("har", ["samples"]), _value("har_features", [1, 2 * bins, "stft_frames"])])
 
 
-def _atan2(b: _Builder, y: str, x: str) -> str:
+def _atan2(b: Builder, y: str, x: str) -> str:
     """torch.angle of (x + iy): ONNX has no Atan2. +0 and -0 imaginary parts both give +pi on
     the negative real axis, as our MLX STFT's exact-zero DC and Nyquist rows do."""
     def op(kind, *ins, **kw):
@@ -227,7 +227,7 @@ def _atan2(b: _Builder, y: str, x: str) -> str:
 def decoder_graph(w, args, conv2d: bool = True):
     """Decoder (AdaIN blocks, iSTFTNet generator) and the iSTFT, from our parameter names."""
     g = args.istftnet
-    b = _Builder(Quant())
+    b = Builder(Quant())
     net = _Net(b, w, conv2d)
     op, c = net.op, b.const
     i64 = lambda name, v: c(name, np.array(v, np.int64))     # noqa: E731
@@ -305,7 +305,7 @@ def _tensor1(v: float):
 class _Seq:
     """Ops on channels-last ``[T, C]`` tensors: linear layers, layer norms, BiLSTMs."""
 
-    def __init__(self, b: _Builder, w):
+    def __init__(self, b: Builder, w):
         self.b, self.w = b, w
         self.made: set[str] = set()         # ALBERT's one layer runs 12 times on one set of weights
 
@@ -366,7 +366,7 @@ def durations_graph(w, args):
     """``tokens [T]`` (int64, with the pads), ``style [256]``, ``speed`` -> (``d [T, 640]``, the
     predictor's features; ``durations [T]``, frames per token rounded half to even, >= 1)."""
     pa = args.plbert
-    b = _Builder(Quant())
+    b = Builder(Quant())
     q = _Seq(b, w)
     op, const = q.op, q.const
     sp = op("Slice", "style", const([args.style_dim], np.int64), const([2 * args.style_dim], np.int64),
@@ -424,7 +424,7 @@ def durations_graph(w, args):
 def prosody_graph(w, args):
     """``tokens [T]``, ``d [T, 640]``, ``index [F]`` (the token of each frame), ``style [256]`` ->
     ``f0``/``n [2F]`` and the aligned text features ``asr [F, 512]``."""
-    b = _Builder(Quant())
+    b = Builder(Quant())
     q = _Seq(b, w)
     net = _Net(b, w, conv2d=False)
     op, const = q.op, q.const

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from ttscli.backends.onnx.graph import MS, OPSET
-from ttscli.backends.onnx.graph import _Builder as Builder
+from ttscli.backends.onnx.graph import Builder
 from ttscli.backends.onnx.graph import Quant
 from ttscli.errors import BackendUnavailableError, CheckpointError, UsageError
 
