@@ -708,7 +708,8 @@ def main(argv: Optional[list] = None) -> int:
         remove_partial_files()  # whatever raised, and wherever: no .part outlives the run
     if stopped or signals.received() is not None:
         fail(signals.message())
-        return signals.exit_code()
+        rc = signals.exit_code()
+    signals.forget()  # a later write in this process (an in-process caller) is not stopped by this one
     return rc
 
 

@@ -59,6 +59,12 @@ def check() -> None:
     raise Terminated(_received)
 
 
+def forget() -> None:
+    """The command is over: its stop, if any, must not stop later work in this process."""
+    global _received
+    _received = None
+
+
 def exit_code(signum: int | None = None) -> int:
     return 128 + int(signum or _received or signal.SIGINT)
 
