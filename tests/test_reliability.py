@@ -364,6 +364,34 @@ def test_a_stop_whose_exception_is_lost_still_stops_the_run(tmp_path, sig, when)
     assert os.listdir(tmp_path) == []
 
 
+FINALIZER_SCRIPT = """
+import signal, sys, time
+from ttscli import signals
+
+class Finalized:
+    def __del__(self):
+        signal.raise_signal(signal.SIGINT)
+        time.sleep(5)  # not reached: the handler raises here
+
+signals.install()
+x = Finalized()
+del x
+try:
+    signals.check()
+except KeyboardInterrupt:
+    print("stopped", signals.received())
+"""
+
+
+def test_a_stop_lost_in_a_finalizer_prints_nothing_and_still_stops():
+    # Python reports an exception raised inside __del__ as "Exception ignored in ..." on stderr;
+    # when that exception is the stop itself, the run ends through the flag (signals.check),
+    # with its one line and nothing else. (A subprocess: pytest replaces the hook in-process.)
+    p = subprocess.run([sys.executable, "-c", FINALIZER_SCRIPT], capture_output=True, text=True, timeout=60)
+    assert p.stdout.strip() == f"stopped {int(signal.SIGINT)}", p.stderr
+    assert p.stderr == ""
+
+
 # ---- 11. a reader that goes away; components that do not match ------------------------------
 
 def test_broken_stdout_pipe_is_a_quiet_141(tmp_path, shared_cache):

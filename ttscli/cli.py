@@ -705,6 +705,7 @@ def main(argv: Optional[list] = None) -> int:
         else:
             for s, h in previous.items():
                 signal.signal(s, h)
+            signals.uninstall_unraisable()
         remove_partial_files()  # whatever raised, and wherever: no .part outlives the run
     if stopped or signals.received() is not None:
         fail(signals.message())

@@ -122,11 +122,32 @@ def install_for_import() -> None:
         _set(_exit_now)
 
 
+def _unraisable(info) -> None:
+    """The stop's own exception, raised inside a finalizer or a generator being collected, is
+    not printed ("Exception ignored in ...": lines on top of the one line): the flag it set
+    stops the run through `check`. Anything else goes to the hook that was there before."""
+    if isinstance(info.exc_value, KeyboardInterrupt) and _received is not None:
+        return
+    _previous_unraisable(info)
+
+
+_previous_unraisable = sys.unraisablehook
+
+
 def install() -> None:
     """While a command runs: stops raise into the code so sinks abort and files are removed."""
-    global _received
+    global _received, _previous_unraisable
     _received = None
     _set(_raise)
+    if sys.unraisablehook is not _unraisable:
+        _previous_unraisable = sys.unraisablehook
+        sys.unraisablehook = _unraisable
+
+
+def uninstall_unraisable() -> None:
+    """Back to the hook `install` found (an in-process caller's own)."""
+    if sys.unraisablehook is _unraisable:
+        sys.unraisablehook = _previous_unraisable
 
 
 def _exit_quiet(signum: int, frame) -> None:
