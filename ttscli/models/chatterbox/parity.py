@@ -193,15 +193,14 @@ def flow_check(checkpoint: Path):
 
     from ttscli.models.chatterbox.load import load_conds
     from ttscli.models.chatterbox.s3gen import load_s3gen
-    from ttscli.models.chatterbox.s3gen.onnx_flow import OnnxEstimator
-    from ttscli.models.chatterbox.s3gen.onnx_flow import find_or_build as flow_graph
+    from ttscli.models.chatterbox.s3gen.onnx_flow import attach
     from ttscli.parity import Check
 
     s3 = load_s3gen(checkpoint / "s3gen.safetensors")
     gen = load_conds(checkpoint).gen
     tokens = np.asarray(gen["prompt_token"]).reshape(-1)[:50]
     ref = np.array(s3.mel(tokens, gen, key=mx.random.key(0)))
-    s3.flow.decoder.external_estimator = OnnxEstimator(flow_graph(checkpoint))
+    attach(s3.flow, checkpoint)
     got = np.array(s3.mel(tokens, gen, key=mx.random.key(0)))
     err = float(np.abs(got - ref).max() / max(float(np.abs(ref).max()), 1e-12))
     return Check("S3Gen mel, flow estimator mlx vs onnx-float32 (max abs / peak)", err, FLOW_TOLERANCE, "<=",

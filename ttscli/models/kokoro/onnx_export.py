@@ -463,7 +463,7 @@ def prosody_graph(w, args):
 
 def export_weights(source, args, out_dir: Path, *, model_id: str, source_record: dict, conv2d: bool = True,
                    progress: Callable[..., None] | None = None) -> dict:
-    """Both graphs and the manifest into ``out_dir`` from float32 weights in our names."""
+    """The four graphs and the manifest into ``out_dir`` from float32 weights in our names."""
     import onnx
 
     say = progress or (lambda done, total, what="": None)
