@@ -99,3 +99,38 @@ def test_one_query_attention_equals_the_fused_kernel():
         ours = _one_query_attention(q, k, v, 0.25, mask)
         ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask=mask)
         np.testing.assert_allclose(np.array(ours), np.array(ref), rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture
+def flat_decode():
+    """DecoderLM.flat_decode forced on (it defaults to on only on a GPU), restored after."""
+    from ttscli.lm import DecoderLM
+
+    yield lambda on: setattr(DecoderLM, "flat_decode", on)
+    DecoderLM.flat_decode = None
+
+
+@pytest.mark.parametrize("model_type,bias", [("qwen3", False), ("llama", True)])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_flat_one_position_layers_equal_the_3d_path(flat_decode, model_type, bias, compiled):
+    """One-position calls on [B, hidden] rows (the GPU default) give the logits of the
+    [B, 1, hidden] path, through the plain cache and through the compiled SlotCache step, and
+    the compiled step's graph loses the flatten/unflatten and transpose nodes."""
+    x = mx.random.normal((1, 21, 64), key=mx.random.key(5))
+    model = HeadModel(build(model_type, bias))
+    out, nodes = {}, {}
+    for flat in (False, True):
+        flat_decode(flat)
+        dec = MLXCodeDecoder(model, compiled=compiled)
+        out[flat] = run_steps(dec, x, 4, 8)
+        cache = dec.new_cache()
+        dec.prefill(x[:, :4], cache)
+        if compiled:
+            keys, values = [c.keys for c in cache], [c.values for c in cache]
+            logits, hidden, _, _ = dec._step(x[:, 4:5], mx.array(4, mx.int32), keys, values)
+        else:
+            logits, hidden = dec.step(x[:, 4:5], cache)
+        nodes[flat] = graph_primitives(logits, hidden)["primitives"]
+    np.testing.assert_allclose(out[True], out[False], rtol=1e-5, atol=1e-6)
+    assert np.abs(out[False]).max() > 0.1
+    assert nodes[True] < nodes[False], nodes

@@ -81,6 +81,8 @@ class LMAttention(Attention):
         return y[..., :nq], y[..., nq:nq + nk], y[..., nq + nk:]
 
     def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
+        if x.ndim == 2:
+            return self._one_position(x, mask, cache)
         B, L, _ = x.shape
         q, k, v = self._qkv(x)
         q = q.reshape(B, L, self.num_heads, self.head_dim)
@@ -101,6 +103,32 @@ class LMAttention(Attention):
         else:
             out = attention(q, k, v, self.scale, mask)
         return self.o_proj(out.transpose(0, 2, 1, 3).reshape(B, L, -1))
+
+    def _one_position(self, x: mx.array, mask: Any, cache: Any) -> mx.array:
+        """One position per row, ``x [B, hidden]`` -> ``[B, hidden]`` (see ``DecoderLM.flat_decode``).
+
+        With a single position the heads-first layout ``[B, heads, 1, D]`` is the projection's
+        own memory order, so q/k/v are reshaped straight into it and the output straight out of
+        it: no transposes, and the 2-D projections need no flatten/unflatten around them."""
+        B = x.shape[0]
+        q, k, v = self._qkv(x)
+        q = q.reshape(B, self.num_heads, 1, self.head_dim)
+        k = k.reshape(B, self.num_kv_heads, 1, self.head_dim)
+        v = v.reshape(B, self.num_kv_heads, 1, self.head_dim)
+        if self.qk_norm:
+            q = self.q_norm(q)
+            k = self.k_norm(k)
+        offset = cache.offset if cache is not None else 0
+        q = self.rope(q, offset)
+        k = self.rope(k, offset)
+        if cache is not None:
+            k, v = cache.update_and_fetch(k, v)
+        if (not on_cpu() and isinstance(mask, mx.array) and mask.dtype == mx.bool_ and mask.ndim == 4
+                and mask.shape[1] == mask.shape[2] == 1):
+            out = _one_query_attention(q, k, v, self.scale, mask)
+        else:
+            out = attention(q, k, v, self.scale, mask)
+        return self.o_proj(out.reshape(B, -1))
 
 
 class LMMLP(MLP):
@@ -151,7 +179,17 @@ class DecoderLayer(nn.Module):
 
 
 class DecoderLM(nn.Module):
-    """Embedding (optional: codec LMs feed their own embeddings), decoder layers, final norm."""
+    """Embedding (optional: codec LMs feed their own embeddings), decoder layers, final norm.
+
+    ``flat_decode`` (class default None: on a GPU): a one-position call runs its layers on
+    ``[B, hidden]`` rows instead of ``[B, 1, hidden]``. Same arithmetic; MLX multiplies a 3-D
+    input by a 2-D weight as flatten, matmul, unflatten, so the flat rows drop those two
+    nodes around each of a layer's four projections plus the attention's transposes, which a
+    launch-bound GPU step pays for in host time. The CPU keeps the path its goldens were taken
+    with.
+    """
+
+    flat_decode: bool | None = None
 
     def __init__(self, a: LMArgs, embed_tokens: bool = True):
         super().__init__()
@@ -172,9 +210,13 @@ class DecoderLM(nn.Module):
             mask = cache[0].make_mask(h.shape[1])   # fixed-capacity caches mask unwritten slots
         else:
             mask = create_causal_mask(h.shape[1], cache[0].offset if cache else 0)
+        flat = h.shape[1] == 1 and (not on_cpu() if self.flat_decode is None else self.flat_decode)
+        if flat:
+            h = h.reshape(h.shape[0], h.shape[-1])
         for i, layer in enumerate(self.layers):
             h = layer(h, mask, cache[i] if cache else None)
-        return self.norm(h)
+        h = self.norm(h)
+        return h[:, None] if flat else h
 
     def make_cache(self) -> list[KVCache]:
         return make_cache(len(self.layers))
