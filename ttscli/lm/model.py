@@ -11,10 +11,11 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 
 from ttscli.lm.cache import KVCache, make_cache
 from ttscli.lm.config import LMArgs
-from ttscli.lm.rope import make_rope
+from ttscli.lm.rope import default_inv_freq, make_rope
 from ttscli.nn.layers import MLP, Attention, RMSNorm, attention, on_cpu, swiglu
 
 
@@ -67,6 +68,32 @@ class LMAttention(Attention):
     a stale copy.
     """
 
+    # where MLX runs on CUDA, a fused step's q/k norms and RoPE are one kernel of ours
+    # (ttscli.lm.cuda_kernels); None: wherever that is available, False: never
+    fused_qk_rope: bool | None = None
+
+    def _qk_norm_rope(self):
+        if self.fused_qk_rope is False:
+            return None
+        k = self.__dict__.get("_qk_kernel")
+        if k is None:
+            k = False
+            from ttscli.lm import cuda_kernels
+
+            rope = self.rope
+            if cuda_kernels.available() and getattr(rope, "dims", None) == self.head_dim:
+                inv = (1.0 / np.asarray(rope._freqs, np.float64) if rope._freqs is not None
+                       else default_inv_freq(rope.base, self.head_dim))
+                try:
+                    k = cuda_kernels.QKNormRope(self.num_heads, self.num_kv_heads, self.head_dim, inv,
+                                                self.q_norm if self.qk_norm else None,
+                                                self.k_norm if self.qk_norm else None,
+                                                self.q_norm.eps if self.qk_norm else 1e-6)
+                except ValueError:
+                    k = False
+            object.__setattr__(self, "_qk_kernel", k)
+        return k or None
+
     def fuse(self) -> None:
         parts = [self.q_proj, self.k_proj, self.v_proj]
         if _fusable(*parts):
@@ -111,16 +138,24 @@ class LMAttention(Attention):
         own memory order, so q/k/v are reshaped straight into it and the output straight out of
         it: no transposes, and the 2-D projections need no flatten/unflatten around them."""
         B = x.shape[0]
-        q, k, v = self._qkv(x)
-        q = q.reshape(B, self.num_heads, 1, self.head_dim)
-        k = k.reshape(B, self.num_kv_heads, 1, self.head_dim)
-        v = v.reshape(B, self.num_kv_heads, 1, self.head_dim)
-        if self.qk_norm:
-            q = self.q_norm(q)
-            k = self.k_norm(k)
         offset = cache.offset if cache is not None else 0
-        q = self.rope(q, offset)
-        k = self.rope(k, offset)
+        f = self.__dict__.get("_fused")
+        kernel = self._qk_norm_rope() if f is not None and f[0] is self.q_proj.weight else None
+        if kernel is not None:
+            y = _linear(x, f[1], f[2])
+            q, k = kernel(y, offset)
+            nqk = (self.num_heads + self.num_kv_heads) * self.head_dim
+            v = y[:, nqk:].reshape(B, self.num_kv_heads, 1, self.head_dim)
+        else:
+            q, k, v = self._qkv(x)
+            q = q.reshape(B, self.num_heads, 1, self.head_dim)
+            k = k.reshape(B, self.num_kv_heads, 1, self.head_dim)
+            v = v.reshape(B, self.num_kv_heads, 1, self.head_dim)
+            if self.qk_norm:
+                q = self.q_norm(q)
+                k = self.k_norm(k)
+            q = self.rope(q, offset)
+            k = self.rope(k, offset)
         if cache is not None:
             k, v = cache.update_and_fetch(k, v)
         if (not on_cpu() and isinstance(mask, mx.array) and mask.dtype == mx.bool_ and mask.ndim == 4

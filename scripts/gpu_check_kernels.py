@@ -1,0 +1,56 @@
+"""On MLX's CUDA backend: the one-position step with our qk_norm_rope kernel
+(ttscli.lm.cuda_kernels) against the same step without it, for Qwen3 blocks (q/k norms) and
+Llama blocks (none), at tiny and at real head sizes, through the plain cache and the compiled
+fixed-capacity step. Prints one JSON line per case with the largest difference.
+
+    python scripts/gpu_check_kernels.py
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "lm"))
+import ttscli  # noqa: F401  (BLAS before mlx)
+
+# isort: split
+import mlx.core as mx
+import numpy as np
+from test_compiled_step import run_steps
+from test_model import LLAMA3, HeadModel, build
+
+from ttscli.lm import MLXCodeDecoder
+from ttscli.lm.model import LMAttention
+
+
+def main() -> int:
+    from ttscli.lm import cuda_kernels
+
+    print(json.dumps({"device": str(mx.default_device()), "cuda_kernels": cuda_kernels.available()}))
+    worst = 0.0
+    for model_type, extra in (("qwen3", {}), ("llama", {}),
+                              ("qwen3", {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                         "head_dim": 128, "intermediate_size": 512}),
+                              ("llama", {"rope_scaling": LLAMA3}),
+                              ("llama", {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4,
+                                         "head_dim": 64, "intermediate_size": 512})):
+        x = mx.random.normal((1, 21, extra.get("hidden_size", 64)), key=mx.random.key(5))
+        model = HeadModel(build(model_type, False, **extra))
+        for compiled in (False, True):
+            out = {}
+            for on in (False, True):
+                LMAttention.fused_qk_rope = on
+                out[on] = run_steps(MLXCodeDecoder(model, compiled=compiled), x, 4, 8)
+            d = float(np.abs(out[True] - out[False]).max())
+            worst = max(worst, d)
+            print(json.dumps({"model": model_type, "head_dim": extra.get("head_dim", 16), "compiled": compiled,
+                              "max_abs_diff": d, "peak": float(np.abs(out[False]).max())}))
+    LMAttention.fused_qk_rope = None
+    return 0 if worst < 1e-4 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

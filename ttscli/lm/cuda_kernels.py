@@ -1,0 +1,92 @@
+"""CUDA kernels of our own for the shared LM's one-position step (``mx.fast.cuda_kernel``).
+
+A decode step on a GPU is bound by MLX's host time per graph node, not by the GPU (README,
+Qwen3-TTS speed), so these kernels exist to replace several nodes with one. Only on MLX's CUDA
+backend; everywhere else the plain MLX ops run.
+
+``qk_norm_rope``: from the fused q/k/v projection's output ``[B, (H + 2 Hk) D]``, the query and
+key heads RMS-normalised with their weights (Qwen3's q/k norms; skipped for Llama blocks) and
+rotated (rotate-half RoPE at one position), written heads-first ``[B, H, D]`` / ``[B, Hk, D]``:
+one node where MLX runs two RMSNorms and two RoPEs. Arithmetic as MLX's own kernels do it:
+float32 inside, the norm's output cast to the model dtype before the rotation.
+"""
+from __future__ import annotations
+
+import functools
+
+import mlx.core as mx
+import numpy as np
+
+_QK_NORM_ROPE = """
+    constexpr int HALF = D / 2;
+    constexpr int N = (H + 2 * HK) * D;
+    const int head = blockIdx.x;
+    const int row = blockIdx.y;
+    const int i = threadIdx.x;
+    const T* src = y + (size_t)row * N + (size_t)head * D;
+    float a = static_cast<float>(src[i]);
+    float b = static_cast<float>(src[i + HALF]);
+    if (NORM) {
+        __shared__ float part[HALF];
+        part[i] = a * a + b * b;
+        __syncthreads();
+        for (int s = HALF / 2; s > 0; s >>= 1) {
+            if (i < s) part[i] += part[i + s];
+            __syncthreads();
+        }
+        const float r = rsqrtf(part[0] / D + eps[0]);
+        const T* w = head < H ? qw : kw;
+        a = static_cast<float>(static_cast<T>(static_cast<float>(w[i]) * (a * r)));
+        b = static_cast<float>(static_cast<T>(static_cast<float>(w[i + HALF]) * (b * r)));
+    }
+    const float ang = static_cast<float>(pos[0]) * inv_freq[i];
+    const float c = cosf(ang);
+    const float s = sinf(ang);
+    T* dst = head < H ? q + ((size_t)row * H + head) * D : k + ((size_t)row * HK + (head - H)) * D;
+    dst[i] = static_cast<T>(a * c - b * s);
+    dst[i + HALF] = static_cast<T>(b * c + a * s);
+"""
+
+
+def available() -> bool:
+    """MLX's CUDA backend is the default device (custom CUDA kernels can run)."""
+    return (mx.default_device().type == mx.gpu and hasattr(mx.fast, "cuda_kernel")
+            and not mx.metal.is_available())
+
+
+@functools.lru_cache(maxsize=1)
+def _qk_kernel():
+    return mx.fast.cuda_kernel(name="ttscli_qk_norm_rope", input_names=["y", "qw", "kw", "inv_freq", "pos", "eps"],
+                               output_names=["q", "k"], source=_QK_NORM_ROPE)
+
+
+class QKNormRope:
+    """The kernel bound to one attention's shapes, norm weights and rotary frequencies."""
+
+    def __init__(self, heads: int, kv_heads: int, head_dim: int, inv_freq: np.ndarray,
+                 q_norm=None, k_norm=None, eps: float = 1e-6):
+        half = head_dim // 2
+        if head_dim % 2 or half & (half - 1) or half > 512:
+            raise ValueError(f"head_dim {head_dim}: the kernel takes head_dim / 2 a power of two up to 512")
+        self.h, self.hk, self.d = heads, kv_heads, head_dim
+        self.norm = q_norm is not None
+        self.q_norm, self.k_norm = q_norm, k_norm
+        self.inv_freq = mx.array(np.asarray(inv_freq, np.float32).reshape(-1))
+        self.eps = mx.array([eps], mx.float32)
+
+    def __call__(self, y: mx.array, offset) -> tuple[mx.array, mx.array]:
+        """``y [B, (H + 2 Hk) D]`` at position ``offset`` (int or int32 array) -> ``q [B, H, 1, D]``,
+        ``k [B, Hk, 1, D]``."""
+        B = y.shape[0]
+        ones = None if self.norm else mx.ones((self.d,), y.dtype)
+        qw = self.q_norm.weight if self.norm else ones
+        kw = self.k_norm.weight if self.norm else ones
+        pos = offset.astype(mx.int32).reshape(1) if isinstance(offset, mx.array) else mx.array([offset], mx.int32)
+        half = self.d // 2
+        q, k = _qk_kernel()(inputs=[y, qw.astype(y.dtype), kw.astype(y.dtype), self.inv_freq, pos, self.eps],
+                            template=[("T", y.dtype), ("H", self.h), ("HK", self.hk), ("D", self.d),
+                                      ("NORM", self.norm)],
+                            grid=(half * (self.h + self.hk), B, 1), threadgroup=(half, 1, 1),
+                            output_shapes=[(B, self.h, 1, self.d), (B, self.hk, 1, self.d)],
+                            output_dtypes=[y.dtype, y.dtype])
+        return q, k
