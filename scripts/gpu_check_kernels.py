@@ -1,5 +1,5 @@
-"""On MLX's CUDA backend: the one-position step with our qk_norm_rope kernel
-(ttscli.lm.cuda_kernels) against the same step without it, for Qwen3 blocks (q/k norms) and
+"""On MLX's CUDA backend: the one-position step with our kernels (ttscli.lm.cuda_kernels:
+qk_norm_rope, add_rms_norm) against the same step without them, for Qwen3 blocks (q/k norms) and
 Llama blocks (none), at tiny and at real head sizes, through the plain cache and the compiled
 fixed-capacity step. Prints one JSON line per case with the largest difference.
 
@@ -22,7 +22,7 @@ import numpy as np
 from test_compiled_step import run_steps
 from test_model import LLAMA3, HeadModel, build
 
-from ttscli.lm import MLXCodeDecoder
+from ttscli.lm import DecoderLM, MLXCodeDecoder
 from ttscli.lm.model import LMAttention
 
 
@@ -42,13 +42,13 @@ def main() -> int:
         for compiled in (False, True):
             out = {}
             for on in (False, True):
-                LMAttention.fused_qk_rope = on
+                LMAttention.fused_qk_rope = DecoderLM.fused_norms = None if on else False
                 out[on] = run_steps(MLXCodeDecoder(model, compiled=compiled), x, 4, 8)
             d = float(np.abs(out[True] - out[False]).max())
             worst = max(worst, d)
             print(json.dumps({"model": model_type, "head_dim": extra.get("head_dim", 16), "compiled": compiled,
                               "max_abs_diff": d, "peak": float(np.abs(out[False]).max())}))
-    LMAttention.fused_qk_rope = None
+    LMAttention.fused_qk_rope = DecoderLM.fused_norms = None
     return 0 if worst < 1e-4 else 1
 
 

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Issue 19: one-position LM calls on [B, hidden] rows (DecoderLM.flat_decode, the GPU default)
-# and our q/k-norm + RoPE kernel (LMAttention.fused_qk_rope) against the [B, 1, hidden] path
-# without it (3d), flat rows alone (flat), both (flatk: the default), in one run on the device after scripts/gpu_figures.sh's
+# and our kernels against the [B, 1, hidden] path without them (3d): flat rows alone (flat), with
+# the q/k-norm + RoPE kernel (flatk, LMAttention.fused_qk_rope), with it and the residual add +
+# RMSNorm kernel (all: the default, DecoderLM.fused_norms), in one run on the device after scripts/gpu_figures.sh's
 # install (STEPS=none). Variants interleaved, ROUNDS rounds of the frame bench each; then the
 # kernel histogram of each variant, the tiny fixture's greedy frames against the upstream golden
 # on the GPU, and mlx-audio's frame beside ours. Writes $OUT/flat_*.json, kernels_*.json, log.txt.
@@ -15,10 +16,11 @@ from ttscli.lm import DecoderLM
 from ttscli.lm.model import LMAttention
 v = sys.argv.pop(1)
 DecoderLM.flat_decode = False if v == "3d" else None
-LMAttention.fused_qk_rope = None if v == "flatk" else False'
-run_as() {  # run_as 3d|flat|flatk ARGS...: the ttscli CLI with the variant's switches
+LMAttention.fused_qk_rope = None if v in ("flatk", "all") else False
+DecoderLM.fused_norms = None if v == "all" else False'
+run_as() {  # run_as 3d|flat|flatk|all ARGS...: the ttscli CLI with the variant's switches
   local v=$1; shift
-  python3 -c "$SET"'
+  timeout 150 python3 -c "$SET"'
 
 from ttscli.cli import main
 sys.argv[0] = "ttscli"
@@ -26,14 +28,14 @@ main()' "$v" "$@"
 }
 [ -n "${CHECK:-1}" ] && { timeout 120 python3 scripts/gpu_check_kernels.py; timeout 90 python3 scripts/gpu_greedy_dtype.py --dtype float32; }
 for r in $(seq 1 "${ROUNDS:-2}"); do
-  for v in 3d flat flatk; do
+  for v in 3d flat flatk all; do
     echo "=== bench $v round $r $(date +%T)" >&2
-    timeout 150 run_as $v bench $Q --random-weights --repeats ${REPEATS:-3} --max-frames ${FRAMES:-200} --stream \
+    run_as $v bench $Q --random-weights --repeats ${REPEATS:-3} --max-frames ${FRAMES:-200} --stream \
       --json > "$OUT/flat_${v}_$r.json"
     echo "=== rc=$? at ${SECONDS}s" >&2
   done
 done
-[ -n "${KERNELS:-1}" ] && for v in 3d flatk; do
+[ -n "${KERNELS:-1}" ] && for v in 3d all; do
   timeout 90 python3 -c "$SET"'
 import runpy
 sys.argv = ["frame_kernel_labels.py", "--top", "40"]

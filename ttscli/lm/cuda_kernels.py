@@ -9,6 +9,9 @@ key heads RMS-normalised with their weights (Qwen3's q/k norms; skipped for Llam
 rotated (rotate-half RoPE at one position), written heads-first ``[B, H, D]`` / ``[B, Hk, D]``:
 one node where MLX runs two RMSNorms and two RoPEs. Arithmetic as MLX's own kernels do it:
 float32 inside, the norm's output cast to the model dtype before the rotation.
+
+``add_rms_norm``: a block's residual add and the RMSNorm that follows it (the next sublayer's or
+the final norm), ``h = x + r`` and ``rms_norm(h) * w`` from one node instead of two.
 """
 from __future__ import annotations
 
@@ -45,6 +48,34 @@ _QK_NORM_ROPE = """
     T* dst = head < H ? q + ((size_t)row * H + head) * D : k + ((size_t)row * HK + (head - H)) * D;
     dst[i] = static_cast<T>(a * c - b * s);
     dst[i + HALF] = static_cast<T>(b * c + a * s);
+"""
+
+
+_ADD_RMS_NORM = """
+    const int row = blockIdx.x;
+    const int t = threadIdx.x;
+    const T* xr = x + (size_t)row * N;
+    const T* rr = r + (size_t)row * N;
+    T* hr = h + (size_t)row * N;
+    __shared__ float part[THREADS];
+    float ss = 0.0f;
+    for (int j = t; j < N; j += THREADS) {
+        const T v = xr[j] + rr[j];
+        hr[j] = v;
+        const float f = static_cast<float>(v);
+        ss += f * f;
+    }
+    part[t] = ss;
+    __syncthreads();
+    for (int s = THREADS / 2; s > 0; s >>= 1) {
+        if (t < s) part[t] += part[t + s];
+        __syncthreads();
+    }
+    const float scale = rsqrtf(part[0] / N + eps[0]);
+    T* nr = n + (size_t)row * N;
+    for (int j = t; j < N; j += THREADS) {
+        nr[j] = static_cast<T>(static_cast<float>(w[j]) * (static_cast<float>(hr[j]) * scale));
+    }
 """
 
 
@@ -90,3 +121,21 @@ class QKNormRope:
                             output_shapes=[(B, self.h, 1, self.d), (B, self.hk, 1, self.d)],
                             output_dtypes=[y.dtype, y.dtype])
         return q, k
+
+
+@functools.lru_cache(maxsize=1)
+def _add_norm_kernel():
+    return mx.fast.cuda_kernel(name="ttscli_add_rms_norm", input_names=["x", "r", "w", "eps"],
+                               output_names=["h", "n"], source=_ADD_RMS_NORM)
+
+
+def add_rms_norm(x: mx.array, r: mx.array, norm) -> tuple[mx.array, mx.array]:
+    """``x + r`` and ``norm(x + r)`` for rows ``[B, hidden]``; ``norm`` an RMSNorm (weight, eps)."""
+    B, N = x.shape
+    threads = 256
+    eps = mx.array([norm.eps], mx.float32)
+    h, n = _add_norm_kernel()(inputs=[x, r, norm.weight.astype(x.dtype), eps],
+                              template=[("T", x.dtype), ("N", N), ("THREADS", threads)],
+                              grid=(threads * B, 1, 1), threadgroup=(threads, 1, 1),
+                              output_shapes=[(B, N), (B, N)], output_dtypes=[x.dtype, x.dtype])
+    return h, n

@@ -225,6 +225,9 @@ class DecoderLM(nn.Module):
     """
 
     flat_decode: bool | None = None
+    # flat rows on MLX's CUDA backend: residual adds fused with the norms after them (None:
+    # wherever available, False: never)
+    fused_norms: bool | None = None
 
     def __init__(self, a: LMArgs, embed_tokens: bool = True):
         super().__init__()
@@ -248,10 +251,39 @@ class DecoderLM(nn.Module):
         flat = h.shape[1] == 1 and (not on_cpu() if self.flat_decode is None else self.flat_decode)
         if flat:
             h = h.reshape(h.shape[0], h.shape[-1])
+            if self._fuse_norms(h):
+                return self._flat_fused(h, mask, cache)[:, None]
         for i, layer in enumerate(self.layers):
             h = layer(h, mask, cache[i] if cache else None)
         h = self.norm(h)
         return h[:, None] if flat else h
 
+    def _fuse_norms(self, h: mx.array) -> bool:
+        if self.fused_norms is False or not self.layers or not _plain_layers(self):
+            return False
+        from ttscli.lm import cuda_kernels
+
+        return cuda_kernels.available()
+
+    def _flat_fused(self, h: mx.array, mask: Any, cache: list[Any] | None) -> mx.array:
+        """The layers of :meth:`__call__` on rows, each residual add fused with the norm after it
+        (the next sublayer's, then the final one): ``ttscli.lm.cuda_kernels.add_rms_norm``."""
+        from ttscli.lm.cuda_kernels import add_rms_norm
+
+        n = self.layers[0].input_layernorm(h)
+        for i, layer in enumerate(self.layers):
+            h, n = add_rms_norm(h, layer.self_attn(n, mask, cache[i] if cache else None),
+                                layer.post_attention_layernorm)
+            nxt = self.layers[i + 1].input_layernorm if i + 1 < len(self.layers) else self.norm
+            h, n = add_rms_norm(h, layer.mlp(n), nxt)
+        return n
+
     def make_cache(self) -> list[KVCache]:
         return make_cache(len(self.layers))
+
+
+def _plain_layers(lm: DecoderLM) -> bool:
+    # the fused loop restates DecoderLayer.__call__: only for layers that use it unchanged
+    return all(type(layer).__call__ is DecoderLayer.__call__ for layer in lm.layers) and \
+        type(lm.norm) is RMSNorm and all(type(m) is RMSNorm for layer in lm.layers
+                                          for m in (layer.input_layernorm, layer.post_attention_layernorm))
