@@ -92,6 +92,28 @@ def mlx_or_onnx(env_name: str, measured: dict[tuple[str, str], str], gpu_means_m
     return pick
 
 
+def pick_mlx_or_onnx(asked: str | None, *, what: str, env_name: str, measured: dict[tuple[str, str], str],
+                     gpu_means_mlx: bool = True) -> str:
+    """Where a component that runs on MLX or onnxruntime runs: ``asked`` (a pipeline's backend
+    option, checked), else :func:`mlx_or_onnx`'s default. onnx where onnxruntime is missing is
+    one line naming the way out (choose mlx, or set ``$env_name=mlx``). ``what`` names the
+    component in messages."""
+    if asked is not None:
+        asked = asked.strip().lower()
+        if asked not in ("mlx", "onnx"):
+            raise UsageError(f"{what} runs on mlx or onnx, not {asked!r}: choose mlx or onnx")
+        pick, way_out = asked, "or choose mlx"
+    else:
+        pick, way_out = mlx_or_onnx(env_name, measured, gpu_means_mlx), f"or set {env_name}=mlx"
+    if pick == "onnx":
+        from ttscli.backends.onnx import onnx_available
+
+        ok, why = onnx_available()
+        if not ok:
+            raise BackendUnavailableError(f"{what} on onnx: {why}; {way_out}")
+    return pick
+
+
 def choose_code_decoder_backend(spec: ModelSpec, requested: str | None, model_dir=None) -> str:
     """--code-decoder-backend checked against the registry and this machine; mlx when not given
     (Core ML and ONNX are asked for: their graphs come from `ttscli convert`)."""

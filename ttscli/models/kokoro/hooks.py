@@ -79,14 +79,10 @@ def acoustic_backend(options: LoadOptions) -> str:
     unknown = set(options.backends) - {"acoustic"}
     if unknown:
         raise UsageError(f"Kokoro has no {', '.join(sorted(unknown))} component (only acoustic: mlx or onnx)")
-    asked = options.backends.get("acoustic") or default_backend()
-    if asked not in ("mlx", "onnx"):
-        raise UsageError(f"Kokoro runs on mlx or onnx, not {asked!r}")
-    if asked == "onnx":
-        from ttscli.backends.onnx import require_onnxruntime
+    from ttscli.backends.select import pick_mlx_or_onnx
 
-        require_onnxruntime()
-    return asked
+    return pick_mlx_or_onnx(options.backends.get("acoustic") or None, what="Kokoro", env_name=BACKEND_ENV,
+                            measured=MEASURED_DEFAULT)
 
 
 def random_model(model, seed: int = 0):

@@ -125,18 +125,16 @@ def vits_backend(options: LoadOptions) -> str:
     unknown = set(options.backends) - {"vits"}
     if unknown:
         raise UsageError(f"Piper voices have no {', '.join(sorted(unknown))} component (only vits: mlx or onnx)")
-    asked = options.backends.get("vits")
-    if asked is not None:
-        if asked not in ("mlx", "onnx"):
-            raise UsageError(f"Piper's VITS runs on mlx or onnx, not {asked!r}")
-        if asked == "onnx":
-            from ttscli.backends.onnx import require_onnxruntime
+    from ttscli.backends.select import pick_mlx_or_onnx
 
-            require_onnxruntime()
-        if asked == "onnx" and options.random_weights:
-            raise UsageError("random weights are an MLX model; use the vits backend mlx")
-        return asked
-    return "mlx" if options.random_weights else default_vits_backend()
+    asked = options.backends.get("vits")
+    if asked is None and options.random_weights:
+        return "mlx"
+    pick = pick_mlx_or_onnx(asked, what="Piper's VITS", env_name=BACKEND_ENV, measured=MEASURED_DEFAULT,
+                            gpu_means_mlx=False)
+    if pick == "onnx" and options.random_weights:
+        raise UsageError("random weights are an MLX model; use the vits backend mlx")
+    return pick
 
 
 def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = None) -> "PiperPipeline":
