@@ -1,5 +1,5 @@
 """On MLX's CUDA backend: the one-position step with our kernels (ttscli.lm.cuda_kernels:
-qk_norm_rope, add_rms_norm) against the same step without them, for Qwen3 blocks (q/k norms) and
+qk_norm_rope, one_query_attention, add_rms_norm) against the same step without them, for Qwen3 blocks (q/k norms) and
 Llama blocks (none), at tiny and at real head sizes, through the plain cache and the compiled
 fixed-capacity step. Prints one JSON line per case with the largest difference.
 
@@ -42,13 +42,29 @@ def main() -> int:
         for compiled in (False, True):
             out = {}
             for on in (False, True):
-                LMAttention.fused_qk_rope = DecoderLM.fused_norms = None if on else False
+                LMAttention.fused_qk_rope = LMAttention.fused_attention = DecoderLM.fused_norms = None if on else False
                 out[on] = run_steps(MLXCodeDecoder(model, compiled=compiled), x, 4, 8)
             d = float(np.abs(out[True] - out[False]).max())
             worst = max(worst, d)
             print(json.dumps({"model": model_type, "head_dim": extra.get("head_dim", 16), "compiled": compiled,
                               "max_abs_diff": d, "peak": float(np.abs(out[False]).max())}))
-    LMAttention.fused_qk_rope = DecoderLM.fused_norms = None
+    LMAttention.fused_qk_rope = LMAttention.fused_attention = DecoderLM.fused_norms = None
+    if cuda_kernels.available():
+        # the attention kernel alone, for a fixed-capacity cache's mask and a batch's padding mask
+        from ttscli.lm.model import _one_query_attention
+
+        keys = mx.random.split(mx.random.key(7), 3)
+        for B, H, Hk, S, D in ((2, 8, 2, 40, 16), (2, 16, 8, 300, 128), (1, 16, 16, 257, 64)):
+            q = mx.random.normal((B, H, 1, D), key=keys[0])
+            k = mx.random.normal((B, Hk, S, D), key=keys[1])
+            v = mx.random.normal((B, Hk, S, D), key=keys[2])
+            pad = mx.array([[True] * S] + [[False] * 3 + [True] * (S - 3)] * (B - 1))
+            for name, mask in (("slots", (mx.arange(S) <= S // 2)[None, None, None, :]),
+                               ("padding", pad[:, None, None, :])):
+                d = float(mx.abs(cuda_kernels.one_query_attention(q, k, v, D ** -0.5, mask)
+                                 - _one_query_attention(q, k, v, D ** -0.5, mask)).max())
+                worst = max(worst, d)
+                print(json.dumps({"attention": name, "shape": [B, H, Hk, S, D], "max_abs_diff": d}))
     return 0 if worst < 1e-4 else 1
 
 

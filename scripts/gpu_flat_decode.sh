@@ -2,7 +2,8 @@
 # Issue 19: one-position LM calls on [B, hidden] rows (DecoderLM.flat_decode, the GPU default)
 # and our kernels against the [B, 1, hidden] path without them (3d): flat rows alone (flat), with
 # the q/k-norm + RoPE kernel (flatk, LMAttention.fused_qk_rope), with it and the residual add +
-# RMSNorm kernel (all: the default, DecoderLM.fused_norms), in one run on the device after scripts/gpu_figures.sh's
+# RMSNorm kernel (norms, DecoderLM.fused_norms), with those and the one-query attention kernel
+# (all: the default, LMAttention.fused_attention), in one run on the device after scripts/gpu_figures.sh's
 # install (STEPS=none). Variants interleaved, ROUNDS rounds of the frame bench each; then the
 # kernel histogram of each variant, the tiny fixture's greedy frames against the upstream golden
 # on the GPU, and mlx-audio's frame beside ours. Writes $OUT/flat_*.json, kernels_*.json, log.txt.
@@ -16,9 +17,10 @@ from ttscli.lm import DecoderLM
 from ttscli.lm.model import LMAttention
 v = sys.argv.pop(1)
 DecoderLM.flat_decode = False if v == "3d" else None
-LMAttention.fused_qk_rope = None if v in ("flatk", "all") else False
-DecoderLM.fused_norms = None if v == "all" else False'
-run_as() {  # run_as 3d|flat|flatk|all ARGS...: the ttscli CLI with the variant's switches
+LMAttention.fused_qk_rope = None if v in ("flatk", "norms", "all") else False
+DecoderLM.fused_norms = None if v in ("norms", "all") else False
+LMAttention.fused_attention = None if v == "all" else False'
+run_as() {  # run_as 3d|flat|flatk|norms|all ARGS...: the ttscli CLI with the variant's switches
   local v=$1; shift
   timeout 150 python3 -c "$SET"'
 
@@ -28,7 +30,7 @@ main()' "$v" "$@"
 }
 [ -n "${CHECK:-1}" ] && { timeout 120 python3 scripts/gpu_check_kernels.py; timeout 90 python3 scripts/gpu_greedy_dtype.py --dtype float32; }
 for r in $(seq 1 "${ROUNDS:-2}"); do
-  for v in 3d flat flatk all; do
+  for v in ${VARIANTS:-3d flat flatk norms all}; do
     echo "=== bench $v round $r $(date +%T)" >&2
     run_as $v bench $Q --random-weights --repeats ${REPEATS:-3} --max-frames ${FRAMES:-200} --stream \
       --json > "$OUT/flat_${v}_$r.json"

@@ -10,6 +10,10 @@ rotated (rotate-half RoPE at one position), written heads-first ``[B, H, D]`` / 
 one node where MLX runs two RMSNorms and two RoPEs. Arithmetic as MLX's own kernels do it:
 float32 inside, the norm's output cast to the model dtype before the rotation.
 
+``one_query_attention``: one query per row over a fixed-capacity cache with a boolean mask
+(True = visible), GQA by head groups, an online softmax per warp merged at the end: one node
+where MLX runs a scale, two matmuls, a select and a softmax.
+
 ``add_rms_norm``: a block's residual add and the RMSNorm that follows it (the next sublayer's or
 the final norm), ``h = x + r`` and ``rms_norm(h) * w`` from one node instead of two.
 """
@@ -79,6 +83,68 @@ _ADD_RMS_NORM = """
 """
 
 
+_ONE_QUERY_ATTENTION = """
+    constexpr int WARPS = 4;
+    const int S = keys_shape[2];
+    const int head = blockIdx.x;
+    const int row = blockIdx.y;
+    const int lane = threadIdx.x % 32;
+    const int warp = threadIdx.x / 32;
+    const int kvh = head / (H / HK);
+    const T* qr = q + ((size_t)row * H + head) * D;
+    const T* kr = keys + ((size_t)row * HK + kvh) * (size_t)S * D;
+    const T* vr = values + ((size_t)row * HK + kvh) * (size_t)S * D;
+    const bool* mr = mask + (MASK_ROWS == 1 ? 0 : (size_t)row * S);
+    constexpr int PER = (D + 31) / 32;
+    float qv[PER], acc[PER];
+    for (int e = 0; e < PER; ++e) {
+        const int d = lane + 32 * e;
+        qv[e] = d < D ? static_cast<float>(qr[d]) * scale[0] : 0.0f;
+        acc[e] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int s = warp; s < S; s += WARPS) {
+        if (!mr[s]) continue;
+        const T* ks = kr + (size_t)s * D;
+        float dot = 0.0f;
+        for (int e = 0; e < PER; ++e) {
+            const int d = lane + 32 * e;
+            if (d < D) dot += qv[e] * static_cast<float>(ks[d]);
+        }
+        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffff, dot, o);
+        const float mn = fmaxf(m, dot);
+        const float corr = expf(m - mn);
+        const float p = expf(dot - mn);
+        l = l * corr + p;
+        const T* vs = vr + (size_t)s * D;
+        for (int e = 0; e < PER; ++e) {
+            const int d = lane + 32 * e;
+            acc[e] = acc[e] * corr + (d < D ? p * static_cast<float>(vs[d]) : 0.0f);
+        }
+        m = mn;
+    }
+    __shared__ float wm[WARPS], wl[WARPS];
+    __shared__ float wacc[WARPS][PER * 32];
+    if (lane == 0) { wm[warp] = m; wl[warp] = l; }
+    for (int e = 0; e < PER; ++e) wacc[warp][lane + 32 * e] = acc[e];
+    __syncthreads();
+    if (warp == 0) {
+        float mx_ = -INFINITY;
+        for (int w = 0; w < WARPS; ++w) mx_ = fmaxf(mx_, wm[w]);
+        float tot = 0.0f;
+        for (int w = 0; w < WARPS; ++w) tot += wm[w] == -INFINITY ? 0.0f : wl[w] * expf(wm[w] - mx_);
+        T* orow = out + ((size_t)row * H + head) * D;
+        for (int e = 0; e < PER; ++e) {
+            const int d = lane + 32 * e;
+            if (d >= D) continue;
+            float sum = 0.0f;
+            for (int w = 0; w < WARPS; ++w) sum += wm[w] == -INFINITY ? 0.0f : wacc[w][d] * expf(wm[w] - mx_);
+            orow[d] = static_cast<T>(sum / tot);
+        }
+    }
+"""
+
+
 def available() -> bool:
     """MLX's CUDA backend is the default device (custom CUDA kernels can run)."""
     return (mx.default_device().type == mx.gpu and hasattr(mx.fast, "cuda_kernel")
@@ -139,3 +205,23 @@ def add_rms_norm(x: mx.array, r: mx.array, norm) -> tuple[mx.array, mx.array]:
                               grid=(threads * B, 1, 1), threadgroup=(threads, 1, 1),
                               output_shapes=[(B, N), (B, N)], output_dtypes=[x.dtype, x.dtype])
     return h, n
+
+
+@functools.lru_cache(maxsize=1)
+def _attention_kernel():
+    return mx.fast.cuda_kernel(name="ttscli_one_query_attention",
+                               input_names=["q", "keys", "values", "mask", "scale"], output_names=["out"],
+                               source=_ONE_QUERY_ATTENTION)
+
+
+def one_query_attention(q: mx.array, keys: mx.array, values: mx.array, scale: float, mask: mx.array) -> mx.array:
+    """``q [B, H, 1, D]`` over ``keys``/``values [B, Hk, S, D]`` where ``mask [B or 1, 1, 1, S]`` (bool,
+    True = visible) allows -> ``[B, H, 1, D]``."""
+    B, H, _, D = q.shape
+    Hk, S = keys.shape[1], keys.shape[2]
+    rows = mask.shape[0]
+    out, = _attention_kernel()(inputs=[q, keys, values, mask.reshape(rows, S), mx.array([scale], mx.float32)],
+                               template=[("T", q.dtype), ("H", H), ("HK", Hk), ("D", D), ("MASK_ROWS", rows)],
+                               grid=(128 * H, B, 1), threadgroup=(128, 1, 1),
+                               output_shapes=[(B, H, 1, D)], output_dtypes=[q.dtype])
+    return out

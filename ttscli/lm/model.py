@@ -71,6 +71,8 @@ class LMAttention(Attention):
     # where MLX runs on CUDA, a fused step's q/k norms and RoPE are one kernel of ours
     # (ttscli.lm.cuda_kernels); None: wherever that is available, False: never
     fused_qk_rope: bool | None = None
+    # with it, a masked one-query attention is our kernel too (None: with the above, False: never)
+    fused_attention: bool | None = None
 
     def _qk_norm_rope(self):
         if self.fused_qk_rope is False:
@@ -160,7 +162,12 @@ class LMAttention(Attention):
             k, v = cache.update_and_fetch(k, v)
         if (not on_cpu() and isinstance(mask, mx.array) and mask.dtype == mx.bool_ and mask.ndim == 4
                 and mask.shape[1] == mask.shape[2] == 1):
-            out = _one_query_attention(q, k, v, self.scale, mask)
+            if kernel is not None and self.fused_attention is not False:
+                from ttscli.lm.cuda_kernels import one_query_attention
+
+                out = one_query_attention(q, k, v, self.scale, mask)
+            else:
+                out = _one_query_attention(q, k, v, self.scale, mask)
         else:
             out = attention(q, k, v, self.scale, mask)
         return self.o_proj(out.reshape(B, -1))
