@@ -14,7 +14,8 @@ def _bench_components(pipe, req):
             "t3_tokens_per_s": (len(s.frame_s) / steps) if steps else None,
             "s3gen_s_per_audio_s": (s.decoder_s / audio_s) if audio_s and s.decoder_s else None,
             # a number, as the bench table shows only numbers: which runtime the flow estimator ran on
-            "s3gen_flow_onnx": float(pipe.backends.get("flow_estimator") == "onnx")}
+            "s3gen_flow_onnx": float(pipe.backends.get("flow_estimator") == "onnx"),
+            "s3gen_hift_onnx": float(pipe.backends.get("vocoder") == "onnx")}
 
 
 def _voices(spec, checkpoint):
@@ -45,6 +46,7 @@ FAMILY = Family(
                 ("t3_s", "T3 total (s)", "{:.3f}"),
                 ("s3gen_flow_onnx", "S3Gen flow estimator on onnxruntime (1: yes, 0: MLX)", "{:.0f}"),
                 ("s3gen_flow_s", "S3Gen flow (s)", "{:.3f}"),
+                ("s3gen_hift_onnx", "S3Gen HiFT decode on onnxruntime (1: yes, 0: MLX)", "{:.0f}"),
                 ("s3gen_hift_s", "S3Gen HiFT (s)", "{:.3f}"),
                 ("s3gen_passes", "S3Gen passes", "{:.0f}"),
                 ("s3gen_s_per_audio_s", "S3Gen s per audio s", "{:.3f}")),

@@ -100,10 +100,10 @@ def load_pipeline(spec, checkpoint: Path | None, options):
 
     for component, backend in options.backends.items():
         if backend != "mlx" and not (component == "code_decoder" and split_backend(backend)[0] in ("coreml", "onnx")
-                                     or component == "flow_estimator" and backend == "onnx"):
+                                     or component in ("flow_estimator", "vocoder") and backend == "onnx"):
             raise BackendUnavailableError(f"Chatterbox {component}: backend {backend!r} is not available "
                                           "(code_decoder: mlx, coreml or onnx[-f32|-int8|-int4]; "
-                                          "flow_estimator: mlx or onnx; the rest: mlx)")
+                                          "flow_estimator: mlx or onnx; vocoder: mlx or onnx; the rest: mlx)")
     code_backend = options.backend("code_decoder")
     if split_backend(code_backend)[0] == "onnx":     # before anything loads
         from ttscli.models.chatterbox.onnx_decoder import check_options
@@ -111,7 +111,10 @@ def load_pipeline(spec, checkpoint: Path | None, options):
         check_options(options)
     from ttscli.models.chatterbox.s3gen.onnx_flow import choose_backend
 
+    from ttscli.models.chatterbox.s3gen.onnx_hift import choose_backend as choose_vocoder
+
     flow_backend = choose_backend(options.backends.get("flow_estimator"))
+    vocoder_backend = choose_vocoder(options.backends.get("vocoder"))
     dtype = options.dtype or "float32"
     rnd = options.random_weights
     t3 = load_t3(checkpoint, dtype=dtype, random_weights=rnd)
@@ -127,6 +130,10 @@ def load_pipeline(spec, checkpoint: Path | None, options):
         from ttscli.models.chatterbox.s3gen.onnx_flow import attach
 
         attach(s3gen.flow, None if rnd else Path(checkpoint), getattr(spec, "id", None))
+    if vocoder_backend == "onnx":
+        from ttscli.models.chatterbox.s3gen import onnx_hift
+
+        onnx_hift.attach(s3gen.mel2wav, None if rnd else Path(checkpoint), getattr(spec, "id", None))
     decoder = None
     if split_backend(code_backend)[0] == "onnx":
         from ttscli.models.chatterbox.onnx_decoder import load_decoder
@@ -150,7 +157,8 @@ def load_pipeline(spec, checkpoint: Path | None, options):
         decoder = MLXCodeDecoder(t3, sequential=True)
     return ChatterboxPipeline(spec, t3, ve, tokenizer, s3gen, conds, decoder,
                               backends={"code_decoder": code_backend, "speech_decoder": "mlx",
-                                        "flow_estimator": flow_backend, "voice_encoder": "mlx"})
+                                        "flow_estimator": flow_backend, "vocoder": vocoder_backend,
+                                        "voice_encoder": "mlx"})
 
 
 class _CharTokenizer:

@@ -35,8 +35,8 @@ from ttscli.backends.onnx.convert import RANDOM_SOURCE, build_from_params, conve
 from ttscli.backends.onnx.convert import find_or_build as shared_find_or_build
 from ttscli.backends.onnx.graph import Builder, Quant
 from ttscli.backends.onnx.manifest import source_files, write_manifest
+from ttscli.backends.onnx.vocoder import ConvNet, istft, stft
 from ttscli.errors import UsageError
-from ttscli.nn.spectral import _hann, istft_basis, stft_basis
 
 FAMILY = "kokoro"
 DURATIONS_FILE, PROSODY_FILE = "durations.onnx", "prosody.onnx"
@@ -46,44 +46,9 @@ OPSET = 17
 RSQRT2 = 1.0 / math.sqrt(2.0)
 
 
-class _Net:
-    """Ops on channels-first tensors, ``[1, C, T]`` or, with ``conv2d``, ``[1, C, 1, T]``."""
-
-    def __init__(self, b: Builder, w, conv2d: bool):
-        self.b, self.w, self.d2 = b, w, conv2d
-
-    def p(self, name: str) -> np.ndarray:
-        return np.asarray(self.w.get(name), np.float32)
-
-    def k(self, w: np.ndarray) -> np.ndarray:
-        """A conv weight ``[O, I, k]`` in this layout."""
-        return w[:, :, None, :] if self.d2 else w
-
-    def attrs(self, stride: int = 1, dilation: int = 1, pad: tuple[int, int] = (0, 0), **extra) -> dict:
-        if self.d2:
-            out = {"strides": [1, stride], "dilations": [1, dilation], "pads": [0, pad[0], 0, pad[1]]}
-            return out | {k: [0, v] for k, v in extra.items()}
-        return {"strides": [stride], "dilations": [dilation], "pads": list(pad)} | {k: [v] for k, v in extra.items()}
-
-    def conv(self, x: str, name: str, stride: int = 1, dilation: int = 1, pad: tuple[int, int] = (0, 0),
-             in_scale: np.ndarray | None = None) -> str:
-        """``in_scale``: the input arrives multiplied by this per channel; the weight divides it out."""
-        w = self.p(name + ".weight")
-        if in_scale is not None:
-            w = w / in_scale[None, :, None]
-        ins = [x, self.b.const(name + ".weight", self.k(w))]
-        if name + ".bias" in self.w:
-            ins.append(self.b.const(name + ".bias", self.p(name + ".bias")))
-        return self.b.node("Conv", ins, **self.attrs(stride, dilation, pad))[0]
-
-    def conv_t(self, x: str, name: str, stride: int, pad: int, out_pad: int = 0, group: int = 1) -> str:
-        ins = [x, self.b.const(name + ".weight", self.k(self.p(name + ".weight"))),
-               self.b.const(name + ".bias", self.p(name + ".bias"))]
-        extra = {"output_padding": out_pad} if out_pad else {}
-        return self.b.node("ConvTranspose", ins, group=group, **self.attrs(stride, 1, (pad, pad), **extra))[0]
-
-    def op(self, kind: str, *ins: str, **attrs) -> str:
-        return self.b.node(kind, list(ins), **attrs)[0]
+class _Net(ConvNet):
+    """The shared generator ops (:class:`~ttscli.backends.onnx.vocoder.ConvNet`) and Kokoro's
+    style-conditioned blocks, on ``[1, C, T]`` or, with ``conv2d``, ``[1, C, 1, T]`` tensors."""
 
     def adain(self, x: str, name: str, s: str, out_scale: np.ndarray | None = None) -> str:
         """AdaIN1d: InstanceNorm over time whose scale ``1 + gamma`` and shift ``beta`` are the
@@ -98,16 +63,6 @@ class _Net:
         beta = self.op("Add", self.op("MatMul", s, b.const(name + ".fc.beta_t", w[c:].T * k)),
                        b.const(name + ".fc.beta_b", bias[c:] * k))
         return self.op("InstanceNormalization", x, gamma, beta, epsilon=1e-5)
-
-    def adain_snake_conv(self, x: str, norm: str, s: str, alpha: np.ndarray, conv: str, **kw) -> str:
-        """``conv(snake(adain(x)))`` with Snake's two per-channel multiplies folded away:
-        ``y + sin^2(a y) / a = (u + sin^2 u) / a`` for ``u = a y``, so the norm's projection
-        makes ``u`` and the conv's weight takes the ``1 / a`` (a is never 0 in the checkpoint:
-        smallest |a| 9.5e-5). Saves two passes over the generator's largest tensors per Snake."""
-        a = alpha.reshape(-1).astype(np.float32)
-        u = self.adain(x, norm, s, out_scale=a)
-        sn = self.op("Sin", u)
-        return self.conv(self.op("Add", u, self.op("Mul", sn, sn)), conv, in_scale=a, **kw)
 
     def time_cat(self, x: str, reps: int = 2) -> str:
         """Each frame repeated ``reps`` times (nearest upsampling)."""
@@ -130,13 +85,10 @@ class _Net:
         return self.op("Mul", self.op("Add", r, sc), self.b.const(self.b.name("rsqrt2"), np.array(RSQRT2, np.float32)))
 
     def resblock1(self, x: str, name: str, s: str, kernel: int, dilations) -> str:
-        for j, d in enumerate(dilations):
-            t = self.adain_snake_conv(x, f"{name}.adain1.{j}", s, self.p(f"{name}.alpha1.{j}"), f"{name}.convs1.{j}",
-                                      dilation=d, pad=(d * (kernel - 1) // 2,) * 2)
-            t = self.adain_snake_conv(t, f"{name}.adain2.{j}", s, self.p(f"{name}.alpha2.{j}"), f"{name}.convs2.{j}",
-                                      pad=((kernel - 1) // 2,) * 2)
-            x = self.op("Add", t, x)
-        return x
+        """HiFi-GAN's ResBlock1 whose Snakes act on an AdaIN of the style: the norm's projection
+        makes Snake's scaled input, so Snake costs no multiply of its own."""
+        return self.resblock(x, name, kernel, dilations, alpha=lambda n, st, j: f"{n}.alpha{st}.{j}",
+                             scaled=lambda y, n, st, j, a: self.adain(y, f"{n}.adain{st}.{j}", s, out_scale=a))
 
 
 def _value(name: str, dims: list) -> object:
@@ -196,13 +148,9 @@ def source_graph(w, args):
     har = b.node("Reshape", [op("Tanh", y), i64("flat1", [-1])], ["har"])[0]
 
     # STFT as a strided conv with the windowed DFT basis, reflect-padded (torch center=True)
-    x = op("Pad", op("Reshape", har, i64("shape3", [1, 1, -1])), i64("pads", [0, 0, n_fft // 2, 0, 0, n_fft // 2]),
-           mode="reflect")
     bins = n_fft // 2 + 1
-    # [n_fft, 2 bins] -> a conv weight [2 bins, 1, n_fft]; its DC and Nyquist imaginary rows are
-    # exactly zero, so their phase is 0 or +pi
-    basis = np.ascontiguousarray(np.asarray(stft_basis(n_fft)).T[:, None, :])
-    spec = op("Conv", x, c("stft_basis", basis), strides=[hop])
+    # the basis's DC and Nyquist imaginary rows are exactly zero, so their phase is 0 or +pi
+    spec = stft(b, op("Reshape", har, i64("shape3", [1, 1, -1])), n_fft, hop)
     re = op("Slice", spec, i64("s0", [0]), i64("s1", [bins]), i64("sax", [1]))
     im = op("Slice", spec, i64("s2", [bins]), i64("s3", [2 * bins]), i64("sax2", [1]))
     mag = op("Sqrt", op("Add", op("Mul", re, re), op("Mul", im, im)))
@@ -262,15 +210,13 @@ def decoder_graph(w, args, conv2d: bool = True):
         else:
             src = net.resblock1(net.conv(feats, f"{gen}.noise_convs.{i}"), f"{gen}.noise_res.{i}", s, 11, [1, 3, 5])
         x = net.conv_t(x, f"{gen}.ups.{i}", u, (k - u) // 2)
-        if i == ups - 1:                                                # ReflectionPad1d((1, 0))
-            first = op("Slice", x, i64(b.name("a"), [1]), i64(b.name("b"), [2]), i64(b.name("ax"), [-1]))
-            x = op("Concat", first, x, axis=-1)
+        if i == ups - 1:
+            x = net.reflect_pad_left(x)
         x = op("Add", x, src)
-        xs = None
-        for j, (rk, rd) in enumerate(zip(g.resblock_kernel_sizes, g.resblock_dilation_sizes)):
-            y = net.resblock1(x, f"{gen}.resblocks.{i * nk + j}", s, rk, rd)
-            xs = y if xs is None else op("Add", xs, y)
-        x = op("Div", xs, c(b.name("nk"), np.array(nk, np.float32)))
+        x = net.mean_of_resblocks(x, [(f"{gen}.resblocks.{i * nk + j}", rk, rd) for j, (rk, rd) in
+                                      enumerate(zip(g.resblock_kernel_sizes, g.resblock_dilation_sizes))],
+                                  alpha=lambda n, st, j: f"{n}.alpha{st}.{j}",
+                                  scaled=lambda y, n, st, j, a: net.adain(y, f"{n}.adain{st}.{j}", s, out_scale=a))
     x = net.conv(op("LeakyRelu", x, alpha=0.01), gen + ".conv_post", pad=(3, 3))
     if conv2d:
         x = op("Squeeze", x, i64("ax2s", [2]))
@@ -278,26 +224,12 @@ def decoder_graph(w, args, conv2d: bool = True):
     bins = n_fft // 2 + 1
     mag = op("Exp", op("Slice", x, i64("m0", [0]), i64("m1", [bins]), i64("max", [1])))
     phase = op("Sin", op("Slice", x, i64("p0", [bins]), i64("p1", [2 * bins]), i64("pax", [1])))
-    spec = op("Concat", op("Mul", mag, op("Cos", phase)), op("Mul", mag, op("Sin", phase)), axis=1)
-    y = op("ConvTranspose", spec, c("istft_basis", np.asarray(istft_basis(n_fft))), strides=[hop],
-           pads=[n_fft // 2] * 2)
-    # torch.istft divides by the overlap-added squared window: the same transposed conv of ones
-    ones = op("ConstantOfShape", op("Shape", op("Slice", spec, i64("o0", [0]), i64("o1", [1]), i64("oax", [1]))),
-              value=_tensor1(1.0))
-    env = op("ConvTranspose", ones, c("window_sq", (_hann(n_fft) ** 2).astype(np.float32)[None, None]),
-             strides=[hop], pads=[n_fft // 2] * 2)
-    b.node("Reshape", [op("Div", y, env), i64("flat", [-1])], ["audio"])
+    b.node("Reshape", [istft(b, mag, phase, n_fft, hop), i64("flat", [-1])], ["audio"])
     cin = args.hidden_dim
     return _model(b, "kokoro_decoder",
                   [_value("asr", ["frames", cin]), _value("f0", ["f0_frames"]), _value("n", ["f0_frames"]),
                    _value("style", [args.style_dim]), _value("har_features", [1, 2 * bins, "stft_frames"])],
                   [_value("audio", ["samples"])])
-
-
-def _tensor1(v: float):
-    from onnx import TensorProto, helper
-
-    return helper.make_tensor("value", TensorProto.FLOAT, [1], [v])
 
 
 # ----------------------------------------------------------------------------- text side

@@ -165,6 +165,8 @@ class HiFTGenerator(nn.Module):
         self.resblocks = [ResBlock(ch // 2 ** (i + 1), k, d) for i in range(len(self.ups))
                           for k, d in zip(a.resblock_kernel_sizes, a.resblock_dilation_sizes)]
         self.conv_post = Conv1d(ch // 2 ** len(self.ups), spec_ch, 7, padding=3)
+        # the same decode on another runtime (onnx_hift.OnnxDecode), called in its place
+        self.external_decode = None
 
     def source(self, mel: mx.array, draws: SourceDraws | None = None, key: mx.array | None = None):
         """(f0 ``[T]``, source ``[T * 480]``) of ``mel [T, 80]``."""
@@ -175,6 +177,8 @@ class HiFTGenerator(nn.Module):
 
     def decode(self, mel: mx.array, source: mx.array) -> mx.array:
         """``mel [T, 80]``, ``source [T * 480]`` -> waveform ``[T * 480]``."""
+        if self.external_decode is not None:
+            return self.external_decode(mel, source)
         a = self.a
         s = _stft_re_im(source, a.n_fft, a.hop_len)
         x = self.conv_pre(mel)

@@ -1,0 +1,238 @@
+"""S3Gen's HiFT vocoder, its ``decode`` part, on onnxruntime.
+
+``decode(mel, source)``: the source's STFT, conv_pre, the upsampling stages with the source
+injected at each, the resblocks, conv_post, exp / sin and the iSTFT. The F0 predictor and the
+harmonic source stay on MLX (:class:`~ttscli.models.chatterbox.s3gen.hift.HiFTGenerator`): the
+source's phase sum runs in float64 on purpose and its random draws are ours to replay. The
+graph is built from the MLX model's float32 weights (names as in s3gen.safetensors below
+``mel2wav.``, weight norm folded) with the generator emitters Kokoro's decoder uses
+(:mod:`ttscli.backends.onnx.vocoder`): ``[1, C, 1, T]`` tensors, ``1 x k`` 2-D convs, Snake's
+multiplies folded into the convs.
+
+Why: on the 2-core AMD EPYC (AVX2) decode of 290 mel frames (5.8 s of audio, random weights at
+the real size) took FIGURE_ONNX s median under onnxruntime (2 threads) against FIGURE_MLX s on
+MLX, in one process (load in README, Chatterbox).
+
+Where the graph lives: built from a checkpoint, in ttscli's cache
+(``paths.converted_dir(MODEL, "onnx-hift-float32")``), found by the sha256 of
+s3gen.safetensors and rebuilt when stale; from an in-memory model (``--random-weights``), under
+a fingerprint of its weights (ttscli.backends.onnx.convert).
+
+Which runs: ``TTSCLI_HIFT_BACKEND=mlx|onnx``; unset, onnx on a Linux CPU where onnxruntime is
+installed, MLX elsewhere (macOS, a GPU).
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ttscli.backends.onnx.graph import OPSET, Builder, Quant
+from ttscli.backends.onnx.vocoder import ConvNet, istft, stft
+from ttscli.errors import BackendUnavailableError, CheckpointError, UsageError
+
+from .hift import HiFTArgs
+
+FAMILY = "chatterbox"
+COMPONENT = "vocoder"
+FILE = "hift_decode.onnx"
+SOURCE_FILES = ("s3gen.safetensors",)
+VARIANT = "onnx-hift-float32"
+GRAPH_LAYOUT = 1
+PREFIX = "mel2wav."
+INPUTS = ("mel", "source")
+OUTPUT = "wav"
+BACKEND_ENV = "TTSCLI_HIFT_BACKEND"
+FLOAT32 = Quant("float32")
+# the F0 predictor and the source's linear layer stay on MLX
+DECODE_PARTS = ("conv_pre.", "ups.", "source_downs.", "source_resblocks.", "resblocks.", "conv_post.")
+
+
+class _Weights:
+    """A weight source seen below ``mel2wav.``, one clear line for a missing tensor."""
+
+    def __init__(self, source):
+        self.src = source
+
+    def __contains__(self, key: str) -> bool:
+        return PREFIX + key in self.src
+
+    def get(self, key: str):
+        if PREFIX + key not in self.src:
+            raise CheckpointError(f"{getattr(self.src, 'path', 'weights')}: no tensor {PREFIX}{key}")
+        return self.src.get(PREFIX + key)
+
+
+def build_decode(source, a: HiFTArgs):
+    """The ONNX model of ``HiFTGenerator.decode``: ``mel [T, 80]``, ``source [T * 480]`` ->
+    ``wav [T * 480]``, from a weight source (``get``/``in``, float32 numpy, names as in
+    s3gen.safetensors, weight norm folded)."""
+    from onnx import TensorProto, helper
+
+    b = Builder(FLOAT32)
+    net = ConvNet(b, _Weights(source), conv2d=True)
+    op, i64 = net.op, net.i64
+    ax2 = i64([2], "ax2")
+
+    mel = op("Unsqueeze", op("Unsqueeze", op("Transpose", "mel", perm=[1, 0]), i64([0], "ax0")), ax2)  # [1, 80, 1, T]
+    s = op("Unsqueeze", stft(b, op("Reshape", "source", i64([1, 1, -1], "shape3")), a.n_fft, a.hop_len), ax2)
+    x = net.conv(mel, "conv_pre", pad=(3, 3))
+    nk = len(a.resblock_kernel_sizes)
+    n_ups = len(a.upsample_rates)
+    down = np.cumprod([1, *a.upsample_rates[::-1][:-1]])[::-1]
+    for i, (u, k) in enumerate(zip(a.upsample_rates, a.upsample_kernel_sizes)):
+        x = net.conv_t(op("LeakyRelu", x, alpha=a.lrelu_slope), f"ups.{i}", u, (k - u) // 2)
+        if i == n_ups - 1:
+            x = net.reflect_pad_left(x)
+        r = int(down[i])
+        src = net.conv(s, f"source_downs.{i}") if r == 1 else \
+            net.conv(s, f"source_downs.{i}", stride=r, pad=(r // 2, r // 2))
+        src = net.resblock(src, f"source_resblocks.{i}", a.source_resblock_kernel_sizes[i],
+                           a.source_resblock_dilation_sizes[i], _alpha)
+        x = op("Add", x, src)
+        x = net.mean_of_resblocks(x, [(f"resblocks.{i * nk + j}", kk, d) for j, (kk, d) in
+                                      enumerate(zip(a.resblock_kernel_sizes, a.resblock_dilation_sizes))],
+                                  alpha=_alpha)
+    x = op("Squeeze", net.conv(op("LeakyRelu", x, alpha=0.01), "conv_post", pad=(3, 3)), ax2)
+    bins = a.n_fft // 2 + 1
+    mag = op("Min", op("Exp", op("Slice", x, i64([0]), i64([bins]), i64([1]))), net.f32(1e2))
+    phase = op("Sin", op("Slice", x, i64([bins]), i64([2 * bins]), i64([1])))
+    y = op("Clip", istft(b, mag, phase, a.n_fft, a.hop_len), net.f32(-a.audio_limit), net.f32(a.audio_limit))
+    b.node("Reshape", [y, i64([-1], "flat")], [OUTPUT])
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(b.nodes, "s3gen_hift_decode",
+                              [helper.make_tensor_value_info("mel", f, ["frames", a.in_channels]),
+                               helper.make_tensor_value_info("source", f, ["samples"])],
+                              [helper.make_tensor_value_info(OUTPUT, f, ["samples"])], initializer=b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="ttscli")
+    model.ir_version = 8
+    return model
+
+
+def _alpha(block: str, stage: int, j: int) -> str:
+    return f"{block}.activations{stage}.{j}.alpha"
+
+
+# ----------------------------------------------------------------------------- export and cache
+
+
+def _layout(a: HiFTArgs) -> str:
+    # rates, kernels and dilations are not all in the tensors' shapes: they belong to the graph's identity
+    return (f"{FAMILY}/{COMPONENT}/{GRAPH_LAYOUT}/{a.upsample_rates}/{a.upsample_kernel_sizes}/"
+            f"{a.resblock_kernel_sizes}/{a.source_resblock_kernel_sizes}/{a.n_fft}/{a.hop_len}")
+
+
+def export_decode(source, a: HiFTArgs, out_dir: Path, *, model_id: str, source_record: dict) -> dict:
+    """``hift_decode.onnx`` and the manifest into ``out_dir``."""
+    import onnx
+
+    from ttscli.backends.onnx.manifest import write_manifest
+
+    t0 = time.perf_counter()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(build_decode(source, a), str(out_dir / FILE))
+    entry = {"path": FILE, "data_files": [], "kind": COMPONENT, "precision": "float32", "block_size": None,
+             "hift": dataclasses.asdict(a), "size_bytes": (out_dir / FILE).stat().st_size,
+             "build_seconds": round(time.perf_counter() - t0, 2)}
+    return write_manifest(out_dir, model=model_id, family=FAMILY, precision="float32",
+                          components={COMPONENT: entry}, source={**source_record, "graph_layout": _layout(a)})
+
+
+def _params(hift) -> dict:
+    from ttscli.backends.onnx.convert import mlx_params
+
+    return mlx_params(hift, lambda k: k.startswith(DECODE_PARTS), prefix=PREFIX)
+
+
+def find_or_build(hift, checkpoint: Path, model_id: str | None = None) -> Path:
+    """The decode graph of ``checkpoint`` (a Chatterbox folder) in ttscli's cache, found by the
+    hash of its s3gen.safetensors; built once from the loaded ``hift`` (its weight norm already
+    folded) when missing or stale."""
+    from ttscli.backends.coreml.weights import ArrayWeights
+    from ttscli.backends.onnx.convert import find_or_build as shared_find_or_build
+    from ttscli.backends.onnx.manifest import source_files
+
+    checkpoint = Path(checkpoint)
+    a = hift.a
+    record = {"checkpoint": str(checkpoint.resolve()), "files": source_files(checkpoint, SOURCE_FILES)}
+
+    def export(_folder, out_dir, quant, *, model_id, progress=None):
+        return export_decode(ArrayWeights(_params(hift), "MLX model"), a, out_dir, model_id=model_id,
+                             source_record=record)
+
+    def accept(m: dict) -> bool:
+        return m.get("family") == FAMILY and COMPONENT in m.get("components", {}) \
+            and m.get("source", {}).get("graph_layout") == _layout(a)
+
+    # a build on first use of the default backend is announced at a terminal only
+    return shared_find_or_build(checkpoint, FLOAT32, export, model_id, accept=accept, variant_name=VARIANT,
+                                notice=sys.stderr.isatty())
+
+
+def build_from_model(hift) -> Path:
+    """The decode graph of an in-memory HiFT (random or perturbed weights), cached by a
+    fingerprint of its weights."""
+    from ttscli.backends.onnx.convert import RANDOM_SOURCE, build_from_params
+
+    a = hift.a
+    return build_from_params(_params(hift), FLOAT32, _layout(a), lambda src, tmp: export_decode(
+        src, a, tmp, model_id="MLX model weights", source_record=RANDOM_SOURCE))
+
+
+# ----------------------------------------------------------------------------- runtime
+
+
+class OnnxDecode:
+    """The decode graph in a session, called as ``HiFTGenerator.decode`` is (MLX arrays in and out)."""
+
+    def __init__(self, folder: Path):
+        from ttscli.backends.onnx.manifest import component, read_manifest
+        from ttscli.backends.onnx.runtime import load_session, session_options
+
+        folder = Path(folder)
+        entry = component(read_manifest(folder), COMPONENT, folder)
+        so = session_options()
+        # the tensors grow with the utterance: an arena would keep the longest one's high-water mark
+        so.enable_cpu_mem_arena = False
+        self.session = load_session(folder / entry["path"], so)
+
+    def __call__(self, mel, source):
+        import mlx.core as mx
+
+        feeds = {"mel": np.asarray(mel, np.float32), "source": np.asarray(source, np.float32)}
+        return mx.array(self.session.run([OUTPUT], feeds)[0])
+
+
+def choose_backend(asked: str | None = None) -> str:
+    """``asked`` (a pipeline's ``backends["vocoder"]``), else ``TTSCLI_HIFT_BACKEND`` (``mlx`` or
+    ``onnx``), else onnx on a Linux CPU with onnxruntime installed and MLX elsewhere. Asking for
+    onnx where onnxruntime is missing is one line."""
+    import ttscli.backends.onnx as onnx_backend
+    from ttscli.backends.select import mlx_or_onnx
+
+    where = "vocoder backend" if asked else BACKEND_ENV
+    asked = (asked or "").strip().lower()
+    if asked not in ("", "mlx", "onnx"):
+        raise UsageError(f"{where}={asked}: choose mlx or onnx")
+    pick = asked or mlx_or_onnx(BACKEND_ENV, {})
+    if pick == "onnx":
+        ok, why = onnx_backend.onnx_available()
+        if not ok:
+            raise BackendUnavailableError(f"{where}=onnx: {why}; or set {BACKEND_ENV}=mlx")
+    return pick
+
+
+def attach(hift, checkpoint: Path | None, model_id: str | None = None) -> None:
+    """Run ``hift.decode`` on onnxruntime from now on: the graph converted from ``checkpoint``'s
+    s3gen.safetensors (a Chatterbox folder), or, with ``checkpoint`` None, from the in-memory
+    weights. The graph computes in float32: a decoder held in another dtype is refused."""
+    dtypes = {v.dtype for v in _params(hift).values() if not isinstance(v, np.ndarray)}
+    if dtypes:
+        raise UsageError(f"S3Gen's HiFT on onnxruntime computes in float32, not "
+                         f"{', '.join(sorted(str(d).split('.')[-1] for d in dtypes))}; set {BACKEND_ENV}=mlx")
+    folder = build_from_model(hift) if checkpoint is None else find_or_build(hift, Path(checkpoint), model_id)
+    hift.external_decode = OnnxDecode(folder)
