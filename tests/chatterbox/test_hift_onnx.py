@@ -176,3 +176,11 @@ def test_pipeline_refuses_other_vocoder_backends():
 
     with pytest.raises(BackendUnavailableError, match="vocoder: mlx or onnx"):
         load_pipeline(None, TINY, LoadOptions(backends={"vocoder": "coreml"}))
+
+
+def test_parity_against_onnx_f32_checks_hift():
+    from ttscli.models.chatterbox.parity import parity_checks
+
+    checks = {c.name: c for c in parity_checks(None, TINY, against="onnx-f32", frames=3)}
+    c = checks["S3Gen wave, HiFT decode mlx vs onnx-float32 (max abs / peak)"]
+    assert c.passed and 0 < c.value <= 1e-5

@@ -179,7 +179,7 @@ def against_checks(checkpoint: Path, against: str, frames: int) -> list:
                                 f"{detail + '; ' if detail else ''}reported, not required: "
                                 f"{same}/{len(ref)} tokens equal"))
     if "f32" in precisions:
-        checks.append(flow_check(checkpoint))
+        checks += [flow_check(checkpoint), hift_check(checkpoint)]
     return checks
 
 
@@ -205,6 +205,31 @@ def flow_check(checkpoint: Path):
     err = float(np.abs(got - ref).max() / max(float(np.abs(ref).max()), 1e-12))
     return Check("S3Gen mel, flow estimator mlx vs onnx-float32 (max abs / peak)", err, FLOW_TOLERANCE, "<=",
                  f"{len(tokens)} tokens after a {np.asarray(gen['prompt_token']).size}-token prompt, 10 Euler steps")
+
+
+HIFT_TOLERANCE = 1e-4     # max abs / peak of the waveform: float32 summation order only
+
+
+def hift_check(checkpoint: Path):
+    """S3Gen's waveform with HiFT's decode on MLX vs on onnxruntime (TTSCLI_HIFT_BACKEND), same
+    mel (the flow on MLX, seeded) and the same source draws."""
+    import mlx.core as mx
+
+    from ttscli.models.chatterbox.load import load_conds
+    from ttscli.models.chatterbox.s3gen import load_s3gen
+    from ttscli.models.chatterbox.s3gen.onnx_hift import attach
+    from ttscli.parity import Check
+
+    s3 = load_s3gen(checkpoint / "s3gen.safetensors")
+    gen = load_conds(checkpoint).gen
+    tokens = np.asarray(gen["prompt_token"]).reshape(-1)[:50]
+    mel = s3.mel(tokens, gen, key=mx.random.key(0))
+    ref = np.array(s3.mel2wav(mel, key=mx.random.key(1))[0])
+    attach(s3.mel2wav, checkpoint)
+    got = np.array(s3.mel2wav(mel, key=mx.random.key(1))[0])
+    err = float(np.abs(got - ref).max() / max(float(np.abs(ref).max()), 1e-12))
+    return Check("S3Gen wave, HiFT decode mlx vs onnx-float32 (max abs / peak)", err, HIFT_TOLERANCE, "<=",
+                 f"{mel.shape[0]} mel frames, the same source draws")
 
 
 def export(t3_goldens: Path, conds_pt: Path, meta_json: Path, out: Path) -> None:
