@@ -61,11 +61,18 @@ def main() -> int:
             pad = mx.array([[True] * S] + [[False] * 3 + [True] * (S - 3)] * (B - 1))
             for name, mask in (("slots", (mx.arange(S) <= S // 2)[None, None, None, :]),
                                ("padding", pad[:, None, None, :])):
-                d = float(mx.abs(cuda_kernels.one_query_attention(q, k, v, D ** -0.5, mask)
-                                 - _one_query_attention(q, k, v, D ** -0.5, mask)).max())
+                # against float32 on the CPU: MLX's GPU matmuls behind the plain ops run in TF32
+                # (3e-4 off here), so they are shown, not used as the reference
+                with mx.stream(mx.cpu):
+                    ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=D ** -0.5, mask=mask)
+                    mx.eval(ref)
+                d = float(mx.abs(cuda_kernels.one_query_attention(q, k, v, D ** -0.5, mask) - ref).max())
+                ops = float(mx.abs(_one_query_attention(q, k, v, D ** -0.5, mask) - ref).max())
                 worst = max(worst, d)
-                print(json.dumps({"attention": name, "shape": [B, H, Hk, S, D], "max_abs_diff": d}))
-    return 0 if worst < 1e-4 else 1
+                print(json.dumps({"attention": name, "shape": [B, H, Hk, S, D], "kernel_vs_cpu_float32": d,
+                                  "mlx_gpu_ops_vs_cpu_float32": ops}))
+    # the model-level steps compare with the plain GPU ops, TF32 included (up to ~3e-4 seen)
+    return 0 if worst < 1e-3 else 1
 
 
 if __name__ == "__main__":
