@@ -32,7 +32,7 @@ import numpy as np
 
 from ttscli.backends.onnx.graph import OPSET, Builder, Quant
 from ttscli.backends.onnx.vocoder import ConvNet, istft, stft
-from ttscli.errors import BackendUnavailableError, CheckpointError, UsageError
+from ttscli.errors import CheckpointError, UsageError
 
 from .hift import HiFTArgs
 
@@ -211,19 +211,9 @@ def choose_backend(asked: str | None = None) -> str:
     """``asked`` (a pipeline's ``backends["vocoder"]``), else ``TTSCLI_HIFT_BACKEND`` (``mlx`` or
     ``onnx``), else onnx on a Linux CPU with onnxruntime installed and MLX elsewhere. Asking for
     onnx where onnxruntime is missing is one line."""
-    import ttscli.backends.onnx as onnx_backend
-    from ttscli.backends.select import mlx_or_onnx
+    from ttscli.backends.select import pick_mlx_or_onnx
 
-    where = "vocoder backend" if asked else BACKEND_ENV
-    asked = (asked or "").strip().lower()
-    if asked not in ("", "mlx", "onnx"):
-        raise UsageError(f"{where}={asked}: choose mlx or onnx")
-    pick = asked or mlx_or_onnx(BACKEND_ENV, {})
-    if pick == "onnx":
-        ok, why = onnx_backend.onnx_available()
-        if not ok:
-            raise BackendUnavailableError(f"{where}=onnx: {why}; or set {BACKEND_ENV}=mlx")
-    return pick
+    return pick_mlx_or_onnx(asked or None, what="S3Gen's HiFT decode", env_name=BACKEND_ENV, measured={})
 
 
 def attach(hift, checkpoint: Path | None, model_id: str | None = None) -> None:
