@@ -19,7 +19,8 @@ from ttscli.nn.conv import conv_transpose1d, pad_time, transposed_weight
 from ttscli.nn.fastmath import estrin
 
 
-def _hann(n: int) -> np.ndarray:
+def hann(n: int) -> np.ndarray:
+    """Periodic Hann window (scipy fftbins=True, torch.hann_window), float64."""
     return 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n) / n)          # periodic, as scipy fftbins=True
 
 
@@ -29,7 +30,7 @@ def stft_basis(n_fft: int) -> mx.array:
     n = np.arange(n_fft)[:, None]
     k = np.arange(n_fft // 2 + 1)[None, :]
     ang = 2 * np.pi * n * k / n_fft
-    w = _hann(n_fft)[:, None]
+    w = hann(n_fft)[:, None]
     im = -w * np.sin(ang)
     im[:, 0] = 0.0
     im[:, -1] = 0.0                                                    # exactly zero, not sin(pi n) ~ 1e-16
@@ -46,7 +47,7 @@ def istft_basis(n_fft: int) -> mx.array:
     ang = 2 * np.pi * k * n / n_fft
     c = np.full((bins, 1), 2.0)
     c[0] = c[-1] = 1.0
-    w = _hann(n_fft)[None, :]
+    w = hann(n_fft)[None, :]
     re = c * np.cos(ang) / n_fft * w
     im = -c * np.sin(ang) / n_fft * w
     im[0] = im[-1] = 0.0
@@ -58,7 +59,7 @@ def _envelope(frames: int, n_fft: int, hop: int) -> mx.array:
     """1 / (overlap-added squared window) over the kept samples, as torch.istft divides by it."""
     total = (frames - 1) * hop + n_fft
     env = np.zeros(total)
-    w2 = _hann(n_fft) ** 2
+    w2 = hann(n_fft) ** 2
     for f in range(frames):
         env[f * hop: f * hop + n_fft] += w2
     kept = env[n_fft // 2: n_fft // 2 + (frames - 1) * hop]

@@ -131,7 +131,7 @@ def istft(b: Builder, mag: str, phase: str, n_fft: int, hop: int) -> str:
     """torch.istft (center, periodic Hann) of ``mag``/``phase [1, bins, F]`` -> ``[1, 1, (F-1) hop]``:
     a transposed conv with the windowed inverse-DFT basis, divided by the overlap-added squared
     window (the same transposed conv of ones)."""
-    from ttscli.nn.spectral import _hann, istft_basis
+    from ttscli.nn.spectral import hann, istft_basis
 
     def op(kind, *ins, **kw):
         return b.node(kind, list(ins), **kw)[0]
@@ -144,7 +144,7 @@ def istft(b: Builder, mag: str, phase: str, n_fft: int, hop: int) -> str:
            pads=[n_fft // 2] * 2)
     ones = op("ConstantOfShape", op("Shape", op("Slice", spec, i64("o0", [0]), i64("o1", [1]), i64("oax", [1]))),
               value=_tensor1(1.0))
-    env = op("ConvTranspose", ones, b.const("window_sq", (_hann(n_fft) ** 2).astype(np.float32)[None, None]),
+    env = op("ConvTranspose", ones, b.const("window_sq", (hann(n_fft) ** 2).astype(np.float32)[None, None]),
              strides=[hop], pads=[n_fft // 2] * 2)
     return op("Div", y, env)
 
