@@ -59,6 +59,13 @@ def _one_query_attention(q: mx.array, k: mx.array, v: mx.array, scale: float, ma
     return (p @ v).reshape(B, H, 1, D)
 
 
+def _row_mask(mask: Any) -> bool:
+    """A one-query boolean mask per row, ``[B or 1, 1, 1, S]``, on a GPU: the case the masked
+    one-query attention (ours or :func:`_one_query_attention`) takes over from MLX's kernel."""
+    return (not on_cpu() and isinstance(mask, mx.array) and mask.dtype == mx.bool_ and mask.ndim == 4
+            and mask.shape[1] == mask.shape[2] == 1)
+
+
 class LMAttention(Attention):
     """:class:`Attention` whose q/k/v projections can run as one matmul (see :meth:`fuse`).
 
@@ -101,9 +108,14 @@ class LMAttention(Attention):
         if _fusable(*parts):
             object.__setattr__(self, "_fused", (self.q_proj.weight, *_concat(parts)))
 
-    def _qkv(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    def _fused_now(self):
+        """The fused (source weight, W, b), or None when absent or stale (weights reloaded since)."""
         f = self.__dict__.get("_fused")
-        if f is None or f[0] is not self.q_proj.weight:
+        return f if f is not None and f[0] is self.q_proj.weight else None
+
+    def _qkv(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        f = self._fused_now()
+        if f is None:
             return self.q_proj(x), self.k_proj(x), self.v_proj(x)
         y = _linear(x, f[1], f[2])
         nq, nk = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
@@ -126,8 +138,7 @@ class LMAttention(Attention):
         k = self.rope(k, offset)
         if cache is not None:
             k, v = cache.update_and_fetch(k, v)
-        if (L == 1 and not on_cpu() and isinstance(mask, mx.array) and mask.dtype == mx.bool_ and mask.ndim == 4
-                and mask.shape[1] == mask.shape[2] == 1):
+        if L == 1 and _row_mask(mask):
             out = _one_query_attention(q, k, v, self.scale, mask)
         else:
             out = attention(q, k, v, self.scale, mask)
@@ -141,8 +152,8 @@ class LMAttention(Attention):
         it: no transposes, and the 2-D projections need no flatten/unflatten around them."""
         B = x.shape[0]
         offset = cache.offset if cache is not None else 0
-        f = self.__dict__.get("_fused")
-        kernel = self._qk_norm_rope() if f is not None and f[0] is self.q_proj.weight else None
+        f = self._fused_now()
+        kernel = self._qk_norm_rope() if f is not None else None
         if kernel is not None:
             y = _linear(x, f[1], f[2])
             q, k = kernel(y, offset)
@@ -160,8 +171,7 @@ class LMAttention(Attention):
             k = self.rope(k, offset)
         if cache is not None:
             k, v = cache.update_and_fetch(k, v)
-        if (not on_cpu() and isinstance(mask, mx.array) and mask.dtype == mx.bool_ and mask.ndim == 4
-                and mask.shape[1] == mask.shape[2] == 1):
+        if _row_mask(mask):
             if kernel is not None and self.fused_attention is not False:
                 from ttscli.lm.cuda_kernels import one_query_attention
 
@@ -258,14 +268,14 @@ class DecoderLM(nn.Module):
         flat = h.shape[1] == 1 and (not on_cpu() if self.flat_decode is None else self.flat_decode)
         if flat:
             h = h.reshape(h.shape[0], h.shape[-1])
-            if self._fuse_norms(h):
+            if self._fuse_norms():
                 return self._flat_fused(h, mask, cache)[:, None]
         for i, layer in enumerate(self.layers):
             h = layer(h, mask, cache[i] if cache else None)
         h = self.norm(h)
         return h[:, None] if flat else h
 
-    def _fuse_norms(self, h: mx.array) -> bool:
+    def _fuse_norms(self) -> bool:
         if self.fused_norms is False or not self.layers or not _plain_layers(self):
             return False
         from ttscli.lm import cuda_kernels

@@ -103,6 +103,18 @@ def session_options(threads: int | None = None):
     return so
 
 
+def component_session(folder: Path, name: str, *, arena: bool = True):
+    """The session of component ``name`` of a converted folder (its manifest entry's graph).
+    ``arena=False``: plain allocations per run, for graphs whose tensors grow with the
+    utterance (an arena would keep the longest one's high-water mark for the process's life)."""
+    from .manifest import component, read_manifest
+
+    folder = Path(folder)
+    so = session_options()
+    so.enable_cpu_mem_arena = arena
+    return load_session(folder / component(read_manifest(folder), name, folder)["path"], so)
+
+
 def load_session(path: Path, so=None):
     import onnxruntime as ort
 

@@ -263,16 +263,10 @@ class OnnxEstimator:
     """The estimator graph in a session: called as the MLX estimator is (MLX arrays in and out)."""
 
     def __init__(self, folder: Path):
-        from ttscli.backends.onnx.manifest import component, read_manifest
-        from ttscli.backends.onnx.runtime import load_session, session_options
+        from ttscli.backends.onnx.runtime import component_session
 
-        folder = Path(folder)
-        entry = component(read_manifest(folder), COMPONENT, folder)
-        so = session_options()
-        # the tensors grow with the utterance (attention scores are [2, 8, T, T]): an arena would
-        # keep the longest one's high-water mark for the process's life
-        so.enable_cpu_mem_arena = False
-        self.session = load_session(folder / entry["path"], so)
+        # the tensors grow with the utterance (attention scores are [2, 8, T, T]): no arena
+        self.session = component_session(folder, COMPONENT, arena=False)
 
     def __call__(self, x, mu, t, spks, cond):
         import mlx.core as mx
