@@ -40,8 +40,13 @@ def main() -> int:
     ours = greedy_frames(model, dec, prompt, gen, len(ref))
     n = min(len(ours), len(ref))
     same = int((ours[:n] == ref[:n]).all(axis=1).sum())
+    from ttscli.lm import cuda_frame
+    from ttscli.lm.sample import SamplingParams
+
+    frame = cuda_frame.unsupported(model.talker.code_predictor, SamplingParams(do_sample=False)) or "one kernel"
     print(json.dumps({"dtype": a.dtype, "device": str(mx.default_device()), "compiled": dec.compiled,
-                      "frames_equal": same, "golden_frames": len(ref), "ours_frames": len(ours)}))
+                      "code_predictor_frame": frame if model.talker.code_predictor.one_kernel_frame is not False
+                      else "mlx (switched off)", "frames_equal": same, "golden_frames": len(ref), "ours_frames": len(ours)}))
     return 0 if same == len(ref) == len(ours) else 1
 
 

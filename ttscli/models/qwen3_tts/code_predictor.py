@@ -40,6 +40,9 @@ class CodePredictorModel(DecoderLM):
 
 
 class CodePredictor(nn.Module):
+    # the whole frame as one CUDA kernel where MLX runs on CUDA (None: wherever it can, False: never)
+    one_kernel_frame: bool | None = None
+
     def __init__(self, a: CodePredictorArgs, talker_hidden: int):
         super().__init__()
         self.args = a
@@ -91,12 +94,22 @@ class CodePredictor(nn.Module):
         self._compiled.clear()
 
     def compiled_frame(self, params: SamplingParams) -> Callable:
-        """``frame`` compiled for these sampling params (traced on first use, then replayed)."""
+        """``frame`` compiled for these sampling params (traced on first use, then replayed).
+
+        On MLX's CUDA backend the frame is one kernel of ours where it can be
+        (:mod:`ttscli.lm.cuda_frame`; ``one_kernel_frame``), the compiled MLX frame elsewhere."""
         fn = self._compiled.get(params)
         if fn is None:
-            if params.greedy:
-                fn = mx.compile(lambda h, e: self.frame(h, e, params, None))
-            else:
-                fn = mx.compile(lambda h, e, k: self.frame(h, e, params, k))
+            fn = self._mlx_frame(params)
+            if self.one_kernel_frame is not False:
+                from ttscli.lm import cuda_frame
+
+                if cuda_frame.unsupported(self, params) is None:
+                    fn = cuda_frame.CodeFrameKernel(self, params, fallback=fn)
             self._compiled[params] = fn
         return fn
+
+    def _mlx_frame(self, params: SamplingParams) -> Callable:
+        if params.greedy:
+            return mx.compile(lambda h, e: self.frame(h, e, params, None))
+        return mx.compile(lambda h, e, k: self.frame(h, e, params, k))
