@@ -52,7 +52,7 @@ __device__ __forceinline__ void row_dots(const float* __restrict__ w, const floa
     const int lane = threadIdx.x & 31;
     #pragma unroll
     for (int b = 0; b < B; ++b) acc[b] = 0.0f;
-    #pragma unroll 4
+    #pragma unroll 8
     for (int k = lane * 4; k < K; k += 128) {
         const float4 wv = __ldg(reinterpret_cast<const float4*>(w + k));
         #pragma unroll
@@ -66,6 +66,34 @@ __device__ __forceinline__ void row_dots(const float* __restrict__ w, const floa
     for (int b = 0; b < B; ++b) {
         #pragma unroll
         for (int o = 16; o > 0; o >>= 1) acc[b] += __shfl_xor_sync(0xffffffff, acc[b], o);
+    }
+}
+
+// row_dots for two weight rows at once (gate and up): both rows' loads in flight together
+template <int K, int B>
+__device__ __forceinline__ void row_dots2(const float* __restrict__ w1, const float* __restrict__ w2,
+                                          const float* v, float* a1, float* a2) {
+    const int lane = threadIdx.x & 31;
+    #pragma unroll
+    for (int b = 0; b < B; ++b) { a1[b] = 0.0f; a2[b] = 0.0f; }
+    #pragma unroll 4
+    for (int k = lane * 4; k < K; k += 128) {
+        const float4 x1 = __ldg(reinterpret_cast<const float4*>(w1 + k));
+        const float4 x2 = __ldg(reinterpret_cast<const float4*>(w2 + k));
+        #pragma unroll
+        for (int b = 0; b < B; ++b) {
+            const float4 x = *reinterpret_cast<const float4*>(v + b * K + k);
+            a1[b] += x1.x * x.x + x1.y * x.y + x1.z * x.z + x1.w * x.w;
+            a2[b] += x2.x * x.x + x2.y * x.y + x2.z * x.z + x2.w * x.w;
+        }
+    }
+    #pragma unroll
+    for (int b = 0; b < B; ++b) {
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            a1[b] += __shfl_xor_sync(0xffffffff, a1[b], o);
+            a2[b] += __shfl_xor_sync(0xffffffff, a2[b], o);
+        }
     }
 }
 
@@ -327,8 +355,7 @@ _SOURCE = r"""
             const float* wg = wgu + (size_t)l * 2 * I * HC;
             for (int r = gw; r < I; r += NW) {
                 float g[B], u[B];
-                row_dots<HC, B, false>(wg + (size_t)r * HC, sx, g);
-                row_dots<HC, B, false>(wg + (size_t)(I + r) * HC, sx, u);
+                row_dots2<HC, B>(wg + (size_t)r * HC, wg + (size_t)(I + r) * HC, sx, g, u);
                 if (lane == 0)
                     for (int b = 0; b < B; ++b) act[b * I + r] = (g[b] * (1.0f / (1.0f + expf(-g[b])))) * u[b];
             }
