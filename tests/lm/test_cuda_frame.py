@@ -1,0 +1,82 @@
+"""The one-kernel code-predictor frame (ttscli.lm.cuda_frame): when it runs and when the MLX frame
+does. The kernel itself runs only on MLX's CUDA backend; scripts/gpu_check_frame.py checks it
+there against the MLX frame and against float32 on the CPU (docs: README, GPU)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+
+from ttscli.lm import SamplingParams, cuda_frame, cuda_kernels
+from ttscli.lm.config import LMArgs
+from ttscli.models.qwen3_tts.loader import load_model
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "parity" / "qwen3-tiny-base"
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    model, _ = load_model(FIX)
+    return model.talker.code_predictor
+
+
+@pytest.fixture
+def as_if_cuda(monkeypatch):
+    """The gate's view of a CUDA machine with 132 multiprocessors (nothing is launched)."""
+    monkeypatch.setattr(cuda_kernels, "available", lambda: True)
+    monkeypatch.setattr(cuda_frame, "multiprocessors", lambda: 132)
+
+
+def test_off_cuda_the_mlx_frame_runs(predictor):
+    p = SamplingParams(0.9, 50, 1.0)
+    assert cuda_frame.unsupported(predictor, p) == "not on MLX's CUDA backend"
+    predictor.reset_compiled()
+    assert not isinstance(predictor.compiled_frame(p), cuda_frame.CodeFrameKernel)
+
+
+def test_the_gate_on_cuda(predictor, as_if_cuda, monkeypatch):
+    assert cuda_frame.unsupported(predictor, SamplingParams(do_sample=False)) is None
+    assert cuda_frame.unsupported(predictor, SamplingParams(0.9, 50, 1.0)) is None
+    for p in (SamplingParams(0.9, 50, 0.8), SamplingParams(0.9, 50, 1.0, 0.1),
+              SamplingParams(0.9, 50, 1.0, 0.0, 1.1)):
+        assert "top-p, min-p and repetition penalty" in cuda_frame.unsupported(predictor, p)
+    # the switch and the gate decide what compiled_frame hands the loop
+    predictor.reset_compiled()
+    assert isinstance(predictor.compiled_frame(SamplingParams(0.9, 50, 1.0)), cuda_frame.CodeFrameKernel)
+    predictor.reset_compiled()
+    monkeypatch.setattr(type(predictor), "one_kernel_frame", False)
+    assert not isinstance(predictor.compiled_frame(SamplingParams(0.9, 50, 1.0)), cuda_frame.CodeFrameKernel)
+    predictor.reset_compiled()
+    monkeypatch.setattr(cuda_frame, "multiprocessors", lambda: 0)
+    assert "multiprocessor" in cuda_frame.unsupported(predictor, SamplingParams(do_sample=False))
+
+
+def test_bf16_weights_keep_the_mlx_frame(predictor, as_if_cuda):
+    w = predictor.model.layers[0].self_attn.q_proj.weight
+    try:
+        predictor.model.layers[0].self_attn.q_proj.weight = w.astype(mx.bfloat16)
+        assert cuda_frame.unsupported(predictor, SamplingParams(do_sample=False)) == "float32 weights only"
+    finally:
+        predictor.model.layers[0].self_attn.q_proj.weight = w
+
+
+def test_rows_that_do_not_fit_shared_memory_run_the_fallback(predictor, as_if_cuda):
+    a = LMArgs(hidden_size=1024, num_hidden_layers=5, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+               intermediate_size=3072)
+    assert cuda_frame.fits(a, 1024, 4, 2048) and not cuda_frame.fits(a, 1024, 5, 2048)
+    assert cuda_frame.fits(a, 2048, 2, 2048) and not cuda_frame.fits(a, 2048, 4, 2048)   # 1.7B: wider inputs
+    calls = []
+
+    def fallback(*args):
+        calls.append(len(args))
+        return "mlx frame"
+
+    H = predictor.model.codec_embedding[0].weight.shape[1]
+    rows = cuda_frame.MAX_ROWS + 1
+    kern = cuda_frame.CodeFrameKernel(predictor, SamplingParams(0.9, 50, 1.0), fallback=fallback)
+    keys = mx.zeros((15, 2), mx.uint32)
+    assert kern(mx.zeros((rows, H)), mx.zeros((rows, H)), keys) == "mlx frame"
+    greedy = cuda_frame.CodeFrameKernel(predictor, SamplingParams(do_sample=False), fallback=fallback)
+    assert greedy(mx.zeros((rows, H)), mx.zeros((rows, H))) == "mlx frame"
+    assert calls == [3, 2]
