@@ -80,3 +80,9 @@ def test_rows_that_do_not_fit_shared_memory_run_the_fallback(predictor, as_if_cu
     greedy = cuda_frame.CodeFrameKernel(predictor, SamplingParams(do_sample=False), fallback=fallback)
     assert greedy(mx.zeros((rows, H)), mx.zeros((rows, H))) == "mlx frame"
     assert calls == [3, 2]
+
+
+def test_a_predictor_with_an_input_projection_keeps_the_mlx_frame(predictor, as_if_cuda, monkeypatch):
+    monkeypatch.setattr(type(predictor), "__contains__",
+                        lambda self, key: key == "small_to_mtp_projection" or key in self.keys())
+    assert "1.7B" in cuda_frame.unsupported(predictor, SamplingParams(do_sample=False))
