@@ -47,6 +47,9 @@ def test_the_gate_on_cuda(predictor, as_if_cuda, monkeypatch):
     predictor.reset_compiled()
     monkeypatch.setattr(type(predictor), "one_kernel_frame", False)
     assert not isinstance(predictor.compiled_frame(SamplingParams(0.9, 50, 1.0)), cuda_frame.CodeFrameKernel)
+    monkeypatch.setenv(cuda_frame.ENV, "off")
+    assert cuda_frame.unsupported(predictor, SamplingParams(do_sample=False)) == f"switched off ({cuda_frame.ENV})"
+    monkeypatch.delenv(cuda_frame.ENV)
     predictor.reset_compiled()
     monkeypatch.setattr(cuda_frame, "multiprocessors", lambda: 0)
     assert "multiprocessor" in cuda_frame.unsupported(predictor, SamplingParams(do_sample=False))

@@ -37,6 +37,9 @@ import numpy as np
 
 THREADS = 512
 MAX_ROWS = 4
+# TTSCLI_CUDA_FRAME=off: the MLX frame everywhere (e.g. a GPU shared with persistent kernels of
+# other processes, where this kernel's blocks might not all be resident at once)
+ENV = "TTSCLI_CUDA_FRAME"
 
 _HEADER = r"""
 __device__ __forceinline__ void grid_sync(unsigned int* bar, unsigned int& target) {
@@ -478,10 +481,14 @@ def fits(a, hin: int, rows: int, vocab: int) -> bool:
 
 def unsupported(cp, params, rows: int | None = None) -> str | None:
     """Why the one-kernel frame cannot run this predictor with these sampling params (None: it can)."""
+    import os
+
     from ttscli.lm import cuda_kernels
 
     if not cuda_kernels.available():
         return "not on MLX's CUDA backend"
+    if os.environ.get(ENV, "").strip().lower() in ("0", "off", "no", "false"):
+        return f"switched off ({ENV})"
     if multiprocessors() < 8:
         return "the GPU's multiprocessor count could not be read"
     a = cp.model.args
