@@ -133,6 +133,7 @@ def test_bench_json_and_plot(run_cli, tmp_path, ckpt):
                 "mlx_peak_mb", "rss_peak_mb"):
         assert v["mlx/batched"][fig] > 0, fig
     assert v["mlx/batched"]["prefill_tokens"] == 16
+    assert v["mlx/batched"]["code_predictor_one_kernel"] == 0      # a CUDA kernel: never on the CPU
     assert "prefill_ms" in report["ratios"]["mlx/sequential vs mlx/batched"]
     assert report["environment"]["mlx"]
     assert (tmp_path / "frames.png").stat().st_size > 1000

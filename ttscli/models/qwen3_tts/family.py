@@ -21,7 +21,8 @@ FAMILY = Family(
              "onnx": hook("ttscli.models.qwen3_tts.onnx_export:convert_onnx")},
     bench_components=hook("ttscli.models.qwen3_tts:bench_components"),
     bench_rows=(("talker_step_ms", "talker step, median (ms)", "{:.2f}"),
-                ("code_predictor_frame_ms", "code predictor, 15 steps (ms)", "{:.2f}")),
+                ("code_predictor_frame_ms", "code predictor, 15 steps (ms)", "{:.2f}"),
+                ("code_predictor_one_kernel", "code predictor as one CUDA kernel (1: yes, 0: no)", "{:.0f}")),
     parity_checks=hook("ttscli.models.qwen3_tts.parity:parity_checks"),
     parity_against=("mlx", "coreml", "onnx", "onnx-f32", "onnx-int8", "onnx-int4"),
     batched={name: hook(f"ttscli.models.qwen3_tts.batched:{name}")
