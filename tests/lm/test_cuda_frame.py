@@ -89,3 +89,36 @@ def test_a_predictor_with_an_input_projection_keeps_the_mlx_frame(predictor, as_
     monkeypatch.setattr(type(predictor), "__contains__",
                         lambda self, key: key == "small_to_mtp_projection" or key in self.keys())
     assert "1.7B" in cuda_frame.unsupported(predictor, SamplingParams(do_sample=False))
+
+
+def test_the_kernels_launch_matches_the_predictor(predictor, as_if_cuda, monkeypatch):
+    """What CodeFrameKernel hands the kernel (shapes, template, scratch size, Gumbel noise per
+    codebook), with a stand-in for the kernel; the kernel itself runs only on a GPU."""
+    seen = {}
+
+    def run(inputs, template, grid, threadgroup, output_shapes, output_dtypes, init_value):
+        seen.update(inputs=inputs, template=dict(template), grid=grid, threadgroup=threadgroup,
+                    shapes=output_shapes, init=init_value)
+        return [mx.zeros(s, d) for s, d in zip(output_shapes, output_dtypes)]
+
+    monkeypatch.setattr(cuda_frame, "_kernel", lambda: run)
+    a = predictor.model.args
+    H = predictor.model.codec_embedding[0].weight.shape[1]
+    V = predictor.lm_head[0].weight.shape[0]
+    rows = 2
+    keys = mx.random.split(mx.random.key(0), 15)
+    codes, total = cuda_frame.CodeFrameKernel(predictor, SamplingParams(0.9, 50, 1.0))(
+        mx.zeros((rows, H)), mx.zeros((rows, H)), keys)
+    t = seen["template"]
+    assert (t["B"], t["L"], t["HC"], t["HIN"], t["V"], t["P"], t["NCB"], t["TOPK"], t["GREEDY"]) == (
+        rows, a.num_hidden_layers, a.hidden_size, H, V, 16, 15, 50, False)
+    assert t["VP"] >= V and t["VP"] & (t["VP"] - 1) == 0
+    assert seen["grid"] == (128 * cuda_frame.THREADS, 1, 1) and seen["init"] == 0
+    nqkv = (a.num_attention_heads + 2 * a.num_key_value_heads) * a.head_dim
+    scratch = (32 + rows * (a.hidden_size + nqkv + a.num_attention_heads * a.head_dim + a.intermediate_size + V)
+               + a.num_hidden_layers * 2 * rows * a.num_key_value_heads * 16 * a.head_dim)
+    assert seen["shapes"] == [(rows, 15), (rows, H), (scratch,)]
+    noise = seen["inputs"][-1]
+    assert noise.shape == (15, rows, V)
+    assert mx.array_equal(noise[3], mx.random.gumbel((rows, V), key=keys[3])).item()   # sample()'s draw for key 3
+    assert codes.shape == (rows, 15) and total.shape == (rows, H)
