@@ -1,8 +1,8 @@
 """A code predictor's whole frame as one CUDA kernel (``mx.fast.cuda_kernel``, MLX CUDA only).
 
 On a GPU a Qwen3-TTS frame is bound by MLX's host time per graph node, not by the GPU: the
-host takes ~7.7 ms to enqueue the compiled code-predictor frame (~1,000 nodes: 16 positions x
-5 layers, 15 heads, 15 draws) while the GPU would read its 4.8 GB of float32 weights in ~1.5 ms
+host takes ~7.7 ms to enqueue the compiled code-predictor frame (~1,100 nodes: 16 positions x
+5 layers, 15 heads, 15 draws) while the GPU would read its 5.2 GB of float32 weights in ~1.1 ms
 (``scripts/gpu_frame_anatomy.py``). Here the frame is one node: a persistent kernel whose
 blocks walk the 16 positions together, meeting at a grid barrier wherever a step needs the
 whole of the previous one (after the q/k/v, attention, output, gate/up and down projections of
