@@ -106,6 +106,18 @@ __device__ __forceinline__ void row_dots2(const float* __restrict__ w1, const fl
     }
 }
 
+// xs[b][r] += w[r] . v[b] for every row r of an N x K projection that this warp owns: an output
+// projection added into the residual stream, its input vectors v [B, K] written by other blocks
+template <int K, int N, int B, int WARPS>
+__device__ __forceinline__ void add_rows(const float* __restrict__ w, const float* v, float* xs) {
+    const int lane = threadIdx.x & 31;
+    for (int r = blockIdx.x * WARPS + (threadIdx.x >> 5); r < N; r += gridDim.x * WARPS) {
+        float acc[B];
+        row_dots<K, B, true>(w + (size_t)r * K, v, acc);
+        if (lane == 0) for (int b = 0; b < B; ++b) xs[b * N + r] = __ldcg(xs + b * N + r) + acc[b];
+    }
+}
+
 // every block: s[b][k] = w[k] * (x[b][k] * rsqrt(mean_k x^2 + eps)), x read coherently from global
 template <int N, int B, int WARPS>
 __device__ __forceinline__ void block_rms_norm(const float* x, const float* __restrict__ w, float eps,
@@ -351,12 +363,7 @@ _SOURCE = r"""
             grid_sync(bar, target);
 
             // ---- output projection + residual
-            const float* wo_l = wo + (size_t)l * HC * HD;
-            for (int r = gw; r < HC; r += NW) {
-                float acc[B];
-                row_dots<HD, B, true>(wo_l + (size_t)r * HD, att, acc);
-                if (lane == 0) for (int b = 0; b < B; ++b) xs[b * HC + r] = __ldcg(xs + b * HC + r) + acc[b];
-            }
+            add_rows<HD, HC, B, WARPS>(wo + (size_t)l * HC * HD, att, xs);
             grid_sync(bar, target);
 
             // ---- post-attention norm, gate/up, SwiGLU
@@ -371,12 +378,7 @@ _SOURCE = r"""
             grid_sync(bar, target);
 
             // ---- down projection + residual
-            const float* wd_l = wd + (size_t)l * HC * I;
-            for (int r = gw; r < HC; r += NW) {
-                float acc[B];
-                row_dots<I, B, true>(wd_l + (size_t)r * I, act, acc);
-                if (lane == 0) for (int b = 0; b < B; ++b) xs[b * HC + r] = __ldcg(xs + b * HC + r) + acc[b];
-            }
+            add_rows<I, HC, B, WARPS>(wd + (size_t)l * HC * I, act, xs);
             grid_sync(bar, target);
         }
         if (p == 0) continue;
@@ -508,7 +510,7 @@ def unsupported(cp, params, rows: int | None = None) -> str | None:
         # the kernel has the projection (PROJ) but it has not been checked on a GPU yet:
         # scripts/gpu_check_frame.py --model qwen3-tts-1.7b-base first
         return "a predictor narrower than its talker (1.7B) is not checked on a GPU yet"
-    if cp.model.layers[0].self_attn.q_proj.weight.dtype != mx.float32:
+    if layers[0].self_attn.q_proj.weight.dtype != mx.float32:
         return "float32 weights only"
     rope = layers[0].self_attn.rope
     if getattr(rope, "dims", None) != a.head_dim or getattr(rope, "traditional", False):
@@ -527,24 +529,26 @@ class CodeFrameKernel:
         self._w: dict = {}
 
     def _weights(self) -> dict:
-        from ttscli.lm.rope import default_inv_freq
+        """The kernel's constant inputs: weights stacked per kind, RoPE frequencies, scalars."""
+        from ttscli.lm.model import _concat
+        from ttscli.lm.rope import module_inv_freq
 
         first = self.cp.model.layers[0].self_attn.q_proj.weight
         if self._src is first:
             return self._w
         m, cp = self.cp.model, self.cp
+        a = m.args
         layers = m.layers
 
         def qkv(layer):
             at = layer.self_attn
-            return mx.concatenate([at.q_proj.weight, at.k_proj.weight, at.v_proj.weight], axis=0)
+            return _concat([at.q_proj, at.k_proj, at.v_proj])[0]
 
         def gu(layer):
-            return mx.concatenate([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight], axis=0)
+            return _concat([layer.mlp.gate_proj, layer.mlp.up_proj])[0]
 
-        rope = layers[0].self_attn.rope
-        inv = (1.0 / np.asarray(rope._freqs, np.float64) if rope._freqs is not None
-               else default_inv_freq(rope.base, m.args.head_dim))
+        inv = module_inv_freq(layers[0].self_attn.rope, a.head_dim)
+        greedy = self.params.greedy
         w = {
             "ln1": mx.stack([lyr.input_layernorm.weight for lyr in layers]),
             "wqkv": mx.stack([qkv(lyr) for lyr in layers]),
@@ -558,6 +562,9 @@ class CodeFrameKernel:
             "heads": mx.stack([h.weight for h in cp.lm_head]),
             "emb": mx.stack([e.weight for e in m.codec_embedding]),
             "inv_freq": mx.array(np.asarray(inv, np.float32).reshape(-1)),
+            "params": mx.array([a.rms_norm_eps, 1.0 if greedy else self.params.temperature, a.head_dim ** -0.5],
+                               mx.float32),
+            "no_noise": mx.zeros((1,)),      # greedy: the kernel reads no noise
         }
         if "small_to_mtp_projection" in cp:
             w["proj_w"], w["proj_b"] = cp.small_to_mtp_projection.weight, cp.small_to_mtp_projection.bias
@@ -592,21 +599,17 @@ class CodeFrameKernel:
         ncb = len(self.cp.lm_head)
         positions = ncb + 1
         greedy = self.params.greedy
-        if greedy:
-            noise = mx.zeros((1,))
-        else:
-            noise = mx.vmap(lambda k: mx.random.gumbel((B, V), key=k))(keys)
+        noise = w["no_noise"] if greedy else mx.vmap(lambda k: mx.random.gumbel((B, V), key=k))(keys)
         vp = 1 << (V - 1).bit_length()
         H, HK, D, HC, inter = (a.num_attention_heads, a.num_key_value_heads, a.head_dim, a.hidden_size,
                                a.intermediate_size)
         scratch = (32 + B * (HC + (H + 2 * HK) * D + H * D + inter + V)
                    + a.num_hidden_layers * 2 * B * HK * positions * D)
-        params = mx.array([a.rms_norm_eps, self.params.temperature if not greedy else 1.0, D ** -0.5], mx.float32)
         blocks = min(128, multiprocessors())
         codes, total, scratch = _kernel()(
             inputs=[hidden.astype(mx.float32), c0_embed.astype(mx.float32), w["ln1"], w["wqkv"], w["qn"], w["kn"],
                     w["wo"], w["ln2"], w["wgu"], w["wd"], w["fnorm"], w["heads"], w["emb"], w["proj_w"], w["proj_b"],
-                    w["inv_freq"], params, noise],
+                    w["inv_freq"], w["params"], noise],
             template=[("B", B), ("L", a.num_hidden_layers), ("HC", HC), ("HIN", hin), ("H", H), ("HK", HK),
                       ("D", D), ("I", inter), ("V", V), ("VP", vp), ("P", positions), ("NCB", ncb),
                       ("PROJ", "small_to_mtp_projection" in self.cp), ("GREEDY", greedy),

@@ -11,11 +11,10 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-import numpy as np
 
 from ttscli.lm.cache import KVCache, make_cache
 from ttscli.lm.config import LMArgs
-from ttscli.lm.rope import default_inv_freq, make_rope
+from ttscli.lm.rope import make_rope, module_inv_freq
 from ttscli.nn.layers import MLP, Attention, RMSNorm, attention, on_cpu, swiglu
 
 
@@ -91,8 +90,7 @@ class LMAttention(Attention):
 
             rope = self.rope
             if cuda_kernels.available() and getattr(rope, "dims", None) == self.head_dim:
-                inv = (1.0 / np.asarray(rope._freqs, np.float64) if rope._freqs is not None
-                       else default_inv_freq(rope.base, self.head_dim))
+                inv = module_inv_freq(rope, self.head_dim)
                 try:
                     k = cuda_kernels.QKNormRope(self.num_heads, self.num_kv_heads, self.head_dim, inv,
                                                 self.q_norm if self.qk_norm else None,

@@ -41,6 +41,15 @@ def llama3_inv_freq(r: RopeArgs, head_dim: int) -> np.ndarray:
     return np.where(wavelen < ctx / r.high_freq_factor, f, out)
 
 
+def module_inv_freq(rope, head_dim: int) -> np.ndarray:
+    """Inverse frequencies, float64, of a built RoPE module (``mlx.nn.RoPE`` or the custom-frequency
+    rope of :func:`make_rope`, which holds the frequencies' reciprocals in ``_freqs``): what a
+    kernel of ours rotating the same pairs needs."""
+    if getattr(rope, "_freqs", None) is not None:
+        return 1.0 / np.asarray(rope._freqs, np.float64)
+    return default_inv_freq(rope.base, head_dim)
+
+
 def inv_freq(r: RopeArgs, head_dim: int) -> np.ndarray:
     """Inverse frequency of each rotary pair, float64 ``[head_dim // 2]``."""
     if r.type == "llama3":
