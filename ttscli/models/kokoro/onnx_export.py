@@ -41,7 +41,7 @@ from ttscli.errors import UsageError
 FAMILY = "kokoro"
 DURATIONS_FILE, PROSODY_FILE = "durations.onnx", "prosody.onnx"
 SOURCE_FILE, DECODER_FILE = "source.onnx", "decoder.onnx"
-GRAPH_LAYOUT = 3                 # 2: Snake's multiplies folded into the norms and convs; 3: text side too
+GRAPH_LAYOUT = 4                 # 2: Snake's multiplies folded into the norms and convs; 3: text side too; 4: FFT convs
 OPSET = 17
 RSQRT2 = 1.0 / math.sqrt(2.0)
 
