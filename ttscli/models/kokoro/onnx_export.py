@@ -48,7 +48,11 @@ RSQRT2 = 1.0 / math.sqrt(2.0)
 
 class _Net(ConvNet):
     """The shared generator ops (:class:`~ttscli.backends.onnx.vocoder.ConvNet`) and Kokoro's
-    style-conditioned blocks, on ``[1, C, T]`` or, with ``conv2d``, ``[1, C, 1, T]`` tensors."""
+    style-conditioned blocks, on ``[1, C, T]`` or, with ``conv2d``, ``[1, C, 1, T]`` tensors.
+    The generator's k=7/k=11 convs at 128 and 256 channels run as FFT convolutions (README,
+    Kokoro: the decoder ~1.3x faster)."""
+
+    fft_min_channels = 128
 
     def adain(self, x: str, name: str, s: str, out_scale: np.ndarray | None = None) -> str:
         """AdaIN1d: InstanceNorm over time whose scale ``1 + gamma`` and shift ``beta`` are the

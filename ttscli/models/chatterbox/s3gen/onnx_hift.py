@@ -41,7 +41,7 @@ COMPONENT = "vocoder"
 FILE = "hift_decode.onnx"
 SOURCE_FILES = ("s3gen.safetensors",)
 VARIANT = "onnx-hift-float32"
-GRAPH_LAYOUT = 2                 # 2: the resblocks' k=7 and k=11 convs as FFT convolutions
+GRAPH_LAYOUT = 1
 PREFIX = "mel2wav."
 INPUTS = ("mel", "source")
 OUTPUT = "wav"
