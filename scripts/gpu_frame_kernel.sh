@@ -1,6 +1,7 @@
 #!/bin/bash
 # Issue 19: the code predictor's frame as one CUDA kernel (ttscli.lm.cuda_frame,
-# CodePredictor.one_kernel_frame) against the compiled MLX frame, on the device after
+# CodePredictor.one_kernel_frame) against the compiled MLX frame (variants mlx, kernel; "both" adds
+# the talker step as one kernel, ttscli.lm.cuda_step, checked first with CHECK_STEP=1), on the device after
 # scripts/gpu_figures.sh's install (STEPS=none). The kernel checked against the MLX frame
 # (scripts/gpu_check_frame.py), the tiny fixture's greedy frames against the upstream golden with
 # and without it, then the frame bench with each (interleaved, ROUNDS rounds) and mlx-audio's frame.
@@ -11,8 +12,11 @@ exec > >(tee -a "$OUT/log.txt") 2>&1
 export PYTHONUNBUFFERED=1 PYTHONPATH=/root/site:$PWD TTSCLI_MLX_AUDIO_PYTHON=python3
 Q=qwen3-tts-0.6b-base
 SET='import sys
+from ttscli.lm import MLXCodeDecoder
 from ttscli.models.qwen3_tts.code_predictor import CodePredictor
-CodePredictor.one_kernel_frame = None if sys.argv.pop(1) == "kernel" else False'
+v = sys.argv.pop(1)
+CodePredictor.one_kernel_frame = None if v in ("kernel", "both") else False
+MLXCodeDecoder.step_kernel = v == "both"'
 as_variant() {  # as_variant mlx|kernel SCRIPT|-m ARGS...: a script or the CLI with the switch set
   local v=$1 what=$2; shift 2
   if [ "$what" = cli ]; then
@@ -28,7 +32,8 @@ runpy.run_path(sys.argv[0], run_name="__main__")' "$v" "$what" "$@"
   fi
 }
 [ -n "${CHECK:-1}" ] && timeout 300 python3 scripts/gpu_check_frame.py --reps ${REPS:-30} > "$OUT/check.json"
-[ -n "${GREEDY:-1}" ] && for v in kernel mlx; do
+[ -n "${CHECK_STEP:-}" ] && timeout 300 python3 scripts/gpu_check_step.py --reps ${REPS:-30} > "$OUT/check_step.json"
+[ -n "${GREEDY:-1}" ] && for v in ${GREEDY_VARIANTS:-kernel mlx}; do
   as_variant $v scripts/gpu_greedy_dtype.py --dtype float32 > "$OUT/greedy_$v.json"; done
 for r in $(seq 1 "${ROUNDS:-2}"); do
   for v in ${VARIANTS:-mlx kernel}; do

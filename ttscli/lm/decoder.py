@@ -46,6 +46,10 @@ class MLXCodeDecoder:
     of kernels).  The CPU keeps the plain path its goldens were taken with.
     """
 
+    # one decode step as one CUDA kernel (ttscli.lm.cuda_step) for a model with ``step_parts()``:
+    # off until scripts/gpu_check_step.py has checked it on a GPU
+    step_kernel: bool = False
+
     def __init__(self, model: LMHeadModel, sequential: bool = False, compiled: bool | None = None):
         from ttscli.nn.fastmath import on_cpu
 
@@ -82,6 +86,18 @@ class MLXCodeDecoder:
             mx.eval(out, [c.state for c in cache])
         return out
 
+    def _step_kernel(self, rows: int):
+        parts = getattr(self.model, "step_parts", None)
+        if not (self.step_kernel and self.compiled and parts is not None):
+            return None
+        kept = self.__dict__.setdefault("_step_kernels", {})
+        if rows not in kept:
+            from ttscli.lm import cuda_step
+
+            lm, head = parts()
+            kept[rows] = None if cuda_step.unsupported(lm, head, rows) else cuda_step.LMStepKernel(lm, head)
+        return kept[rows]
+
     def step(self, embed: mx.array, cache: Any) -> tuple[mx.array, mx.array]:
         from ttscli.lm.cache import KVCache
 
@@ -90,6 +106,16 @@ class MLXCodeDecoder:
             return self.model(embed, cache)
         for c in cache:
             c.reserve(1, c.keys, c.values)
+        kernel = self._step_kernel(embed.shape[0])
+        if kernel is not None:
+            pos = cache[0].offset
+            logits, hidden, knew, vnew = kernel(embed[:, 0], pos, [c.keys for c in cache], [c.values for c in cache])
+            at = mx.array([pos], mx.int32)
+            for i, c in enumerate(cache):
+                c.keys = mx.slice_update(c.keys, knew[i][:, :, None, :].astype(c.keys.dtype), at, axes=(2,))
+                c.values = mx.slice_update(c.values, vnew[i][:, :, None, :].astype(c.values.dtype), at, axes=(2,))
+                c.offset += 1
+            return logits, hidden
         keys, values = [c.keys for c in cache], [c.values for c in cache]
         # drop the cache's references first, so the step's writes can reuse the old storage
         for c in cache:

@@ -75,6 +75,10 @@ class Talker(nn.Module):
     def new_cache(self) -> list[Any]:
         return self.model.make_cache()
 
+    def step_parts(self):
+        """The stack and head of a decode step (for ttscli.lm.cuda_step's one-kernel step)."""
+        return self.model, self.codec_head
+
     def __call__(self, embeds: mx.array, cache: list[Any] | None = None) -> tuple[mx.array, mx.array]:
         """Logits and post-norm hidden state of the LAST position: ``([B, V], [B, H])``."""
         h = self.model(cache=cache, input_embeddings=embeds)[:, -1, :]

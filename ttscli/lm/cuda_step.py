@@ -1,0 +1,306 @@
+"""One decode step of a shared-LM stack and its head as one CUDA kernel (MLX CUDA only).
+
+NOT YET CHECKED ON A GPU (written when the session's device time was spent): it is not wired
+into any decoder. ``scripts/gpu_check_step.py`` checks it against the MLX step; only then may
+:class:`ttscli.lm.decoder.MLXCodeDecoder` use it.
+
+The talker step of a Qwen3-TTS frame is 313 graph nodes, ~5.5 ms of MLX host time on the H200
+(README, GPU). Here it is one node plus the cache writes: the same persistent-kernel scheme
+as :mod:`ttscli.lm.cuda_frame` (blocks meet at grid barriers), for one position over a KV cache
+kept outside the kernel. The attention over the cache is split across blocks (each block a
+slice of the positions for one query head, online softmax per warp, merged per block, then the
+slices merged per head), so a long cache is read by every multiprocessor at once.
+
+Inputs per layer are the checkpoint's arrays as they are (q/k/v and gate/up as fused by
+:func:`ttscli.lm.model.fuse_projections`): nothing is copied. Outputs: the head's logits, the
+post-norm hidden state and the new position's keys/values ``[layers, B, kv_heads, head_dim]``,
+which the caller writes into its caches.
+"""
+from __future__ import annotations
+
+import functools
+
+import mlx.core as mx
+import numpy as np
+
+from ttscli.lm.cuda_frame import _HEADER, THREADS
+
+KINDS = ("ln1", "wqkv", "qn", "kn", "wo", "ln2", "wgu", "wd", "kc", "vc")
+
+_BODY = r"""
+    constexpr int WARPS = THREADS / 32;
+    constexpr int NQKV = (H + 2 * HK) * D;
+    constexpr int HD = H * D;
+    constexpr int HALF = D / 2;
+    constexpr int PP = (HALF + 31) / 32;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int gw = blockIdx.x * WARPS + warp;
+    const int NW = gridDim.x * WARPS;
+    const float eps = params[0], scale = params[1];
+    const int pos = pos_in[0];
+    const int CAP = kc0_shape[2];
+    const int NSPLIT = gridDim.x / (B * H) > 0 ? gridDim.x / (B * H) : 1;
+
+    unsigned int* bar = reinterpret_cast<unsigned int*>(scratch);
+    float* xs = scratch + 32;
+    float* qkv = xs + B * HC;
+    float* att = qkv + B * NQKV;
+    float* act = att + B * HD;
+    float* part = act + B * I;                  // [B * H, NSPLIT, D + 2]: m, l, acc[D]
+    unsigned int target = 0;
+
+    __shared__ float sx[B * HC];
+    __shared__ float red[WARPS];
+    __shared__ float wm[WARPS], wl[WARPS];
+    __shared__ float wacc[WARPS][D];
+
+    for (int i = t; i < B * HC; i += THREADS) xs[i] = x[i];   // every block writes the same values
+    __threadfence();
+    __syncthreads();
+
+    for (int l = 0; l < L; ++l) {
+        block_rms_norm<HC, B, WARPS>(xs, LN1[l], eps, sx, red);
+        for (int r = gw; r < NQKV; r += NW) {
+            float acc[B];
+            row_dots<HC, B, false>(WQKV[l] + (size_t)r * HC, sx, acc);
+            if (lane == 0) for (int b = 0; b < B; ++b) qkv[b * NQKV + r] = acc[b];
+        }
+        grid_sync(bar, target);
+
+        // ---- attention, split: block -> (row, head, slice of positions 0..pos)
+        for (int task = blockIdx.x; task < B * H * NSPLIT; task += gridDim.x) {
+            const int bh = task % (B * H), sp = task / (B * H);
+            const int b = bh / H, h = bh % H, kvh = h / (H / HK);
+            const float* qr = qkv + b * NQKV + h * D;
+            const float* kr = qkv + b * NQKV + HD + kvh * D;
+            const float* vr = qkv + b * NQKV + HD + HK * D + kvh * D;
+            float qa[PP], qb[PP], ka[PP], kb[PP], va[PP], vb[PP];
+            float sq = 0.0f, sk = 0.0f;
+            for (int e = 0; e < PP; ++e) {
+                const int i = lane + 32 * e;
+                const bool on = i < HALF;
+                qa[e] = on ? __ldcg(qr + i) : 0.0f;  qb[e] = on ? __ldcg(qr + i + HALF) : 0.0f;
+                ka[e] = on ? __ldcg(kr + i) : 0.0f;  kb[e] = on ? __ldcg(kr + i + HALF) : 0.0f;
+                va[e] = on ? __ldcg(vr + i) : 0.0f;  vb[e] = on ? __ldcg(vr + i + HALF) : 0.0f;
+                sq += qa[e] * qa[e] + qb[e] * qb[e];
+                sk += ka[e] * ka[e] + kb[e] * kb[e];
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                sq += __shfl_xor_sync(0xffffffff, sq, o);
+                sk += __shfl_xor_sync(0xffffffff, sk, o);
+            }
+            const float rq = QKNORM ? rsqrtf(sq / D + eps) : 1.0f, rk = QKNORM ? rsqrtf(sk / D + eps) : 1.0f;
+            for (int e = 0; e < PP; ++e) {
+                const int i = lane + 32 * e;
+                if (i >= HALF) continue;
+                const float q1 = QKNORM ? QN[l][i] * (qa[e] * rq) : qa[e];
+                const float q2 = QKNORM ? QN[l][i + HALF] * (qb[e] * rq) : qb[e];
+                const float k1 = QKNORM ? KN[l][i] * (ka[e] * rk) : ka[e];
+                const float k2 = QKNORM ? KN[l][i + HALF] * (kb[e] * rk) : kb[e];
+                const float ang = static_cast<float>(pos) * inv_freq[i];
+                const float c = cosf(ang), s = sinf(ang);
+                qa[e] = (q1 * c - q2 * s) * scale;  qb[e] = (q2 * c + q1 * s) * scale;
+                ka[e] = k1 * c - k2 * s;            kb[e] = k2 * c + k1 * s;
+            }
+            if (sp == 0 && h % (H / HK) == 0 && warp == 0) {      // the new position, for the caller's cache
+                float* ko = knew + (((size_t)l * B + b) * HK + kvh) * D;
+                float* vo = vnew + (((size_t)l * B + b) * HK + kvh) * D;
+                for (int e = 0; e < PP; ++e) {
+                    const int i = lane + 32 * e;
+                    if (i >= HALF) continue;
+                    ko[i] = ka[e];  ko[i + HALF] = kb[e];
+                    vo[i] = va[e];  vo[i + HALF] = vb[e];
+                }
+            }
+            const float* kc = KC[l] + ((size_t)b * HK + kvh) * (size_t)CAP * D;
+            const float* vc = VC[l] + ((size_t)b * HK + kvh) * (size_t)CAP * D;
+            const int chunk = (pos + 1 + NSPLIT - 1) / NSPLIT;
+            const int s0 = sp * chunk, s1 = min(pos + 1, s0 + chunk);
+            float m = -INFINITY, den = 0.0f, aa[PP], ab[PP];
+            for (int e = 0; e < PP; ++e) { aa[e] = 0.0f; ab[e] = 0.0f; }
+            for (int s = s0 + warp; s < s1; s += WARPS) {
+                float dot = 0.0f, xa[PP], xb[PP];
+                for (int e = 0; e < PP; ++e) {
+                    const int i = lane + 32 * e;
+                    const bool on = i < HALF;
+                    const float k1 = s == pos ? ka[e] : (on ? kc[(size_t)s * D + i] : 0.0f);
+                    const float k2 = s == pos ? kb[e] : (on ? kc[(size_t)s * D + i + HALF] : 0.0f);
+                    xa[e] = s == pos ? va[e] : (on ? vc[(size_t)s * D + i] : 0.0f);
+                    xb[e] = s == pos ? vb[e] : (on ? vc[(size_t)s * D + i + HALF] : 0.0f);
+                    dot += qa[e] * k1 + qb[e] * k2;
+                }
+                for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffff, dot, o);
+                const float mn = fmaxf(m, dot);
+                const float corr = expf(m - mn), w = expf(dot - mn);
+                den = den * corr + w;
+                for (int e = 0; e < PP; ++e) { aa[e] = aa[e] * corr + w * xa[e]; ab[e] = ab[e] * corr + w * xb[e]; }
+                m = mn;
+            }
+            if (lane == 0) { wm[warp] = m; wl[warp] = den; }
+            for (int e = 0; e < PP; ++e) {
+                const int i = lane + 32 * e;
+                if (i < HALF) { wacc[warp][i] = aa[e]; wacc[warp][i + HALF] = ab[e]; }
+            }
+            __syncthreads();
+            if (warp == 0) {            // the block's slice: warps merged
+                float mm = -INFINITY;
+                for (int w = 0; w < WARPS; ++w) mm = fmaxf(mm, wm[w]);
+                float* pr = part + ((size_t)bh * NSPLIT + sp) * (D + 2);
+                float tot = 0.0f;
+                for (int w = 0; w < WARPS; ++w) tot += wm[w] == -INFINITY ? 0.0f : wl[w] * expf(wm[w] - mm);
+                for (int d = lane; d < D; d += 32) {
+                    float sum = 0.0f;
+                    for (int w = 0; w < WARPS; ++w) sum += wm[w] == -INFINITY ? 0.0f : wacc[w][d] * expf(wm[w] - mm);
+                    pr[2 + d] = sum;
+                }
+                if (lane == 0) { pr[0] = mm; pr[1] = tot; }
+            }
+            __syncthreads();
+        }
+        grid_sync(bar, target);
+        // ---- the slices of each (row, head) merged
+        for (int bh = gw; bh < B * H; bh += NW) {
+            const float* pr = part + (size_t)bh * NSPLIT * (D + 2);
+            float mm = -INFINITY;
+            for (int sp = 0; sp < NSPLIT; ++sp) mm = fmaxf(mm, __ldcg(pr + sp * (D + 2)));
+            float tot = 0.0f;
+            for (int sp = 0; sp < NSPLIT; ++sp) {
+                const float ms = __ldcg(pr + sp * (D + 2));
+                tot += ms == -INFINITY ? 0.0f : __ldcg(pr + sp * (D + 2) + 1) * expf(ms - mm);
+            }
+            const int b = bh / H, h = bh % H;
+            for (int d = lane; d < D; d += 32) {
+                float sum = 0.0f;
+                for (int sp = 0; sp < NSPLIT; ++sp) {
+                    const float ms = __ldcg(pr + sp * (D + 2));
+                    sum += ms == -INFINITY ? 0.0f : __ldcg(pr + sp * (D + 2) + 2 + d) * expf(ms - mm);
+                }
+                att[b * HD + h * D + d] = sum / tot;
+            }
+        }
+        grid_sync(bar, target);
+
+        for (int r = gw; r < HC; r += NW) {
+            float acc[B];
+            row_dots<HD, B, true>(WO[l] + (size_t)r * HD, att, acc);
+            if (lane == 0) for (int b = 0; b < B; ++b) xs[b * HC + r] = __ldcg(xs + b * HC + r) + acc[b];
+        }
+        grid_sync(bar, target);
+
+        block_rms_norm<HC, B, WARPS>(xs, LN2[l], eps, sx, red);
+        for (int r = gw; r < I; r += NW) {
+            float g[B], u[B];
+            row_dots2<HC, B>(WGU[l] + (size_t)r * HC, WGU[l] + (size_t)(I + r) * HC, sx, g, u);
+            if (lane == 0)
+                for (int b = 0; b < B; ++b) act[b * I + r] = (g[b] * (1.0f / (1.0f + expf(-g[b])))) * u[b];
+        }
+        grid_sync(bar, target);
+
+        for (int r = gw; r < HC; r += NW) {
+            float acc[B];
+            row_dots<I, B, true>(WD[l] + (size_t)r * I, act, acc);
+            if (lane == 0) for (int b = 0; b < B; ++b) xs[b * HC + r] = __ldcg(xs + b * HC + r) + acc[b];
+        }
+        grid_sync(bar, target);
+    }
+    block_rms_norm<HC, B, WARPS>(xs, fnorm, eps, sx, red);
+    if (blockIdx.x == 0) for (int i = t; i < B * HC; i += THREADS) hidden[i] = sx[i];
+    for (int r = gw; r < V; r += NW) {
+        float acc[B];
+        row_dots<HC, B, false>(head + (size_t)r * HC, sx, acc);
+        if (lane == 0) for (int b = 0; b < B; ++b) logits[b * V + r] = acc[b];
+    }
+"""
+
+
+MAX_ROWS = 4
+
+
+def unsupported(lm, head, rows: int) -> str | None:
+    """Why :class:`LMStepKernel` cannot run this stack + head for ``rows`` rows (None: it can)."""
+    from ttscli.lm import cuda_kernels
+    from ttscli.lm.model import DecoderLayer, _plain_layers
+
+    if not cuda_kernels.available():
+        return "not on MLX's CUDA backend"
+    a = lm.args
+    if rows > MAX_ROWS or 4 * rows * a.hidden_size > 32 * 1024:
+        return f"{rows} rows: the kernel takes up to {MAX_ROWS}"
+    if a.attention_bias or a.mlp_bias or "bias" in head:
+        return "biases"
+    if not _plain_layers(lm) or not all(type(lyr) is DecoderLayer for lyr in lm.layers):
+        return "layers other than the shared DecoderLayer"
+    if any(lyr.self_attn._fused_now() is None or "_fused" not in lyr.mlp.__dict__ for lyr in lm.layers):
+        return "projections not fused (fuse_projections)"
+    if a.head_dim % 2 or a.num_attention_heads % a.num_key_value_heads:
+        return "odd head_dim, or query heads not a multiple of key/value heads"
+    if any(n % 4 for n in (a.hidden_size, a.intermediate_size, a.num_attention_heads * a.head_dim)):
+        return "widths must be multiples of 4"
+    if lm.layers[0].self_attn.q_proj.weight.dtype != mx.float32 or head.weight.dtype != mx.float32:
+        return "float32 weights only"
+    rope = lm.layers[0].self_attn.rope
+    if getattr(rope, "dims", None) != a.head_dim or getattr(rope, "traditional", False):
+        return "RoPE over part of the head, or interleaved"
+    return None
+
+
+def _names(layers: int) -> list[str]:
+    return [f"{k}{i}" for k in KINDS for i in range(layers)]
+
+
+@functools.lru_cache(maxsize=8)
+def _kernel(layers: int):
+    pointers = "".join(f"    const float* {k.upper()}[{layers}] = {{{', '.join(f'{k}{i}' for i in range(layers))}}};\n"
+                       for k in KINDS)
+    return mx.fast.cuda_kernel(
+        name=f"ttscli_lm_step_{layers}",
+        input_names=["x", "pos_in", *_names(layers), "fnorm", "head", "inv_freq", "params"],
+        output_names=["logits", "hidden", "knew", "vnew", "scratch"],
+        source=pointers + _BODY, header=_HEADER)
+
+
+class LMStepKernel:
+    """``(x [B, H], pos, keys, values) -> (logits [B, V], hidden [B, H], new keys, new values
+    [layers, B, kv_heads, head_dim])`` for a :class:`ttscli.lm.model.DecoderLM` whose projections
+    are fused, and its head (an ``nn.Linear`` without bias); ``keys``/``values``: each layer's
+    cache storage ``[B, kv_heads, capacity, head_dim]`` holding positions ``0..pos-1``."""
+
+    def __init__(self, lm, head):
+        self.lm, self.head = lm, head
+
+    def __call__(self, x: mx.array, pos: int, keys: list, values: list):
+        from ttscli.lm.cuda_frame import multiprocessors
+        from ttscli.lm.rope import default_inv_freq
+
+        a = self.lm.args
+        layers = self.lm.layers
+        B, HC = x.shape
+        H, HK, D, inter = a.num_attention_heads, a.num_key_value_heads, a.head_dim, a.intermediate_size
+        V = self.head.weight.shape[0]
+        blocks = min(128, multiprocessors())
+        nsplit = max(1, blocks // (B * H))
+        rope = layers[0].self_attn.rope
+        inv = (1.0 / np.asarray(rope._freqs, np.float64) if rope._freqs is not None
+               else default_inv_freq(rope.base, D))
+        ones = mx.ones((D,), mx.float32)
+        per = {"ln1": [lyr.input_layernorm.weight for lyr in layers],
+               "wqkv": [lyr.self_attn._fused_now()[1] for lyr in layers],
+               "qn": [lyr.self_attn.q_norm.weight if a.qk_norm else ones for lyr in layers],
+               "kn": [lyr.self_attn.k_norm.weight if a.qk_norm else ones for lyr in layers],
+               "wo": [lyr.self_attn.o_proj.weight for lyr in layers],
+               "ln2": [lyr.post_attention_layernorm.weight for lyr in layers],
+               "wgu": [lyr.mlp.__dict__["_fused"][1] for lyr in layers],
+               "wd": [lyr.mlp.down_proj.weight for lyr in layers],
+               "kc": list(keys), "vc": list(values)}
+        scratch = 32 + B * (HC + (H + 2 * HK) * D + H * D + inter) + B * H * nsplit * (D + 2)
+        ins = [x.astype(mx.float32), mx.array([pos], mx.int32)] + [arr for k in KINDS for arr in per[k]]
+        ins += [self.lm.norm.weight, self.head.weight, mx.array(np.asarray(inv, np.float32).reshape(-1)),
+                mx.array([a.rms_norm_eps, D ** -0.5], mx.float32)]
+        logits, hidden, knew, vnew, _ = _kernel(len(layers))(
+            inputs=ins,
+            template=[("B", B), ("L", len(layers)), ("HC", HC), ("H", H), ("HK", HK), ("D", D), ("I", inter),
+                      ("V", V), ("QKNORM", bool(a.qk_norm)), ("THREADS", THREADS)],
+            grid=(blocks * THREADS, 1, 1), threadgroup=(THREADS, 1, 1),
+            output_shapes=[(B, V), (B, HC), (len(layers), B, HK, D), (len(layers), B, HK, D), (scratch,)],
+            output_dtypes=[mx.float32] * 5, init_value=0)
+        return logits, hidden, knew, vnew
