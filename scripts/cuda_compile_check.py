@@ -52,6 +52,26 @@ def compile_one(lib, code: str) -> tuple[int, str]:
     return rc, log.value.decode(errors="replace")
 
 
+def step_program(layers: int, rows: int) -> str:
+    """ttscli.lm.cuda_step's kernel at Qwen3-TTS 0.6B's talker sizes."""
+    from ttscli.lm.cuda_step import _BODY, KINDS
+
+    t = dict(B=rows, L=layers, HC=1024, H=16, HK=8, D=128, I=3072, V=3072, QKNORM=True, THREADS=512)
+    names = [f"{k}{i}" for k in KINDS for i in range(layers)]
+    ins = ["x", *names, "fnorm", "head", "inv_freq", "params"]
+    pointers = "".join(f"    const float* {k.upper()}[{layers}] = {{{', '.join(f'{k}{i}' for i in range(layers))}}};\n"
+                       for k in KINDS)
+    args = ", ".join(("bool " if isinstance(v, bool) else "int ") + k for k, v in t.items())
+    vals = ", ".join(("true" if v else "false") if isinstance(v, bool) else str(v) for v in t.values())
+    outs = ["logits", "hidden", "knew", "vnew", "scratch"]
+    sig = (", ".join(f"const float* {n}" for n in ins) + ", const int* pos_in, const int* kc0_shape, "
+           + ", ".join(f"float* {n}" for n in outs))
+    types = ", ".join("const float*" for _ in ins) + ", const int*, const int*, " + ", ".join("float*" for _ in outs)
+    return (f"#define INFINITY __int_as_float(0x7f800000)\n{_HEADER}\ntemplate <{args}>\n"
+            f"__global__ void kernel({sig}) {{\n{pointers}{_BODY}\n}}\n"
+            f"template __global__ void kernel<{vals}>({types});\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nvrtc", help="path of libnvrtc.so.12 (default: searched under /tmp/nvrtc)")
@@ -63,8 +83,10 @@ def main() -> int:
         return 2
     lib = ctypes.CDLL(path)
     bad = 0
-    for name, t in CASES.items():
-        rc, log = compile_one(lib, program(t))
+    programs = {name: program(t) for name, t in CASES.items()}
+    programs |= {"step-28-layers": step_program(28, 1), "step-28-layers-2rows": step_program(28, 2)}
+    for name, code in programs.items():
+        rc, log = compile_one(lib, code)
         print(f"{name}: {'ok' if rc == 0 else 'FAILED'}" + (f"\n{log}" if rc or log.strip() else ""))
         bad += rc != 0
     return 1 if bad else 0
