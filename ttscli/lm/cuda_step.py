@@ -180,11 +180,7 @@ _BODY = r"""
         }
         grid_sync(bar, target);
 
-        for (int r = gw; r < HC; r += NW) {
-            float acc[B];
-            row_dots<HD, B, true>(WO[l] + (size_t)r * HD, att, acc);
-            if (lane == 0) for (int b = 0; b < B; ++b) xs[b * HC + r] = __ldcg(xs + b * HC + r) + acc[b];
-        }
+        add_rows<HD, HC, B, WARPS>(WO[l], att, xs);
         grid_sync(bar, target);
 
         block_rms_norm<HC, B, WARPS>(xs, LN2[l], eps, sx, red);
@@ -196,11 +192,7 @@ _BODY = r"""
         }
         grid_sync(bar, target);
 
-        for (int r = gw; r < HC; r += NW) {
-            float acc[B];
-            row_dots<I, B, true>(WD[l] + (size_t)r * I, act, acc);
-            if (lane == 0) for (int b = 0; b < B; ++b) xs[b * HC + r] = __ldcg(xs + b * HC + r) + acc[b];
-        }
+        add_rows<I, HC, B, WARPS>(WD[l], act, xs);
         grid_sync(bar, target);
     }
     block_rms_norm<HC, B, WARPS>(xs, fnorm, eps, sx, red);
@@ -270,7 +262,7 @@ class LMStepKernel:
 
     def __call__(self, x: mx.array, pos: int, keys: list, values: list):
         from ttscli.lm.cuda_frame import multiprocessors
-        from ttscli.lm.rope import default_inv_freq
+        from ttscli.lm.rope import module_inv_freq
 
         a = self.lm.args
         layers = self.lm.layers
@@ -279,9 +271,7 @@ class LMStepKernel:
         V = self.head.weight.shape[0]
         blocks = min(128, multiprocessors())
         nsplit = max(1, blocks // (B * H))
-        rope = layers[0].self_attn.rope
-        inv = (1.0 / np.asarray(rope._freqs, np.float64) if rope._freqs is not None
-               else default_inv_freq(rope.base, D))
+        inv = module_inv_freq(layers[0].self_attn.rope, D)
         ones = mx.ones((D,), mx.float32)
         per = {"ln1": [lyr.input_layernorm.weight for lyr in layers],
                "wqkv": [lyr.self_attn._fused_now()[1] for lyr in layers],
