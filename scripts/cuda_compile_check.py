@@ -52,11 +52,15 @@ def compile_one(lib, code: str) -> tuple[int, str]:
     return rc, log.value.decode(errors="replace")
 
 
-def step_program(layers: int, rows: int) -> str:
-    """ttscli.lm.cuda_step's kernel at Qwen3-TTS 0.6B's talker sizes."""
+TALKER = dict(HC=1024, H=16, HK=8, D=128, I=3072, V=3072, QKNORM=True)       # Qwen3-TTS 0.6B
+T3 = dict(HC=1024, H=16, HK=16, D=64, I=4096, V=8194, QKNORM=False)          # Chatterbox (Llama 520M)
+
+
+def step_program(layers: int, rows: int, sizes: dict = TALKER) -> str:
+    """ttscli.lm.cuda_step's kernel at these stack sizes."""
     from ttscli.lm.cuda_step import _BODY, KINDS
 
-    t = dict(B=rows, L=layers, HC=1024, H=16, HK=8, D=128, I=3072, V=3072, QKNORM=True, THREADS=512)
+    t = dict(B=rows, L=layers, **sizes, THREADS=512)
     names = [f"{k}{i}" for k in KINDS for i in range(layers)]
     ins = ["x", *names, "fnorm", "head", "inv_freq", "params"]
     pointers = "".join(f"    const float* {k.upper()}[{layers}] = {{{', '.join(f'{k}{i}' for i in range(layers))}}};\n"
@@ -84,7 +88,8 @@ def main() -> int:
     lib = ctypes.CDLL(path)
     bad = 0
     programs = {name: program(t) for name, t in CASES.items()}
-    programs |= {"step-28-layers": step_program(28, 1), "step-28-layers-2rows": step_program(28, 2)}
+    programs |= {"step-28-layers": step_program(28, 1), "step-28-layers-2rows": step_program(28, 2),
+                 "step-t3-30-layers-2rows": step_program(30, 2, T3)}
     for name, code in programs.items():
         rc, log = compile_one(lib, code)
         print(f"{name}: {'ok' if rc == 0 else 'FAILED'}" + (f"\n{log}" if rc or log.strip() else ""))

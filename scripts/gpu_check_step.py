@@ -1,5 +1,6 @@
 """The one-kernel decode step (ttscli.lm.cuda_step) against MLX's compiled step and against float32
-on the CPU, on a GPU, random Qwen3-TTS talker weights at the real dimensions; then both timed.
+on the CPU, on a GPU, random weights at the real dimensions (the Qwen3-TTS talker, Chatterbox's T3 or Breeze's
+backbone); then both timed.
 
     python scripts/gpu_check_step.py [--model qwen3-tts-0.6b-base] [--steps 20] [--reps 30]
 
@@ -37,10 +38,12 @@ def main() -> int:
     from ttscli.models.base import LoadOptions
 
     pipe = load(a.model, options=LoadOptions(random_weights=True))
-    dec = pipe.code_decoder
-    talker = pipe.model.talker
+    # the code decoder's LM-head model: Qwen3-TTS's talker, Chatterbox's T3, Breeze's model
+    model = getattr(pipe, "model", None)
+    talker = getattr(model, "talker", None) or getattr(pipe, "t3", None) or model
+    dec = MLXCodeDecoder(talker)
     lm, head = talker.step_parts()
-    H = talker.args.hidden_size
+    H = lm.args.hidden_size
     out: dict = {"device": str(mx.default_device()), "model": a.model,
                  "unsupported": cuda_step.unsupported(lm, head, 1), "checks": []}
     ok = out["unsupported"] is None

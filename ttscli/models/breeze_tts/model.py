@@ -80,6 +80,11 @@ class BreezeModel(nn.Module):
         h = self.backbone_model(cache=cache, input_embeddings=embeds)[:, -1, :]
         return self.head(h), h
 
+    def step_parts(self):
+        """The stack and head of a decode step (for ttscli.lm.cuda_step's one-kernel step; the
+        head's float32 product is the kernel's own arithmetic)."""
+        return self.backbone_model, self.lm_head
+
     # ------------------------------------------------------------ depth decoder
     def depth_logits(self, x: mx.array, k: int) -> mx.array:
         """Float32 logits of codebook ``k`` (1..15) from the depth state ``x [B, D]``."""

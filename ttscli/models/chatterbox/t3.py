@@ -123,6 +123,10 @@ class T3(nn.Module):
         h = self.tfmr(cache=cache, input_embeddings=embeds)[:, -1]
         return self.speech_head(h), h
 
+    def step_parts(self):
+        """The stack and head of a decode step (for ttscli.lm.cuda_step's one-kernel step)."""
+        return self.tfmr, self.speech_head
+
     # -- embeddings -----------------------------------------------------------------------------
     def conditioning(self, cond: T3Cond) -> mx.array:
         """``[1, 34, D]`` (``[1, 2, D]`` without prompt tokens)."""
