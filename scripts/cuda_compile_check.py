@@ -61,18 +61,15 @@ def step_program(layers: int, rows: int, sizes: dict = TALKER) -> str:
     from ttscli.lm.cuda_step import _BODY, KINDS
 
     t = dict(B=rows, L=layers, **sizes, THREADS=512)
-    names = [f"{k}{i}" for k in KINDS for i in range(layers)]
-    ins = ["x", *names, "fnorm", "head", "inv_freq", "params"]
-    pointers = "".join(f"    const float* {k.upper()}[{layers}] = {{{', '.join(f'{k}{i}' for i in range(layers))}}};\n"
-                       for k in KINDS)
+    ins = ["x", *KINDS, "cache", "fnorm", "head", "inv_freq", "params"]
     args = ", ".join(("bool " if isinstance(v, bool) else "int ") + k for k, v in t.items())
     vals = ", ".join(("true" if v else "false") if isinstance(v, bool) else str(v) for v in t.values())
-    outs = ["logits", "hidden", "knew", "vnew", "scratch"]
-    sig = (", ".join(f"const float* {n}" for n in ins) + ", const int* pos_in, const int* kc0_shape, "
+    outs = ["logits", "hidden", "cache_out", "scratch"]
+    sig = (", ".join(f"const float* {n}" for n in ins) + ", const int* pos_in, const int* cache_shape, "
            + ", ".join(f"float* {n}" for n in outs))
     types = ", ".join("const float*" for _ in ins) + ", const int*, const int*, " + ", ".join("float*" for _ in outs)
     return (f"#define INFINITY __int_as_float(0x7f800000)\n{_HEADER}\ntemplate <{args}>\n"
-            f"__global__ void kernel({sig}) {{\n{pointers}{_BODY}\n}}\n"
+            f"__global__ void kernel({sig}) {{\n{_BODY}\n}}\n"
             f"template __global__ void kernel<{vals}>({types});\n")
 
 

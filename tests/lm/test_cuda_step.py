@@ -1,5 +1,5 @@
-"""The one-kernel decode step (ttscli.lm.cuda_step): when it may run. Off by default
-(MLXCodeDecoder.step_kernel) until scripts/gpu_check_step.py has checked it on a GPU."""
+"""The one-kernel decode step (ttscli.lm.cuda_step): when it may run, and what the decoder hands
+it and keeps (the kernel's numerics: scripts/gpu_check_step.py on a GPU)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from ttscli.lm import MLXCodeDecoder, cuda_frame, cuda_kernels, cuda_step
-from ttscli.lm.model import fuse_projections
 from ttscli.models.qwen3_tts.loader import load_model
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "parity" / "qwen3-tiny-base"
@@ -19,57 +18,69 @@ def talker():
     return model.talker
 
 
-def test_off_cuda_and_off_by_default(talker):
+def test_never_off_cuda(talker):
     lm, head = talker.step_parts()
     assert cuda_step.unsupported(lm, head, 1) == "not on MLX's CUDA backend"
-    assert MLXCodeDecoder.step_kernel is False
     assert MLXCodeDecoder(talker, compiled=False)._step_kernel(1) is None
+    assert MLXCodeDecoder(talker, compiled=True)._step_kernel(1) is None
 
 
 def test_the_gate_on_cuda(talker, monkeypatch):
     monkeypatch.setattr(cuda_kernels, "available", lambda: True)
     monkeypatch.setattr(cuda_frame, "multiprocessors", lambda: 132)
     lm, head = talker.step_parts()
-    if lm.layers[0].self_attn._fused_now() is None:
-        assert "fused" in cuda_step.unsupported(lm, head, 1)
-    fuse_projections(talker)
     assert cuda_step.unsupported(lm, head, 1) is None
     assert "rows" in cuda_step.unsupported(lm, head, cuda_step.MAX_ROWS + 1)
 
 
-def test_the_step_writes_the_kernels_keys_and_values_into_the_caches(talker, monkeypatch):
-    """The decoder's side of the kernel (inputs, cache writes, offsets) with a stand-in for the
-    kernel that returns recognisable keys/values; the kernel itself runs only on a GPU."""
+def test_the_step_hands_the_kernel_one_cache_and_keeps_its_views(talker, monkeypatch):
+    """The decoder's side of the kernel (inputs, the stacked cache in and out, the caches'
+    views and offsets) with a stand-in that does what the kernel does to the cache (copies the
+    earlier positions, writes this one with recognisable keys/values); the kernel itself runs
+    only on a GPU (scripts/gpu_check_step.py)."""
     import mlx.core as mx
 
     monkeypatch.setattr(cuda_kernels, "available", lambda: True)
     monkeypatch.setattr(cuda_frame, "multiprocessors", lambda: 132)
-    seen = {}
+    seen, outs = [], []
 
-    def fake(layers):
-        def run(inputs, template, grid, threadgroup, output_shapes, output_dtypes, init_value):
-            seen.update(pos=int(inputs[1].item()), n_inputs=len(inputs), template=dict(template))
-            (B, V), (_, H), kshape, _, _ = output_shapes
-            logits = mx.zeros((B, V))
-            hidden = mx.ones((B, H))
-            knew = mx.full(kshape, 7.0)
-            vnew = mx.full(kshape, -7.0)
-            return logits, hidden, knew, vnew, mx.zeros(output_shapes[4])
-        return run
+    def run(inputs, template, grid, threadgroup, output_shapes, output_dtypes, init_value):
+        pos = int(inputs[1].item())
+        cache = inputs[2 + len(cuda_step.KINDS)]
+        seen.append(dict(pos=pos, n_inputs=len(inputs), template=dict(template), cache=cache))
+        (B, V), (_, H), cshape, _ = output_shapes
+        assert cshape == cache.shape
+        out = mx.zeros(cshape)
+        out[..., :pos, :] = cache[..., :pos, :]
+        out[:, 0, ..., pos, :] = 7.0 + pos
+        out[:, 1, ..., pos, :] = -7.0 - pos
+        outs.append(out)
+        return mx.zeros((B, V)), mx.ones((B, H)), out, mx.zeros(output_shapes[3])
 
-    monkeypatch.setattr(cuda_step, "_kernel", fake)
+    monkeypatch.setattr(cuda_step, "_kernel", lambda: run)
+    talker.__dict__.pop("_ttscli_step_kernels", None)      # the verdict of a test run off CUDA
     monkeypatch.setattr(MLXCodeDecoder, "step_kernel", True)
     dec = MLXCodeDecoder(talker, compiled=True)
     H = talker.args.hidden_size
+    L = len(talker.model.layers)
     cache = dec.new_cache()
     mx.eval(dec.prefill(mx.random.normal((1, 5, H)), cache))
-    logits, hidden = dec.step(mx.random.normal((1, 1, H)), cache)
-    mx.eval(logits, hidden)
-    L = len(talker.model.layers)
-    assert seen["pos"] == 5 and seen["n_inputs"] == 2 + 10 * L + 4 and seen["template"]["L"] == L
-    assert all(c.offset == 6 for c in cache)
-    for c in cache:
-        assert float(c.keys[..., 5, :].min().item()) == 7.0 and float(c.values[..., 5, :].max().item()) == -7.0
-        assert float(mx.abs(c.keys[..., 5:6, :] - 7.0).max().item()) == 0.0
-        assert float(mx.abs(c.keys[..., :5, :]).max().item()) > 0        # the prefill's positions kept
+    before = [mx.array(c.keys[..., :5, :]) for c in cache]
+    for _ in range(2):
+        logits, hidden = dec.step(mx.random.normal((1, 1, H)), cache)
+        mx.eval(logits, hidden)
+    assert [s["pos"] for s in seen] == [5, 6]
+    assert seen[0]["n_inputs"] == 2 + len(cuda_step.KINDS) + 1 + 4 and seen[0]["template"]["L"] == L
+    assert seen[0]["cache"].shape[:2] == (L, 2)
+    assert all(c.offset == 7 for c in cache)
+    kernel = talker.__dict__["_ttscli_step_kernels"][1]
+    assert seen[1]["cache"] is outs[0]                         # the first step's output, not a re-stack;
+    for i, c in enumerate(cache):                                # the caches are views of the last one
+        assert c.keys.shape == cache[0].keys.shape
+        assert float(mx.abs(c.keys[..., 5, :] - 7.0 - 5).max().item()) == 0.0
+        assert float(mx.abs(c.values[..., 6, :] + 7.0 + 6).max().item()) == 0.0
+        assert float(mx.abs(c.keys[..., :5, :] - before[i]).max().item()) == 0.0   # the prefill kept
+    assert kernel._stacked(cache) is kernel._cache
+    cache[0].keys = cache[0].keys + 0                            # a cache changed behind its back: stacked again
+    assert kernel._stacked(cache) is not kernel._cache
     assert float(hidden.min().item()) == 1.0

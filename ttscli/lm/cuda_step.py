@@ -1,20 +1,16 @@
 """One decode step of a shared-LM stack and its head as one CUDA kernel (MLX CUDA only).
 
-NOT YET CHECKED ON A GPU (written when the session's device time was spent): it is not wired
-into any decoder. ``scripts/gpu_check_step.py`` checks it against the MLX step; only then may
-:class:`ttscli.lm.decoder.MLXCodeDecoder` use it.
+A talker step of a Qwen3-TTS frame is 313 graph nodes of MLX, ~5.5 ms of host time on the H200
+(README, GPU), for ~0.4 ms worth of weight reads. Here it is one node: the persistent-kernel
+scheme of :mod:`ttscli.lm.cuda_frame` (blocks meet at grid barriers) for one position over the
+KV cache. The attention over the cache is split across blocks (each block a slice of the
+positions of one query head, online softmax per warp, merged per block, then the slices merged
+per head), so a long cache is read by every multiprocessor at once.
 
-The talker step of a Qwen3-TTS frame is 313 graph nodes, ~5.5 ms of MLX host time on the H200
-(README, GPU). Here it is one node plus the cache writes: the same persistent-kernel scheme
-as :mod:`ttscli.lm.cuda_frame` (blocks meet at grid barriers), for one position over a KV cache
-kept outside the kernel. The attention over the cache is split across blocks (each block a
-slice of the positions for one query head, online softmax per warp, merged per block, then the
-slices merged per head), so a long cache is read by every multiprocessor at once.
-
-Inputs per layer are the checkpoint's arrays as they are (q/k/v and gate/up as fused by
-:func:`ttscli.lm.model.fuse_projections`): nothing is copied. Outputs: the head's logits, the
-post-norm hidden state and the new position's keys/values ``[layers, B, kv_heads, head_dim]``,
-which the caller writes into its caches.
+Every input is one array, so the host enqueues a handful of arrays whatever the depth: the
+layers' weights stacked per kind, and the caches of all layers as one array that the kernel
+copies forward and extends by this position (:class:`LMStepKernel`). Checked on a GPU by
+``scripts/gpu_check_step.py`` (against MLX's compiled step and float32 on the CPU).
 """
 from __future__ import annotations
 
@@ -24,8 +20,6 @@ import mlx.core as mx
 import numpy as np
 
 from ttscli.lm.cuda_frame import _HEADER, THREADS
-
-KINDS = ("ln1", "wqkv", "qn", "kn", "wo", "ln2", "wgu", "wd", "kc", "vc")
 
 _BODY = r"""
     constexpr int WARPS = THREADS / 32;
@@ -38,7 +32,8 @@ _BODY = r"""
     const int NW = gridDim.x * WARPS;
     const float eps = params[0], scale = params[1];
     const int pos = pos_in[0];
-    const int CAP = kc0_shape[2];
+    const int CAP = cache_shape[4];
+    const size_t PLANE = (size_t)B * HK * CAP * D;          // one layer's keys (or values)
     const int NSPLIT = gridDim.x / (B * H) > 0 ? gridDim.x / (B * H) : 1;
 
     unsigned int* bar = reinterpret_cast<unsigned int*>(scratch);
@@ -55,14 +50,21 @@ _BODY = r"""
     __shared__ float wacc[WARPS][D];
 
     for (int i = t; i < B * HC; i += THREADS) xs[i] = x[i];   // every block writes the same values
+    {   // the cache's positions before this one, into the output cache (this one is written below)
+        const size_t rows = (size_t)L * 2 * B * HK * CAP, D4 = D / 4;
+        const float4* src = reinterpret_cast<const float4*>(cache);
+        float4* dst = reinterpret_cast<float4*>(cache_out);
+        for (size_t i = (size_t)blockIdx.x * THREADS + t; i < rows * D4; i += (size_t)gridDim.x * THREADS)
+            if ((int)((i / D4) % CAP) < pos) dst[i] = src[i];
+    }
     __threadfence();
     __syncthreads();
 
     for (int l = 0; l < L; ++l) {
-        block_rms_norm<HC, B, WARPS>(xs, LN1[l], eps, sx, red);
+        block_rms_norm<HC, B, WARPS>(xs, ln1 + (size_t)l * HC, eps, sx, red);
         for (int r = gw; r < NQKV; r += NW) {
             float acc[B];
-            row_dots<HC, B, false>(WQKV[l] + (size_t)r * HC, sx, acc);
+            row_dots<HC, B, false>(wqkv + ((size_t)l * NQKV + r) * HC, sx, acc);
             if (lane == 0) for (int b = 0; b < B; ++b) qkv[b * NQKV + r] = acc[b];
         }
         grid_sync(bar, target);
@@ -93,18 +95,18 @@ _BODY = r"""
             for (int e = 0; e < PP; ++e) {
                 const int i = lane + 32 * e;
                 if (i >= HALF) continue;
-                const float q1 = QKNORM ? QN[l][i] * (qa[e] * rq) : qa[e];
-                const float q2 = QKNORM ? QN[l][i + HALF] * (qb[e] * rq) : qb[e];
-                const float k1 = QKNORM ? KN[l][i] * (ka[e] * rk) : ka[e];
-                const float k2 = QKNORM ? KN[l][i + HALF] * (kb[e] * rk) : kb[e];
+                const float q1 = QKNORM ? qn[l * D + i] * (qa[e] * rq) : qa[e];
+                const float q2 = QKNORM ? qn[l * D + i + HALF] * (qb[e] * rq) : qb[e];
+                const float k1 = QKNORM ? kn[l * D + i] * (ka[e] * rk) : ka[e];
+                const float k2 = QKNORM ? kn[l * D + i + HALF] * (kb[e] * rk) : kb[e];
                 const float ang = static_cast<float>(pos) * inv_freq[i];
                 const float c = cosf(ang), s = sinf(ang);
                 qa[e] = (q1 * c - q2 * s) * scale;  qb[e] = (q2 * c + q1 * s) * scale;
                 ka[e] = k1 * c - k2 * s;            kb[e] = k2 * c + k1 * s;
             }
-            if (sp == 0 && h % (H / HK) == 0 && warp == 0) {      // the new position, for the caller's cache
-                float* ko = knew + (((size_t)l * B + b) * HK + kvh) * D;
-                float* vo = vnew + (((size_t)l * B + b) * HK + kvh) * D;
+            if (sp == 0 && h % (H / HK) == 0 && warp == 0) {      // the new position, into the output cache
+                float* ko = cache_out + 2 * l * PLANE + (((size_t)b * HK + kvh) * CAP + pos) * D;
+                float* vo = ko + PLANE;
                 for (int e = 0; e < PP; ++e) {
                     const int i = lane + 32 * e;
                     if (i >= HALF) continue;
@@ -112,8 +114,8 @@ _BODY = r"""
                     vo[i] = va[e];  vo[i + HALF] = vb[e];
                 }
             }
-            const float* kc = KC[l] + ((size_t)b * HK + kvh) * (size_t)CAP * D;
-            const float* vc = VC[l] + ((size_t)b * HK + kvh) * (size_t)CAP * D;
+            const float* kc = cache + 2 * l * PLANE + ((size_t)b * HK + kvh) * (size_t)CAP * D;
+            const float* vc = kc + PLANE;
             const int chunk = (pos + 1 + NSPLIT - 1) / NSPLIT;
             const int s0 = sp * chunk, s1 = min(pos + 1, s0 + chunk);
             float m = -INFINITY, den = 0.0f, aa[PP], ab[PP];
@@ -180,19 +182,19 @@ _BODY = r"""
         }
         grid_sync(bar, target);
 
-        add_rows<HD, HC, B, WARPS>(WO[l], att, xs);
+        add_rows<HD, HC, B, WARPS>(wo + (size_t)l * HC * HD, att, xs);
         grid_sync(bar, target);
 
-        block_rms_norm<HC, B, WARPS>(xs, LN2[l], eps, sx, red);
+        block_rms_norm<HC, B, WARPS>(xs, ln2 + (size_t)l * HC, eps, sx, red);
         for (int r = gw; r < I; r += NW) {
             float g[B], u[B];
-            row_dots2<HC, B>(WGU[l] + (size_t)r * HC, WGU[l] + (size_t)(I + r) * HC, sx, g, u);
+            row_dots2<HC, B>(wgu + ((size_t)l * 2 * I + r) * HC, wgu + ((size_t)l * 2 * I + I + r) * HC, sx, g, u);
             if (lane == 0)
                 for (int b = 0; b < B; ++b) act[b * I + r] = (g[b] * (1.0f / (1.0f + expf(-g[b])))) * u[b];
         }
         grid_sync(bar, target);
 
-        add_rows<I, HC, B, WARPS>(WD[l], act, xs);
+        add_rows<I, HC, B, WARPS>(wd + (size_t)l * HC * I, act, xs);
         grid_sync(bar, target);
     }
     block_rms_norm<HC, B, WARPS>(xs, fnorm, eps, sx, red);
@@ -222,8 +224,6 @@ def unsupported(lm, head, rows: int) -> str | None:
         return "biases"
     if not _plain_layers(lm) or not all(type(lyr) is DecoderLayer for lyr in lm.layers):
         return "layers other than the shared DecoderLayer"
-    if any(lyr.self_attn._fused_now() is None or "_fused" not in lyr.mlp.__dict__ for lyr in lm.layers):
-        return "projections not fused (fuse_projections)"
     if a.head_dim % 2 or a.num_attention_heads % a.num_key_value_heads:
         return "odd head_dim, or query heads not a multiple of key/value heads"
     if any(n % 4 for n in (a.hidden_size, a.intermediate_size, a.num_attention_heads * a.head_dim)):
@@ -236,61 +236,85 @@ def unsupported(lm, head, rows: int) -> str | None:
     return None
 
 
-def _names(layers: int) -> list[str]:
-    return [f"{k}{i}" for k in KINDS for i in range(layers)]
+KINDS = ("ln1", "wqkv", "qn", "kn", "wo", "ln2", "wgu", "wd")
 
 
-@functools.lru_cache(maxsize=8)
-def _kernel(layers: int):
-    pointers = "".join(f"    const float* {k.upper()}[{layers}] = {{{', '.join(f'{k}{i}' for i in range(layers))}}};\n"
-                       for k in KINDS)
+@functools.lru_cache(maxsize=1)
+def _kernel():
     return mx.fast.cuda_kernel(
-        name=f"ttscli_lm_step_{layers}",
-        input_names=["x", "pos_in", *_names(layers), "fnorm", "head", "inv_freq", "params"],
-        output_names=["logits", "hidden", "knew", "vnew", "scratch"],
-        source=pointers + _BODY, header=_HEADER)
+        name="ttscli_lm_step",
+        input_names=["x", "pos_in", *KINDS, "cache", "fnorm", "head", "inv_freq", "params"],
+        output_names=["logits", "hidden", "cache_out", "scratch"],
+        source=_BODY, header=_HEADER)
 
 
 class LMStepKernel:
-    """``(x [B, H], pos, keys, values) -> (logits [B, V], hidden [B, H], new keys, new values
-    [layers, B, kv_heads, head_dim])`` for a :class:`ttscli.lm.model.DecoderLM` whose projections
-    are fused, and its head (an ``nn.Linear`` without bias); ``keys``/``values``: each layer's
-    cache storage ``[B, kv_heads, capacity, head_dim]`` holding positions ``0..pos-1``."""
+    """One decode step of a :class:`ttscli.lm.model.DecoderLM` whose projections are fused, and
+    its head (an ``nn.Linear`` without bias): ``(x [B, H], caches) -> (logits [B, V], post-norm
+    hidden [B, H])``, the caches (one :class:`ttscli.lm.cache.KVCache` per layer, room reserved
+    for this position) advanced by one.
+
+    The layers' weights are stacked per kind once (a second device copy of the stack). The
+    caches live in one array ``[layers, 2, B, kv_heads, capacity, head_dim]`` that each step reads
+    and writes anew (the kernel copies the positions before this one, ~7 MB a step for a 0.6B
+    talker at 256 positions, and adds this one); each KVCache holds views into it, and a cache
+    that is not those views any more (new caches, grown storage) is stacked again.
+    """
 
     def __init__(self, lm, head):
-        self.lm, self.head = lm, head
-
-    def __call__(self, x: mx.array, pos: int, keys: list, values: list):
         from ttscli.lm.cuda_frame import multiprocessors
+        from ttscli.lm.model import _concat
         from ttscli.lm.rope import module_inv_freq
 
+        self.lm, self.head = lm, head
+        a = lm.args
+        layers = lm.layers
+        D = a.head_dim
+        ones = mx.ones((D,), mx.float32)
+        self.weights = [
+            mx.stack([lyr.input_layernorm.weight for lyr in layers]),
+            mx.stack([_concat([lyr.self_attn.q_proj, lyr.self_attn.k_proj, lyr.self_attn.v_proj])[0]
+                      for lyr in layers]),
+            mx.stack([lyr.self_attn.q_norm.weight if a.qk_norm else ones for lyr in layers]),
+            mx.stack([lyr.self_attn.k_norm.weight if a.qk_norm else ones for lyr in layers]),
+            mx.stack([lyr.self_attn.o_proj.weight for lyr in layers]),
+            mx.stack([lyr.post_attention_layernorm.weight for lyr in layers]),
+            mx.stack([_concat([lyr.mlp.gate_proj, lyr.mlp.up_proj])[0] for lyr in layers]),
+            mx.stack([lyr.mlp.down_proj.weight for lyr in layers])]
+        self.tail = [lm.norm.weight, head.weight,
+                     mx.array(np.asarray(module_inv_freq(layers[0].self_attn.rope, D), np.float32).reshape(-1)),
+                     mx.array([a.rms_norm_eps, D ** -0.5], mx.float32)]
+        mx.eval(self.weights, self.tail)
+        self.blocks = min(128, multiprocessors())
+        self._cache = None          # the stacked cache of the last step
+        self._views: list = []      # what each KVCache held after it
+
+    def _stacked(self, caches: list) -> mx.array:
+        if (self._cache is not None and len(self._views) == len(caches)
+                and all(c.keys is k and c.values is v for c, (k, v) in zip(caches, self._views))):
+            return self._cache
+        return mx.stack([mx.stack([c.keys, c.values]) for c in caches]).astype(mx.float32)
+
+    def __call__(self, x: mx.array, caches: list) -> tuple[mx.array, mx.array]:
         a = self.lm.args
-        layers = self.lm.layers
         B, HC = x.shape
         H, HK, D, inter = a.num_attention_heads, a.num_key_value_heads, a.head_dim, a.intermediate_size
         V = self.head.weight.shape[0]
-        blocks = min(128, multiprocessors())
-        nsplit = max(1, blocks // (B * H))
-        inv = module_inv_freq(layers[0].self_attn.rope, D)
-        ones = mx.ones((D,), mx.float32)
-        per = {"ln1": [lyr.input_layernorm.weight for lyr in layers],
-               "wqkv": [lyr.self_attn._fused_now()[1] for lyr in layers],
-               "qn": [lyr.self_attn.q_norm.weight if a.qk_norm else ones for lyr in layers],
-               "kn": [lyr.self_attn.k_norm.weight if a.qk_norm else ones for lyr in layers],
-               "wo": [lyr.self_attn.o_proj.weight for lyr in layers],
-               "ln2": [lyr.post_attention_layernorm.weight for lyr in layers],
-               "wgu": [lyr.mlp.__dict__["_fused"][1] for lyr in layers],
-               "wd": [lyr.mlp.down_proj.weight for lyr in layers],
-               "kc": list(keys), "vc": list(values)}
+        L = len(self.lm.layers)
+        pos = caches[0].offset
+        cache = self._stacked(caches)
+        nsplit = max(1, self.blocks // (B * H))
         scratch = 32 + B * (HC + (H + 2 * HK) * D + H * D + inter) + B * H * nsplit * (D + 2)
-        ins = [x.astype(mx.float32), mx.array([pos], mx.int32)] + [arr for k in KINDS for arr in per[k]]
-        ins += [self.lm.norm.weight, self.head.weight, mx.array(np.asarray(inv, np.float32).reshape(-1)),
-                mx.array([a.rms_norm_eps, D ** -0.5], mx.float32)]
-        logits, hidden, knew, vnew, _ = _kernel(len(layers))(
-            inputs=ins,
-            template=[("B", B), ("L", len(layers)), ("HC", HC), ("H", H), ("HK", HK), ("D", D), ("I", inter),
+        logits, hidden, cache, _ = _kernel()(
+            inputs=[x.astype(mx.float32), mx.array([pos], mx.int32), *self.weights, cache, *self.tail],
+            template=[("B", B), ("L", L), ("HC", HC), ("H", H), ("HK", HK), ("D", D), ("I", inter),
                       ("V", V), ("QKNORM", bool(a.qk_norm)), ("THREADS", THREADS)],
-            grid=(blocks * THREADS, 1, 1), threadgroup=(THREADS, 1, 1),
-            output_shapes=[(B, V), (B, HC), (len(layers), B, HK, D), (len(layers), B, HK, D), (scratch,)],
-            output_dtypes=[mx.float32] * 5, init_value=0)
-        return logits, hidden, knew, vnew
+            grid=(self.blocks * THREADS, 1, 1), threadgroup=(THREADS, 1, 1),
+            output_shapes=[(B, V), (B, HC), cache.shape, (scratch,)],
+            output_dtypes=[mx.float32] * 4, init_value=0)
+        self._cache = cache
+        for i, c in enumerate(caches):
+            c.keys, c.values = cache[i, 0], cache[i, 1]
+            c.offset += 1
+        self._views = [(c.keys, c.values) for c in caches]
+        return logits, hidden

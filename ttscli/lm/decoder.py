@@ -46,9 +46,9 @@ class MLXCodeDecoder:
     of kernels).  The CPU keeps the plain path its goldens were taken with.
     """
 
-    # one decode step as one CUDA kernel (ttscli.lm.cuda_step) for a model with ``step_parts()``:
-    # off until scripts/gpu_check_step.py has checked it on a GPU
-    step_kernel: bool = False
+    # a compiled decode step as one CUDA kernel (ttscli.lm.cuda_step) where the model offers
+    # ``step_parts()`` and the kernel takes it (float32, at most 4 rows, plain shared-LM layers)
+    step_kernel: bool = True
 
     def __init__(self, model: LMHeadModel, sequential: bool = False, compiled: bool | None = None):
         from ttscli.nn.fastmath import on_cpu
@@ -90,7 +90,8 @@ class MLXCodeDecoder:
         parts = getattr(self.model, "step_parts", None)
         if not (self.step_kernel and self.compiled and parts is not None):
             return None
-        kept = self.__dict__.setdefault("_step_kernels", {})
+        # kept on the model: a decoder made per utterance (Chatterbox's T3) stacks the weights once
+        kept = self.model.__dict__.setdefault("_ttscli_step_kernels", {})
         if rows not in kept:
             from ttscli.lm import cuda_step
 
@@ -107,15 +108,8 @@ class MLXCodeDecoder:
         for c in cache:
             c.reserve(1, c.keys, c.values)
         kernel = self._step_kernel(embed.shape[0])
-        if kernel is not None:
-            pos = cache[0].offset
-            logits, hidden, knew, vnew = kernel(embed[:, 0], pos, [c.keys for c in cache], [c.values for c in cache])
-            at = mx.array([pos], mx.int32)
-            for i, c in enumerate(cache):
-                c.keys = mx.slice_update(c.keys, knew[i][:, :, None, :].astype(c.keys.dtype), at, axes=(2,))
-                c.values = mx.slice_update(c.values, vnew[i][:, :, None, :].astype(c.values.dtype), at, axes=(2,))
-                c.offset += 1
-            return logits, hidden
+        if kernel is not None and cache[0].keys.dtype == mx.float32:
+            return kernel(embed[:, 0], cache)
         keys, values = [c.keys for c in cache], [c.values for c in cache]
         # drop the cache's references first, so the step's writes can reuse the old storage
         for c in cache:
