@@ -31,10 +31,10 @@ sys.argv = [sys.argv[1]] + sys.argv[2:]
 runpy.run_path(sys.argv[0], run_name="__main__")' "$v" "$what" "$@"
   fi
 }
-[ -n "${CHECK:-1}" ] && timeout 300 python3 scripts/gpu_check_frame.py --reps ${REPS:-30} > "$OUT/check.json"
+[ -n "${CHECK-1}" ] && timeout 300 python3 scripts/gpu_check_frame.py --reps ${REPS:-30} > "$OUT/check.json"
 [ -n "${CHECK_STEP:-}" ] && for m in ${STEP_MODELS:-$Q chatterbox}; do
   timeout 150 python3 scripts/gpu_check_step.py --model $m --reps ${REPS:-30} > "$OUT/check_step_$m.json"; done
-[ -n "${GREEDY:-1}" ] && for v in ${GREEDY_VARIANTS:-kernel mlx}; do
+[ -n "${GREEDY-1}" ] && for v in ${GREEDY_VARIANTS:-kernel mlx}; do
   as_variant $v scripts/gpu_greedy_dtype.py --dtype float32 > "$OUT/greedy_$v.json"; done
 for r in $(seq 1 "${ROUNDS:-2}"); do
   for v in ${VARIANTS:-mlx kernel}; do

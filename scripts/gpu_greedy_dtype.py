@@ -46,7 +46,9 @@ def main() -> int:
     frame = cuda_frame.unsupported(model.talker.code_predictor, SamplingParams(do_sample=False)) or "one kernel"
     print(json.dumps({"dtype": a.dtype, "device": str(mx.default_device()), "compiled": dec.compiled,
                       "code_predictor_frame": frame if model.talker.code_predictor.one_kernel_frame is not False
-                      else "mlx (switched off)", "frames_equal": same, "golden_frames": len(ref),
+                      else "mlx (switched off)",
+                      "talker_step": "one kernel" if dec._step_kernel(1) is not None else "mlx",
+                      "frames_equal": same, "golden_frames": len(ref),
                       "ours_frames": len(ours)}))
     return 0 if same == len(ref) == len(ours) else 1
 
