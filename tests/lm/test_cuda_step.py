@@ -73,14 +73,13 @@ def test_the_step_hands_the_kernel_one_cache_and_keeps_its_views(talker, monkeyp
     assert seen[0]["n_inputs"] == 2 + len(cuda_step.KINDS) + 1 + 4 and seen[0]["template"]["L"] == L
     assert seen[0]["cache"].shape[:2] == (L, 2)
     assert all(c.offset == 7 for c in cache)
-    kernel = talker.__dict__["_ttscli_step_kernels"][1]
     assert seen[1]["cache"] is outs[0]                         # the first step's output, not a re-stack;
     for i, c in enumerate(cache):                                # the caches are views of the last one
         assert c.keys.shape == cache[0].keys.shape
         assert float(mx.abs(c.keys[..., 5, :] - 7.0 - 5).max().item()) == 0.0
         assert float(mx.abs(c.values[..., 6, :] + 7.0 + 6).max().item()) == 0.0
         assert float(mx.abs(c.keys[..., :5, :] - before[i]).max().item()) == 0.0   # the prefill kept
-    assert kernel._stacked(cache) is kernel._cache
+    assert cuda_step.LMStepKernel._stacked(cache) is outs[1]  # what the next step would get
     cache[0].keys = cache[0].keys + 0                            # a cache changed behind its back: stacked again
-    assert kernel._stacked(cache) is not kernel._cache
+    assert cuda_step.LMStepKernel._stacked(cache) is not outs[1]
     assert float(hidden.min().item()) == 1.0

@@ -257,8 +257,9 @@ class LMStepKernel:
     The layers' weights are stacked per kind once (a second device copy of the stack). The
     caches live in one array ``[layers, 2, B, kv_heads, capacity, head_dim]`` that each step reads
     and writes anew (the kernel copies the positions before this one, ~7 MB a step for a 0.6B
-    talker at 256 positions, and adds this one); each KVCache holds views into it, and a cache
-    that is not those views any more (new caches, grown storage) is stacked again.
+    talker at 256 positions, and adds this one); each KVCache holds views into it, the first one
+    the array itself, and a cache that is not those views any more (new caches, grown storage)
+    is stacked again.
     """
 
     def __init__(self, lm, head):
@@ -286,13 +287,15 @@ class LMStepKernel:
                      mx.array([a.rms_norm_eps, D ** -0.5], mx.float32)]
         mx.eval(self.weights, self.tail)
         self.blocks = min(128, multiprocessors())
-        self._cache = None          # the stacked cache of the last step
-        self._views: list = []      # what each KVCache held after it
 
-    def _stacked(self, caches: list) -> mx.array:
-        if (self._cache is not None and len(self._views) == len(caches)
-                and all(c.keys is k and c.values is v for c, (k, v) in zip(caches, self._views))):
-            return self._cache
+    @staticmethod
+    def _stacked(caches: list) -> mx.array:
+        """The stacked cache the last step left with these caches (held by the first one, so it
+        goes when they go), or a new stack of what they hold now."""
+        held = getattr(caches[0], "_stacked_step", None)
+        if held is not None and len(held[1]) == len(caches) and all(
+                c.keys is k and c.values is v for c, (k, v) in zip(caches, held[1])):
+            return held[0]
         return mx.stack([mx.stack([c.keys, c.values]) for c in caches]).astype(mx.float32)
 
     def __call__(self, x: mx.array, caches: list) -> tuple[mx.array, mx.array]:
@@ -312,9 +315,8 @@ class LMStepKernel:
             grid=(self.blocks * THREADS, 1, 1), threadgroup=(THREADS, 1, 1),
             output_shapes=[(B, V), (B, HC), cache.shape, (scratch,)],
             output_dtypes=[mx.float32] * 4, init_value=0)
-        self._cache = cache
         for i, c in enumerate(caches):
             c.keys, c.values = cache[i, 0], cache[i, 1]
             c.offset += 1
-        self._views = [(c.keys, c.values) for c in caches]
+        caches[0]._stacked_step = (cache, [(c.keys, c.values) for c in caches])
         return logits, hidden
