@@ -163,6 +163,9 @@ class HeadModel(nn.Module):
         h = self.model(cache=cache, input_embeddings=embeds)[:, -1]
         return self.head(h), h
 
+    def step_parts(self):
+        return self.model, self.head
+
 
 def test_mlx_code_decoder_sequential_prefill_equals_batched():
     m = build(model_type="qwen3")

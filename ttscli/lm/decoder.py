@@ -33,6 +33,11 @@ class LMHeadModel(Protocol):
         """Logits and post-norm hidden state of the last position of ``embeds``."""
         ...
 
+    def step_parts(self) -> tuple[Any, Any]:
+        """The decoder stack (a :class:`ttscli.lm.model.DecoderLM`) and the head (an ``nn.Linear``)
+        that ``__call__`` runs: what the one-kernel decode step (ttscli.lm.cuda_step) takes."""
+        ...
+
 
 class MLXCodeDecoder:
     """An MLX LM as a code decoder. ``sequential=True`` prefills one position per call, syncing
@@ -46,8 +51,8 @@ class MLXCodeDecoder:
     of kernels).  The CPU keeps the plain path its goldens were taken with.
     """
 
-    # a compiled decode step as one CUDA kernel (ttscli.lm.cuda_step) where the model offers
-    # ``step_parts()`` and the kernel takes it (float32, at most 4 rows, plain shared-LM layers)
+    # a compiled decode step as one CUDA kernel (ttscli.lm.cuda_step) where the kernel takes the
+    # model's ``step_parts()`` (float32, at most 4 rows, plain shared-LM layers)
     step_kernel: bool = True
 
     def __init__(self, model: LMHeadModel, sequential: bool = False, compiled: bool | None = None):
@@ -87,15 +92,14 @@ class MLXCodeDecoder:
         return out
 
     def _step_kernel(self, rows: int):
-        parts = getattr(self.model, "step_parts", None)
-        if not (self.step_kernel and self.compiled and parts is not None):
+        if not (self.step_kernel and self.compiled):
             return None
         # kept on the model: a decoder made per utterance (Chatterbox's T3) stacks the weights once
         kept = self.model.__dict__.setdefault("_ttscli_step_kernels", {})
         if rows not in kept:
             from ttscli.lm import cuda_step
 
-            lm, head = parts()
+            lm, head = self.model.step_parts()
             kept[rows] = None if cuda_step.unsupported(lm, head, rows) else cuda_step.LMStepKernel(lm, head)
         return kept[rows]
 
