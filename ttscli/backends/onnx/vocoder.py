@@ -9,7 +9,7 @@ kernels: onnxruntime's blocked NCHWc conv kernels only take 2-D convs, and at Hi
 they beat its 1-D path on the 2-core AVX2 EPYC this project is measured on.
 
 The long same-padded convs of a generator's resblocks can run as overlap-save FFT convolutions
-(:meth:`ConvNet.conv_fft`, Kokoro's decoder does): at 128-256 channels, 1.2-2.6x faster than
+(:meth:`ConvNet.conv_fft`, Kokoro's decoder does): at 128-256 channels, 1.1-2.6x faster than
 onnxruntime's direct conv here (:data:`FFT_BLOCK`), within 4e-7 of it.
 
 Snake (``y + sin^2(a y) / a``) is emitted as ``(u + sin^2 u) / a`` with ``u = a y``: whoever
@@ -27,7 +27,7 @@ from .graph import Builder
 
 # Block length of the FFT convolution per (kernel size, dilation); the rest stay direct convs. On
 # this CPU (scripts/bench_fft_conv.py, 128 x 41,000 and 256 x 6,800): k=11 1.8-2.6x at dilation 1
-# and 1.5-1.7x at 3, k=7 1.2-1.5x; k=3 loses (0.5x). k=11 at dilation 5 (block 128) and k=7 at 3
+# and 1.1-1.7x at 3, k=7 1.2-1.7x; k=3 loses (0.5x). k=11 at dilation 5 (block 128) and k=7 at 3
 # (block 64) gain 1.05-1.7x too, but in Kokoro they would add ~180 MB of mixing matrices for ~3%.
 FFT_BLOCK = {(7, 1): 32, (11, 1): 64, (11, 3): 64}
 
