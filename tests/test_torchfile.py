@@ -99,3 +99,105 @@ def test_damaged_files_are_one_clear_error(tmp_path):
         torchfile.load(cut)
     with pytest.raises(TorchFileError, match="cannot read"):
         torchfile.load(tmp_path / "absent.pt")
+
+
+# ---- hostile sizes: refused before memory is allocated -----------------------------------------
+
+def _fake_torch(monkeypatch):
+    """Just enough of torch's names for pickle to write a tensor record as torch does."""
+    import sys
+    import types
+
+    torch, utils = types.ModuleType("torch"), types.ModuleType("torch._utils")
+
+    class FloatStorage:
+        pass
+
+    def _rebuild_tensor_v2(*args):
+        raise AssertionError("never called: the file is only written here")
+
+    FloatStorage.__module__, _rebuild_tensor_v2.__module__ = "torch", "torch._utils"
+    FloatStorage.__qualname__, _rebuild_tensor_v2.__qualname__ = "FloatStorage", "_rebuild_tensor_v2"
+    torch.FloatStorage, utils._rebuild_tensor_v2 = FloatStorage, _rebuild_tensor_v2
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch._utils", utils)
+    return FloatStorage, _rebuild_tensor_v2
+
+
+def _tensor_pickle(monkeypatch, size, stride, numel, legacy=False) -> bytes:
+    """{"w": tensor} whose one float32 storage (key "0") the pickle says holds ``numel`` elements."""
+    from collections import OrderedDict
+
+    storage_type, rebuild = _fake_torch(monkeypatch)
+
+    class Storage:
+        pass
+
+    class Tensor:
+        def __reduce__(self):
+            return rebuild, (Storage(), 0, size, stride, False, OrderedDict())
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, obj):
+            if isinstance(obj, Storage):
+                return ("storage", storage_type, "0", "cpu", numel) + ((None,) if legacy else ())
+            return None
+
+    buf = io.BytesIO()
+    Pickler(buf, protocol=2).dump({"w": Tensor()})
+    return buf.getvalue()
+
+
+def _load_under_a_memory_cap(path: Path):
+    """torchfile.load(path) in a child process whose address space is capped at 4 GiB: an
+    allocation the file's size does not justify fails there instead of swapping this machine."""
+    import subprocess
+    import sys
+
+    code = ("import resource, sys\n"
+            "from ttscli import torchfile\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
+            "try:\n"
+            "    torchfile.load(sys.argv[1])\n"
+            "except torchfile.TorchFileError as e:\n"
+            "    print(e)\n"
+            "    sys.exit(3)\n")
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_a_zero_stride_tensor_cannot_ask_for_more_than_the_file_holds(tmp_path, monkeypatch):
+    path = tmp_path / "zero-stride.pt"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("archive/data.pkl", _tensor_pickle(monkeypatch, (2**36,), (0,), 1))
+        zf.writestr("archive/data/0", np.float32(1).tobytes())
+    assert path.stat().st_size < 500          # a few hundred bytes asking for 256 GiB
+    p = _load_under_a_memory_cap(path)
+    assert p.returncode == 3, p.stderr[-2000:]
+    assert f"{path}: a tensor of shape (68719476736,) would take 274,877,906,944 bytes" in p.stdout
+    assert "at most 4x its" in p.stdout and "zero stride" in p.stdout
+
+
+def test_a_legacy_storage_cannot_claim_more_bytes_than_are_left(tmp_path, monkeypatch):
+    buf = io.BytesIO()
+    for header in (torchfile.LEGACY_MAGIC, 1001, {"little_endian": True}):
+        pickle.dump(header, buf, protocol=2)
+    buf.write(_tensor_pickle(monkeypatch, (1,), (1,), 1, legacy=True))
+    pickle.dump(["0"], buf, protocol=2)
+    buf.write((2**40).to_bytes(8, "little") + np.float32(1).tobytes())   # "2^40 elements follow"
+    path = tmp_path / "legacy-claim.pt"
+    path.write_bytes(buf.getvalue())
+    p = _load_under_a_memory_cap(path)
+    assert p.returncode == 3, p.stderr[-2000:]
+    assert "storage 0 claims 4,398,046,511,104 bytes; the file has 4 left" in p.stdout
+
+
+def test_a_compressed_entry_cannot_inflate_past_the_file(tmp_path, monkeypatch):
+    n = 4 << 20                                 # 16 MiB of zeros deflate to a few KiB
+    path = tmp_path / "bomb.pt"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("archive/data.pkl", _tensor_pickle(monkeypatch, (n,), (1,), n))
+        zf.writestr("archive/data/0", bytes(4 * n), compress_type=zipfile.ZIP_DEFLATED)
+    with pytest.raises(TorchFileError, match=rf"storage 0 claims {4 * n:,} bytes, more than the file's"):
+        torchfile.load(path)

@@ -9,10 +9,12 @@ tensors and plain containers; any other global ends the read before anything is 
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import zipfile
 from collections import OrderedDict
 from dataclasses import dataclass
+from math import prod
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,12 @@ class _Storage:
             raise TorchFileError("a tensor refers to a storage the file does not contain")
         return self.data
 
+    def check_claim(self, present: int, what: str) -> None:
+        """Refuse a storage whose pickle claims more elements than the bytes present hold."""
+        if self.numel * self.kind.itemsize > present:
+            raise TorchFileError(f"{what} claims {self.numel:,} elements of {self.kind.itemsize} bytes; "
+                                 f"the archive holds {present:,} bytes for it")
+
     def fill(self, raw: bytes) -> None:
         if self.kind.dtype == "bfloat16":
             # bfloat16 is the upper half of a float32: widening is exact
@@ -79,15 +87,21 @@ class _TensorRef:
     size: tuple
     stride: tuple
 
+    @property
+    def numel(self) -> int:
+        return prod(self.size)
+
     def resolve(self) -> np.ndarray:
         flat = self.storage.array()
-        if not self.size:
-            return np.array(flat[self.offset])
-        need = self.offset + 1 + sum((n - 1) * s for n, s in zip(self.size, self.stride) if n > 0)
+        if any(n < 0 for n in self.size) or self.offset < 0 or any(s < 0 for s in self.stride):
+            raise TorchFileError("a tensor has a negative size, stride or offset")
         if any(n == 0 for n in self.size):
             return np.zeros(self.size, flat.dtype)
-        if need > flat.size or self.offset < 0 or any(s < 0 for s in self.stride):
+        need = self.offset + 1 + sum((n - 1) * s for n, s in zip(self.size, self.stride))
+        if need > flat.size:
             raise TorchFileError("a tensor's shape and strides reach past its storage")
+        if not self.size:
+            return np.array(flat[self.offset])
         view = np.lib.stride_tricks.as_strided(
             flat[self.offset:], shape=self.size, strides=tuple(s * flat.itemsize for s in self.stride))
         return np.ascontiguousarray(view)
@@ -168,38 +182,76 @@ class _Unpickler(pickle.Unpickler):
         return root
 
 
-def _resolve(obj):
-    """Replace tensor records by numpy arrays throughout the loaded structure."""
-    if isinstance(obj, _TensorRef):
-        return obj.resolve()
-    if isinstance(obj, OrderedDict):
-        return OrderedDict((k, _resolve(v)) for k, v in obj.items())
-    if isinstance(obj, dict):
-        return {k: _resolve(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_resolve(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_resolve(v) for v in obj)
-    return obj
+# The arrays a file yields may take at most this many times the file's size. Every element is
+# a copy of one the file stores, so only tensors that share storage yield more than the file
+# holds: tied weights (each name gets its own array), overlapping views, bfloat16 widened to
+# float32. A zero-stride or endlessly repeated view, which could ask for terabytes from a few
+# hundred bytes, is refused before its memory is allocated.
+MAX_YIELD_PER_FILE_BYTE = 4
 
 
-def _load_zip(zf: zipfile.ZipFile) -> Any:
+class _Resolver:
+    """Replaces tensor records by numpy arrays throughout the loaded structure, within a budget
+    of bytes (:data:`MAX_YIELD_PER_FILE_BYTE`)."""
+
+    def __init__(self, file_size: int):
+        self.file_size = file_size
+        self.left = MAX_YIELD_PER_FILE_BYTE * file_size
+
+    def __call__(self, obj):
+        if isinstance(obj, _TensorRef):
+            self.spend(obj)
+            return obj.resolve()
+        if isinstance(obj, OrderedDict):
+            return OrderedDict((k, self(v)) for k, v in obj.items())
+        if isinstance(obj, dict):
+            return {k: self(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [self(v) for v in obj]
+        if isinstance(obj, tuple):
+            return tuple(self(v) for v in obj)
+        return obj
+
+    def spend(self, ref: _TensorRef) -> None:
+        itemsize = 4 if ref.storage.kind.dtype == "bfloat16" else ref.storage.kind.itemsize
+        need = ref.numel * itemsize
+        if need > self.left:
+            raise TorchFileError(
+                f"a tensor of shape {tuple(ref.size)} would take {need:,} bytes: the file's tensors may take "
+                f"at most {MAX_YIELD_PER_FILE_BYTE}x its {self.file_size:,} bytes (a zero stride, or a view "
+                "repeated); refused")
+        self.left -= need
+
+
+def _entry(zf: zipfile.ZipFile, name: str, file_size: int, what: str) -> zipfile.ZipInfo:
+    """An archive entry, refused before it is read when it claims more bytes than the whole
+    file (only a compressed entry can: torch stores its entries uncompressed)."""
+    try:
+        info = zf.getinfo(name)
+    except KeyError:
+        raise TorchFileError(f"{what} is missing from the archive") from None
+    if info.file_size > file_size:
+        raise TorchFileError(f"{what} claims {info.file_size:,} bytes, more than the file's {file_size:,}")
+    return info
+
+
+def _load_zip(zf: zipfile.ZipFile, file_size: int) -> Any:
     names = zf.namelist()
     pkl = next((n for n in names if n.endswith("/data.pkl") and n.count("/") == 1), None)
     if pkl is None:
         raise TorchFileError("a zip file without <name>/data.pkl is not a torch file")
     prefix = pkl[: -len("data.pkl")]
     storages: dict[str, _Storage] = {}
-    obj = _Unpickler(io.BytesIO(zf.read(pkl)), storages, zip_numel=True).load()
+    raw = zf.read(_entry(zf, pkl, file_size, pkl))
+    obj = _Unpickler(io.BytesIO(raw), storages, zip_numel=True).load()
     for key, storage in storages.items():
-        try:
-            storage.fill(zf.read(f"{prefix}data/{key}"))
-        except KeyError:
-            raise TorchFileError(f"storage {key} is missing from the archive") from None
+        info = _entry(zf, f"{prefix}data/{key}", file_size, f"storage {key}")
+        storage.check_claim(info.file_size, f"storage {key}")
+        storage.fill(zf.read(info))
     return obj
 
 
-def _load_legacy(f) -> Any:
+def _load_legacy(f, file_size: int) -> Any:
     def safe():
         return _Unpickler(f, {}, zip_numel=False).load()
 
@@ -220,10 +272,11 @@ def _load_legacy(f) -> Any:
         if len(header) != 8:
             raise TorchFileError("the file ends inside its storages")
         numel = int.from_bytes(header, "little")
-        raw = f.read(numel * storage.kind.itemsize)
-        if len(raw) != numel * storage.kind.itemsize:
-            raise TorchFileError("the file ends inside its storages")
-        storage.fill(raw)
+        nbytes = numel * storage.kind.itemsize
+        if nbytes > file_size - f.tell():
+            raise TorchFileError(f"storage {key} claims {nbytes:,} bytes; the file has "
+                                 f"{file_size - f.tell():,} left (it ends inside its storages)")
+        storage.fill(f.read(nbytes))
     return obj
 
 
@@ -234,19 +287,21 @@ def load(path: str | Path) -> Any:
     """
     path = Path(path)
     try:
-        if zipfile.is_zipfile(path):
-            with zipfile.ZipFile(path) as zf:
-                obj = _load_zip(zf)
-        else:
-            with open(path, "rb") as f:
-                obj = _load_legacy(f)
+        with open(path, "rb") as f:
+            file_size = os.fstat(f.fileno()).st_size
+            if zipfile.is_zipfile(f):
+                with zipfile.ZipFile(f) as zf:
+                    obj = _load_zip(zf, file_size)
+            else:
+                f.seek(0)
+                obj = _load_legacy(f, file_size)
+        return _Resolver(file_size)(obj)
     except TorchFileError as e:
         raise TorchFileError(f"{path}: {e}") from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, zipfile.BadZipFile) as e:
         raise TorchFileError(f"{path}: not a readable torch file ({type(e).__name__}: {e})") from None
     except OSError as e:
         raise TorchFileError(f"cannot read {path}: {e.strerror or e}") from None
-    return _resolve(obj)
 
 
 def state_dict(path: str | Path, key: str | None = None) -> dict[str, np.ndarray]:
