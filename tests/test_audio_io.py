@@ -109,7 +109,7 @@ def test_crossfade_join_is_independent_of_piece_boundaries():
 def test_stale_parts_removed_only_when_their_writer_is_gone(tmp_path):
     import time
 
-    from ttscli.audio import STALE_PART_S, remove_stale_parts
+    from ttscli.outfile import STALE_PART_S, remove_stale_parts
 
     dead = tmp_path / ".o.wav.999999999.x1.part"
     live = tmp_path / f".o.wav.{os.getppid()}.x2.part"
@@ -120,18 +120,18 @@ def test_stale_parts_removed_only_when_their_writer_is_gone(tmp_path):
     t = time.time() - STALE_PART_S - 10
     os.utime(live_old, (t, t))
     removed = remove_stale_parts(tmp_path, "o.wav")
-    assert sorted(removed) == sorted([dead, live_old])
+    assert sorted(removed) == sorted([dead.name, live_old.name])
     assert live.exists() and unrelated.exists()
 
 
 def test_file_sink_registers_and_releases_its_temp_file(tmp_path):
-    from ttscli.audio import _LIVE_PARTS, remove_partial_files
+    from ttscli.outfile import _LIVE, remove_partial_files
 
     s = FileSink(tmp_path / "a.wav", 16000, "wav")
-    assert s.tmp in _LIVE_PARTS and str(os.getpid()) in s.tmp.name
+    assert s.out in _LIVE and str(os.getpid()) in s.tmp.name and s.tmp.exists()
     s.write(np.zeros(100, np.float32))
     remove_partial_files()  # what the CLI runs on any way out
-    assert not s.tmp.exists() and s.tmp not in _LIVE_PARTS
+    assert not s.tmp.exists() and s.out not in _LIVE
 
 
 def test_stream_sink_reports_a_closed_reader_as_output_closed():

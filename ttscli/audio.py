@@ -1,21 +1,19 @@
-"""Audio in and out: reference audio reading, atomic file writes, stdout streaming, playback."""
+"""Audio in and out: reference audio reading, audio files (written through ttscli.outfile), stdout
+streaming, playback."""
 from __future__ import annotations
 
 import errno
 import os
-import stat
 import struct
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
-from ttscli import signals
 from ttscli.errors import (AudioInputError, BackendUnavailableError, OutputClosed, OutputError, UsageError,
                            os_cause, os_error)
+from ttscli.outfile import AtomicFile, check_writable, open_in_place, resolve
 
 # extension -> (libsndfile major format, subtype)
 FORMATS = {
@@ -25,6 +23,7 @@ FORMATS = {
     "mp3": ("MP3", "MPEG_LAYER_III"),
 }
 STREAM_FORMATS = ("wav", "pcm")
+STREAM_KINDS = ("a FIFO", "a device")     # -o targets written in place, as a stream
 
 
 def to_int16(x: np.ndarray) -> np.ndarray:
@@ -32,38 +31,14 @@ def to_int16(x: np.ndarray) -> np.ndarray:
 
 
 def special_file(path: str) -> str | None:
-    """What a FIFO or device node at -o is ("a FIFO", "a device"), else None: such targets are
-    written directly, as -o - is, never replaced by a rename (as root, -o /dev/null would
-    otherwise replace the system's /dev/null with a regular file)."""
+    """What a FIFO, device node or socket at -o is ("a FIFO", "a device", "a socket"), else None:
+    FIFOs and devices are written directly, as -o - is, never replaced by a rename (as root, -o
+    /dev/null would otherwise replace the system's /dev/null with a regular file). The path is
+    walked as a write walks it (:func:`ttscli.outfile.resolve`): a planted link is refused here."""
     if path == "-":
         return None
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return None
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return None
-
-
-def write_target(path: str | Path) -> Path:
-    """The file a write to ``path`` lands in: ``path`` itself, or for a symlink its final target
-    (as open() would write; a dangling link's target is created), so the temp file goes beside
-    the target and the rename replaces the target, never the link."""
-    path = Path(path)
-    if not path.is_symlink():
-        return path
-    try:
-        return Path(os.path.realpath(path, strict=True))
-    except FileNotFoundError:
-        return Path(os.path.realpath(path))
-    except OSError as e:
-        raise UsageError(f"output {path} is a symlink that cannot be followed ({e.strerror}); "
-                         "point -o at a file") from None
+    with resolve(path) as dest:
+        return dest.kind if dest.kind in (*STREAM_KINDS, "a socket") else None
 
 
 def format_for(path: str, fmt: str | None) -> str:
@@ -111,67 +86,10 @@ class Sink:
     def abort(self) -> None: ...
 
 
-# Temp files of FileSinks not yet committed or aborted: removed by remove_partial_files() on any
-# way out of the CLI, including an exception raised between two lines of a sink.
-_LIVE_PARTS: set[Path] = set()
-# A .part left by a killed run (SIGKILL, power loss) is removed by the next write to the same
-# target once its writer is gone: its pid (in the name) is not running, or it has not been
-# written for this long (a running write appends every chunk; a reused pid cannot keep it alive).
-STALE_PART_S = 3600.0
-
-
-def remove_partial_files() -> None:
-    for p in list(_LIVE_PARTS):
-        try:
-            p.unlink(missing_ok=True)
-        except OSError:
-            pass
-        _LIVE_PARTS.discard(p)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    except OSError:
-        return False
-    return True
-
-
-def remove_stale_parts(folder: Path, name: str, now: float | None = None) -> list[Path]:
-    """Remove `.NAME.PID.*.part` files beside the target whose writer is gone; returns them."""
-    now = time.time() if now is None else now
-    prefix, removed = f".{name}.", []
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return removed
-    for e in entries:
-        if not (e.name.startswith(prefix) and e.name.endswith(".part")):
-            continue
-        pid = e.name[len(prefix):-len(".part")].split(".")[0]
-        try:
-            st = e.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            continue
-        dead = pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid))
-        if dead or now - st.st_mtime > STALE_PART_S:
-            try:
-                os.unlink(e.path)
-                removed.append(Path(e.path))
-            except OSError:
-                pass
-    return removed
-
-
-def _libsndfile_failure(sf_file, path: Path, err: Exception) -> Exception:
+def _libsndfile_failure(sf_file, path: Path, err: Exception, fd: int) -> Exception:
     """libsndfile reports a failed write(2) as "System error."; its per-file message keeps the
-    strerror, which names the cause (full disk, quota, file size limit)."""
+    strerror, which names the cause (full disk, quota, file size limit). ``fd`` is the file
+    being written, asked whether its file system is full when no cause was kept."""
     detail = ""
     try:
         import soundfile as sf
@@ -184,8 +102,7 @@ def _libsndfile_failure(sf_file, path: Path, err: Exception) -> Exception:
     errnum = by_text.get(text)
     if errnum is None and text == "":
         try:  # no message kept: a full disk is the likely system error; look
-            st = os.statvfs(path.parent if str(path.parent) else ".")
-            errnum = errno.ENOSPC if st.f_bavail == 0 else None
+            errnum = errno.ENOSPC if os.fstatvfs(fd).f_bavail == 0 else None
         except OSError:
             pass
     if errnum is not None and os_cause(errnum):
@@ -194,64 +111,53 @@ def _libsndfile_failure(sf_file, path: Path, err: Exception) -> Exception:
 
 
 class FileSink(Sink):
-    """Writes to a temp file beside the target, renamed into place only on close(); a symlink's
-    target is the target (:func:`write_target`)."""
+    """Writes a temp file beside the target, renamed onto it only on close()
+    (:class:`ttscli.outfile.AtomicFile`: links others planted are refused, a replaced file keeps
+    its mode and owner, a new one gets the umask's mode)."""
 
     def __init__(self, path: str | Path, sample_rate: int, fmt: str):
         import soundfile as sf
 
-        self.path = write_target(path)
-        folder = self.path.parent if str(self.path.parent) else Path(".")
-        if not folder.is_dir():
-            raise UsageError(f"output folder {folder} does not exist")
-        if self.path.is_dir():
-            raise UsageError(f"output {self.path} is a folder; give a file name")
-        remove_stale_parts(folder, self.path.name)
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.{os.getpid()}.", suffix=".part", dir=folder)
-        except OSError as e:
-            raise os_error(e, self.path) or OutputError(f"cannot write {self.path}: {e.strerror}") from None
-        self.tmp = Path(tmp)
-        _LIVE_PARTS.add(self.tmp)
-        os.close(fd)
+        dest = resolve(path)
+        if dest.kind in (*STREAM_KINDS, "a socket"):
+            kind = dest.kind
+            dest.close()
+            raise UsageError(f"output {path} is {kind}, not a file")
+        self.out = AtomicFile(dest)
+        self.path = self.out.path
         major, subtype = FORMATS[fmt]
         try:
-            self.f = sf.SoundFile(self.tmp, "w", samplerate=sample_rate, channels=1, format=major, subtype=subtype)
+            self.f = sf.SoundFile(self.out.fd, "w", samplerate=sample_rate, channels=1, format=major,
+                                  subtype=subtype, closefd=False)
         except Exception as e:  # noqa: BLE001 - soundfile/libsndfile raise many types; OSError is sorted out below
-            self._discard()
+            self.out.discard()
             if isinstance(e, OSError) and os_error(e, self.path):
                 raise os_error(e, self.path) from None
             raise BackendUnavailableError(f"cannot write {fmt} with libsndfile: {e}") from None
         self.frames = 0
 
-    def _discard(self) -> None:
-        self.tmp.unlink(missing_ok=True)
-        _LIVE_PARTS.discard(self.tmp)
+    @property
+    def tmp(self) -> Path:
+        return self.out.tmp
 
     def write(self, chunk: np.ndarray) -> None:
         try:
             self.f.write(np.clip(np.asarray(chunk, dtype=np.float32), -1.0, 1.0))
         except Exception as e:  # noqa: BLE001 - soundfile/libsndfile raise many types; all become one output error
-            raise _libsndfile_failure(self.f, self.path, e) from None
+            raise _libsndfile_failure(self.f, self.path, e, self.out.fd) from None
         self.frames += len(chunk)
 
     def close(self) -> None:
         try:
             self.f.close()  # writes the header's final sizes: can fail on a full disk too
-            # mkstemp makes the file 0600; give it the mode a plain open() would have had
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(self.tmp, 0o666 & ~umask)
-            signals.check()  # a stop received (and lost on its way) before this point: nothing is renamed
-            os.replace(self.tmp, self.path)
-        except BaseException as e:
-            self._discard()
-            if isinstance(e, OSError):
-                raise os_error(e, self.path) or OutputError(f"cannot write {self.path}: {e.strerror}") from None
-            if isinstance(e, Exception):
-                raise _libsndfile_failure(self.f, self.path, e) from None
+        except Exception as e:  # noqa: BLE001 - soundfile/libsndfile raise many types; all become one output error
+            failure = _libsndfile_failure(self.f, self.path, e, self.out.fd)
+            self.out.discard()
+            raise failure from None
+        except BaseException:
+            self.out.discard()
             raise
-        _LIVE_PARTS.discard(self.tmp)
+        self.out.commit()
 
     def abort(self) -> None:
         try:
@@ -259,7 +165,7 @@ class FileSink(Sink):
         except Exception:  # noqa: BLE001 - cleanup on abort: the data is thrown away anyway
             pass  # the data is being thrown away; a failed header update does not matter
         finally:
-            self._discard()
+            self.out.discard()
 
 
 def wav_header(sample_rate: int, n_samples: int | None = None) -> bytes:
@@ -326,12 +232,14 @@ class SpecialFileSink(StreamSink):
     """-o naming a FIFO or device: streamed into it directly like -o -, never renamed over."""
 
     def __init__(self, path: str, sample_rate: int, fmt: str):
-        try:
-            # opening a FIFO waits for its reader, as a shell redirection does
-            stream = open(path, "wb")
-        except OSError as e:
-            raise os_error(e, path) or OutputError(f"cannot write {path}: {e.strerror}") from None
-        super().__init__(sample_rate, fmt, stream)
+        with resolve(path) as dest:
+            if dest.kind not in STREAM_KINDS:
+                raise UsageError(f"output {path} is no longer a FIFO or device")
+            try:
+                fd = open_in_place(dest)
+            except OSError as e:
+                raise os_error(e, path) or OutputError(f"cannot write {path}: {e.strerror}") from None
+        super().__init__(sample_rate, fmt, os.fdopen(fd, "wb"))
         self.path = path
 
     def _errors(self):
@@ -406,18 +314,9 @@ def check_output(output: str | None, fmt: str | None = None) -> None:
         if fmt is not None:
             raise UsageError("--format needs -o/--output (a file, or - for stdout)")
         return
-    f = format_for(output, fmt)
-    check_format_supported(f)
-    kind = special_file(output)
-    if kind == "a socket":
-        raise UsageError(f"output {output} is a socket; give a file, a FIFO, a device or -")
-    if output != "-" and kind is None:
-        path = write_target(output)
-        folder = path.parent if str(path.parent) else Path(".")
-        if not folder.is_dir():
-            raise UsageError(f"output folder {folder} does not exist")
-        if path.is_dir():
-            raise UsageError(f"output {path} is a folder; give a file name")
+    check_format_supported(format_for(output, fmt))
+    if output != "-":
+        check_writable(output)
 
 
 def open_sink(output: str | None, sample_rate: int, fmt: str | None = None, play: bool = False) -> Sink:

@@ -191,6 +191,10 @@ def run_bench(req: BenchRequest, registry: Registry, console=None) -> dict:
         raise UsageError(f"{spec.id} has no frame limit; drop --max-frames")
     if req.stream and "stream" not in family.honours:
         raise UsageError(f"{spec.id} cannot honour --stream; drop it")
+    if req.plot:
+        from ttscli.outfile import check_writable
+
+        check_writable(req.plot, "--plot")
     component = switched_component(spec)
     for b in req.backends:
         if component is None:
@@ -341,7 +345,18 @@ def plot_frames(variants: dict, path: Path, title: str) -> None:
     ax.set_title(f"{title}: per-frame latency")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    import io
+
+    from ttscli.outfile import write_bytes
+
+    image = io.BytesIO()
+    try:
+        fig.savefig(image, format=Path(path).suffix.lstrip(".").lower() or "png")
+    except ValueError as e:     # a suffix matplotlib has no writer for
+        raise UsageError(f"--plot {path}: {e}") from None
+    finally:
+        plt.close(fig)
+    write_bytes(path, image.getvalue(), "--plot")
 
 
 BATCH_ROWS = (("step_ms_p50", "batched frame step, p50 (ms)", "{:.1f}"),

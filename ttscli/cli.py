@@ -688,7 +688,7 @@ def main(argv: Optional[list] = None) -> int:
     import signal
 
     from ttscli import signals
-    from ttscli.audio import remove_partial_files
+    from ttscli.outfile import remove_partial_files
 
     previous = {s: signal.getsignal(s) for s in signals.STOP_SIGNALS}
     signals.at_stop(remove_partial_files)

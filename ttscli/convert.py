@@ -11,8 +11,8 @@ overwrite without --force, and writing into a temp folder renamed into place at 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -21,6 +21,7 @@ from ttscli import hub
 from ttscli.dtypes import check_dtype
 from ttscli.models import family_of
 from ttscli.errors import Interrupted, ModelNotFoundError, NotImplementedModelError, UsageError
+from ttscli.outfile import Destination, resolve
 from ttscli.registry import Registry
 
 
@@ -58,10 +59,17 @@ def check(req: ConvertRequest) -> None:
     if req.output is None:
         return
     out = Path(req.output)
-    if out.exists() and not req.force:
-        raise UsageError(f"{out} already exists; pass --force to overwrite it")
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out} exists and is not a folder")
+    if out.parent.is_dir():     # a missing parent is made by convert(), walked as it is made
+        with resolve(out, "-o") as dest:
+            check_destination(dest, req.force)
+
+
+def check_destination(dest: Destination, force: bool) -> None:
+    """The output folder may be new, or an existing folder with --force."""
+    if dest.kind != "new" and not force:
+        raise UsageError(f"{dest.path} already exists; pass --force to overwrite it")
+    if dest.kind not in ("new", "folder"):
+        raise UsageError(f"{dest.path} exists and is not a folder")
 
 
 def default_output(spec, req: ConvertRequest) -> Path:
@@ -100,32 +108,40 @@ def convert(req: ConvertRequest, registry: Registry, note: Callable[[str], None]
             raise ModelNotFoundError(f"--model-dir {checkpoint} is not a folder")
     else:
         checkpoint = hub.locate(spec, req.model_dir)
-    out = Path(req.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    with resolve(req.output, "-o", parents=True) as dest:
+        check_destination(dest, req.force)
+        return _write_folder(dest, lambda tmp: _run(fn, spec, checkpoint, tmp, req, note))
+
+
+def _run(fn, spec, checkpoint: Path, tmp: Path, req: ConvertRequest, note: Callable[[str], None]) -> None:
     progress = _progress(note)
+    if req.to in ("mlx", "onnx"):
+        fn(spec, checkpoint, tmp, quantize=req.quantize, q_bits=req.q_bits, q_group_size=req.q_group_size,
+           dtype=req.dtype, progress=progress)
+    else:
+        if req.quantize and req.q_bits != 8:
+            raise UsageError("Core ML weights quantize to 8 bits only; use -q --q-bits 8")
+        sized = {} if req.capacity is None else {"capacity": req.capacity}
+        fn(spec, checkpoint, tmp, weights_8bit=req.quantize, progress=progress, **sized)
+
+
+def _write_folder(dest: Destination, fill: Callable[[Path], None]) -> Path:
+    """``fill`` a temp folder beside ``dest``'s entry (mode 0777 less the umask), then put it in
+    the entry's place; the walk's folder descriptor keeps every step in the folder it checked."""
+    tmp_name = f".{dest.name[:200]}.{os.getpid()}.{secrets.token_hex(8)}"
+    os.mkdir(tmp_name, 0o777, dir_fd=dest.folder)
     try:
-        if req.to in ("mlx", "onnx"):
-            fn(spec, checkpoint, tmp, quantize=req.quantize, q_bits=req.q_bits, q_group_size=req.q_group_size,
-               dtype=req.dtype, progress=progress)
-        else:
-            if req.quantize and req.q_bits != 8:
-                raise UsageError("Core ML weights quantize to 8 bits only; use -q --q-bits 8")
-            sized = {} if req.capacity is None else {"capacity": req.capacity}
-            fn(spec, checkpoint, tmp, weights_8bit=req.quantize, progress=progress, **sized)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it 0700
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+        fill(Path(dest.path).with_name(tmp_name))
+        if dest.kind == "folder":
+            shutil.rmtree(dest.name, dir_fd=dest.folder)
+        os.rename(tmp_name, dest.name, src_dir_fd=dest.folder, dst_dir_fd=dest.folder)
     except KeyboardInterrupt:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp_name, ignore_errors=True, dir_fd=dest.folder)
         raise Interrupted("interrupted; nothing written") from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp_name, ignore_errors=True, dir_fd=dest.folder)
         raise
-    return out
+    return Path(dest.path)
 
 
 def _progress(note: Callable[[str], None]):

@@ -91,14 +91,22 @@ def honoured(spec, family) -> list[str]:
 
 
 def check_request(spec, family, request: Request) -> Request:
-    """Refuse what this model cannot honour (one line naming the model and what it supports);
-    return the request with its knobs parsed to their declared types."""
+    """Refuse what this model cannot honour, and a request without a field the model's registry
+    entry ``requires`` (one line naming the model and what it takes); return the request with its
+    knobs parsed to their declared types. Nothing here needs the model's weights."""
     from ttscli.errors import UsageError
 
     ok = honoured(spec, family)
     for name, (used, flag) in HONOURABLE.items():
         if used(request) and name not in ok:
             raise UsageError(f"{spec.id} cannot honour {flag}; drop it (see `ttscli models {spec.id}`)")
+    for name, why in spec.requires.items():
+        if name not in HONOURABLE:
+            raise UsageError(f"registry {spec.origin}: {spec.id} requires {name!r}, which is not a request field "
+                             f"({', '.join(HONOURABLE)})")
+        used, flag = HONOURABLE[name]
+        if not used(request):
+            raise UsageError(f"{spec.id} needs {flag} ({why})")
     if request.language is not None and spec.languages:
         known = [x.lower() for x in spec.languages]
         if request.language.lower() not in known:

@@ -31,6 +31,9 @@ class ModelSpec:
     capabilities: dict[str, Any] = field(default_factory=dict)
     backends: dict[str, list[str]] = field(default_factory=dict)
     defaults: dict[str, Any] = field(default_factory=dict)
+    # request fields this model cannot do without, each with what the user should give, e.g.
+    # {"instruct": "a description of the voice"}: refused before anything loads
+    requires: dict[str, str] = field(default_factory=dict)
     license: str = ""
     license_notice: str | None = None
     origin: str = "builtin"
@@ -68,6 +71,7 @@ class ModelSpec:
             capabilities=dict(t.get("capabilities", {})),
             backends={k: list(v) for k, v in t.get("backends", {}).items()},
             defaults=dict(t.get("defaults", {})),
+            requires=dict(t.get("requires", {})),
             license=t.get("license", ""),
             license_notice=t.get("license_notice"),
             origin=origin,
@@ -76,7 +80,8 @@ class ModelSpec:
 
 # the type each optional field must have: a wrong one would otherwise surface as an "internal error"
 _FIELD_TYPES = {"family": str, "name": str, "implemented": bool, "aliases": list, "source": dict,
-                "capabilities": dict, "backends": dict, "defaults": dict, "license": str, "license_notice": str}
+                "capabilities": dict, "backends": dict, "defaults": dict, "requires": dict, "license": str,
+                "license_notice": str}
 
 
 def _check_types(t: dict[str, Any], model_id: str, origin: str) -> None:
@@ -86,8 +91,10 @@ def _check_types(t: dict[str, Any], model_id: str, origin: str) -> None:
                              f"{kind.__name__.replace('dict', 'table').replace('str', 'string')}, not {t[key]!r}")
     bad = [a for a in t.get("aliases", []) if not isinstance(a, str)]
     bad += [k for k, v in t.get("backends", {}).items() if not isinstance(v, list)]
+    bad += [k for k, v in t.get("requires", {}).items() if not isinstance(v, str)]
     if bad:
-        raise UsageError(f"registry {origin}: model '{model_id}' has an invalid alias or backend list: {bad[0]!r}")
+        raise UsageError(f"registry {origin}: model '{model_id}' has an invalid alias, backend list or "
+                         f"requirement: {bad[0]!r}")
 
 
 class Registry:

@@ -1,12 +1,11 @@
 """Saved voices (``--save-voice`` / ``--voice v.safetensors``) as files: one ``.safetensors`` file of
 numpy tensors with a metadata format tag. Each family decides what goes in and checks what it reads
-back; writing (atomic: a temp file beside the target, renamed onto it, so an interrupted save never
-leaves a partial voice) and the common refusals (missing, unreadable, another format) live here.
+back; writing (ttscli.outfile: a temp file beside the target, renamed onto it, so an interrupted save
+never leaves a partial voice, and no link another user planted is followed) and the common refusals
+(missing, unreadable, another format) live here.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -19,26 +18,18 @@ def is_voice_file(voice: str | None) -> bool:
 
 
 def save(path: Path, tensors: dict[str, np.ndarray], meta: dict[str, str]) -> Path:
-    """Write ``tensors`` with string ``meta`` to ``path`` atomically; the file gets the umask's
-    permissions (mkstemp would leave it 0600)."""
-    from safetensors.numpy import save_file
+    """Write ``tensors`` with string ``meta`` to ``path`` atomically, as any user-named output is
+    written (:func:`ttscli.outfile.write_bytes`); missing folders are made. Returns the path
+    written (a link's target)."""
+    from safetensors.numpy import save as to_bytes
+
+    from ttscli.outfile import resolve, write_destination
 
     path = Path(path)
     if path.suffix != ".safetensors":
         raise UsageError(f"--save-voice {path}: the file name must end in .safetensors")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".voice-", suffix=".safetensors", dir=path.parent)
-    os.close(fd)
-    try:
-        save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, tmp, metadata=meta)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    data = to_bytes({k: np.ascontiguousarray(v) for k, v in tensors.items()}, metadata=meta)
+    return write_destination(resolve(path, "--save-voice", parents=True), data, "--save-voice")
 
 
 def load(path: Path, fmt: str, what: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:

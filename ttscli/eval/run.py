@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -313,6 +312,10 @@ def check_request(req: EvalRequest) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be a number")
     if req.plot is not None and req.plot.suffix.lower() != ".png":
         raise UsageError("--plot must name a .png file")
+    if req.plot is not None:
+        from ttscli.outfile import check_writable
+
+        check_writable(req.plot, "--plot")
 
 
 def asr_language(req: EvalRequest, registry) -> str | None:
@@ -389,16 +392,16 @@ def plot(report: dict, path: Path) -> None:
     fig.suptitle(f"ttscli eval {report['model'] or 'audio'}: WER {100 * report['total']['wer']:.1f}%, "
                  f"OVRL {report['total']['dnsmos_ovrl']:.2f}")
     fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
+    import io
+
+    from ttscli.outfile import write_bytes
+
+    png = io.BytesIO()
     try:
-        fig.savefig(tmp, format="png", dpi=110)
-        os.replace(tmp, path)
-    except OSError as e:
-        raise UsageError(f"cannot write --plot {path}: {e.strerror or e}") from None
+        fig.savefig(png, format="png", dpi=110)
     finally:
         plt.close(fig)
-        tmp.unlink(missing_ok=True)
+    write_bytes(path, png.getvalue(), "--plot")
 
 
 def render_table(report: dict):
