@@ -155,11 +155,13 @@ def resolve(path: str | os.PathLike, what: str = "output", parents: bool = False
     text = os.fspath(path)
     if not _split(text):
         raise UsageError(f"{what} {text!r} is not a file name")
-    walk = _Walk(text, what, parents)
+    walk = None
     try:
+        walk = _Walk(text, what, parents)
         return walk.run()
     except BaseException as e:
-        walk.close()
+        if walk is not None:
+            walk.close()
         if isinstance(e, OSError):
             raise os_error(e, text, "reach") or UsageError(f"cannot reach {what} {text}: {e.strerror or e}") from None
         raise
@@ -252,8 +254,6 @@ def check_destination(dest: Destination, what: str = "output") -> None:
         raise UsageError(f"{what} {dest.path} is {'a socket' if kind == 'a socket' else 'not a regular file'}; "
                          "give a file, a FIFO, a device or -")
     if kind == "file":
-        if dest.magic:
-            raise UsageError(f"{what} {dest.path} reaches a file through /proc; name the file itself")
         _check_replace(os.fstat(dest.folder), dest.st, dest.path, what)
 
 
