@@ -344,3 +344,44 @@ def test_local_cluster_is_loopback_only_ends_with_a_killed_driver_and_keeps_its_
     assert {i: after[i] for i in before} == before, "a row written before the kill was synthesized again"
     assert recorded_ids(out) == {f"k{i:02d}" for i in range(n)}
     assert not list(out.rglob("*.part")) and not (out / ".journal").exists()
+
+
+@pytest.mark.parametrize("how", ["--ray-address", "RAY_ADDRESS"])
+def test_a_named_cluster_is_joined_and_the_first_line_says_so(cluster, tmp_path, shared_cache, how):
+    """--ray-address, or RAY_ADDRESS in the environment: the first line names the cluster and where
+    its address came from, and the command starts no cluster of its own."""
+    m = tmp_path / "m.jsonl"
+    m.write_text("".join(json.dumps({"id": f"j{i}", "text": f"Joined row {i}."}) + "\n" for i in range(2)))
+    env = cli_env(shared_cache)
+    cmd = ttscli_exe() + ["batch", str(m), "-o", str(tmp_path / "out"), "--engine", "ray", "--ray-workers", "1"]
+    if how == "RAY_ADDRESS":
+        env["RAY_ADDRESS"] = cluster
+    else:
+        cmd += ["--ray-address", cluster]
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    started: set[str] = set()
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        started |= {c.split()[0].rsplit("/", 1)[-1] for _, c in descendants(proc.pid).values() if c}
+        time.sleep(0.2)
+    err = proc.communicate(timeout=300)[1].decode()
+    assert proc.returncode == 0, err
+    assert err.splitlines()[0] == f"ray: joining the cluster at {cluster} (from {how})", err
+    assert not started & {"gcs_server", "raylet"}, started
+    assert sorted(entries(tmp_path / "out")) == ["j0", "j1"]
+
+
+def test_which_cluster(monkeypatch):
+    from ttscli.batch.ray_engine import Cluster, choose_cluster, on_loopback
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert choose_cluster(None) == Cluster() and choose_cluster("local") == Cluster()
+    assert choose_cluster("10.0.0.5:6379") == Cluster("10.0.0.5:6379", "--ray-address")
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.7:6379")
+    assert choose_cluster(None) == Cluster("10.0.0.7:6379", "RAY_ADDRESS")
+    assert choose_cluster("10.0.0.5:6379").source == "--ray-address"   # the flag wins
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    assert choose_cluster(None) == Cluster()
+    assert Cluster().describe().startswith("ray: starting a local cluster on 127.0.0.1")
+    assert on_loopback("127.0.0.1:6379") and on_loopback("localhost:1") and on_loopback("[::1]:6379")
+    assert not on_loopback("10.0.0.5:6379") and not on_loopback("auto")
