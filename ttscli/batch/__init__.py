@@ -320,11 +320,15 @@ def run_batch(job: BatchJob, engine: Callable[[list[Row], BatchJob], Iterator[tu
 def _clean_up(results: Iterator, job: BatchJob, recorded: set[str], manifest: Appender, errors: Appender,
               failing: bool) -> None:
     """Stop the engine (a Ray cluster shuts down), record what its writers journaled that did not
-    come back, close the files. Every step runs; while an error is on its way out, a step's own
-    failure is dropped so that it cannot take that error's place (a journal left behind is read
-    by the next run)."""
-    steps = (getattr(results, "close", lambda: None), lambda: fold_journals(job.out, recorded, manifest),
-             manifest.close, errors.close)
+    come back, close the files (a journal left behind by a failed step is read by the next run)."""
+    finish([getattr(results, "close", lambda: None), lambda: fold_journals(job.out, recorded, manifest),
+            manifest.close, errors.close], failing)
+
+
+def finish(steps: list[Callable[[], Any]], failing: bool) -> None:
+    """Run every cleanup step. While an error is on its way out (``failing``), a step's own failure
+    is dropped so that it cannot take that error's place; else the first one is raised after all
+    steps ran."""
     first: Exception | None = None
     for step in steps:
         try:

@@ -234,13 +234,14 @@ def connect(cluster: Cluster, env: dict[str, str]):
         except BaseException:
             _release(reaper)
             raise
+    from ttscli.batch import finish
+
     try:
         yield ray
-    finally:
-        try:
-            ray.shutdown()
-        finally:
-            _release(reaper)
+    except BaseException:
+        finish([ray.shutdown, lambda: _release(reaper)], failing=True)  # the error stays the one raised
+        raise
+    finish([ray.shutdown, lambda: _release(reaper)], failing=False)
 
 
 def _check_local_only(ray) -> None:
