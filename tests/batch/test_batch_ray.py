@@ -385,3 +385,15 @@ def test_which_cluster(monkeypatch):
     assert Cluster().describe().startswith("ray: starting a local cluster on 127.0.0.1")
     assert on_loopback("127.0.0.1:6379") and on_loopback("localhost:1") and on_loopback("[::1]:6379")
     assert not on_loopback("10.0.0.5:6379") and not on_loopback("auto")
+
+
+def test_an_address_nothing_answers_on_is_one_line_at_once(run_cli, tmp_path):
+    (tmp_path / "m.jsonl").write_text(json.dumps({"id": "a", "text": "Hello."}) + "\n")
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = run_cli("batch", "m.jsonl", "-o", "out", "--engine", "ray", "--ray-address", f"127.0.0.1:{port}", timeout=60)
+    assert p.returncode == 2, p.err
+    assert p.err.splitlines() == [f"ray: joining the cluster at 127.0.0.1:{port} (from --ray-address)",
+                                  f"error: cannot reach the Ray cluster at 127.0.0.1:{port} (from --ray-address): "
+                                  "Connection refused"], p.err

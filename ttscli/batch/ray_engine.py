@@ -19,6 +19,7 @@ import ipaddress
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -182,21 +183,39 @@ def _init(ray, address: str, **kw) -> None:
     except ConnectionError as e:
         raise UsageError(f"cannot reach the Ray cluster at {address}: {str(e).splitlines()[0]}") from None
     except ValueError as e:  # an address Ray cannot parse
-        raise UsageError(f"--ray-address / RAY_ADDRESS {address!r}: {str(e).splitlines()[0]}") from None
+        raise UsageError(f"Ray cluster address {address!r}: {str(e).splitlines()[0]}") from None
     finally:
         if handler is not None:
             signal.signal(signal.SIGTERM, handler)
 
 
+def _host_port(address: str) -> tuple[str, int | None]:
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    return host.strip("[]"), int(port) if port.isdigit() else None
+
+
 def on_loopback(address: str) -> bool:
     """Whether a cluster address names this machine's loopback (``127.0.0.1:6379``, ``localhost:6379``)."""
-    host = address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+    host, _ = _host_port(address)
     if host == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def check_reachable(cluster: Cluster, timeout_s: float = 10.0) -> None:
+    """One line at once for a ``host:port`` nothing answers on: Ray itself retries for minutes,
+    printing a warning every few seconds."""
+    host, port = _host_port(cluster.address)
+    if "://" in cluster.address or port is None:
+        return  # "auto", or Ray Client's ray://: Ray's own checks
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as e:
+        raise UsageError(f"cannot reach the Ray cluster at {cluster.address} (from {cluster.source}): "
+                         f"{e.strerror or e}") from None
 
 
 @contextmanager
@@ -212,6 +231,7 @@ def connect(cluster: Cluster, env: dict[str, str]):
     runtime_env = {"env_vars": env} if env else None
     reaper = None
     if cluster.address is not None:
+        check_reachable(cluster)
         local_only = {LOCAL_ONLY_ENV: "0"} if on_loopback(cluster.address) else {}
         with _environ(local_only):
             ray = _import_ray()
