@@ -11,6 +11,7 @@ import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -123,7 +124,7 @@ def test_disk_full_on_the_write_path_stops_the_run(tmp_path, monkeypatch):
 
     monkeypatch.setattr("ttscli.batch.write_row", write_row)
     with pytest.raises(OutputError) as e:
-        run_batch(job, functools.partial(run_local, pipe=object()))
+        run_batch(job, functools.partial(run_local, pipe=SimpleNamespace(clear_cache=lambda: None)))
     assert str(e.value) == f"cannot write {target}: the disk is full (No space left on device)"
     assert tried == ["c0"] and (job.out / "errors.jsonl").read_text() == ""
 
