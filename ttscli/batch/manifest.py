@@ -224,6 +224,7 @@ def load_done(out: Path) -> dict[str, dict]:
 
 
 def remove_journals(journals: list[Path]) -> None:
+    """Remove journals whose entries the manifest now holds (and their folder, once empty)."""
     for j in journals:
         j.unlink(missing_ok=True)
     if journals:
