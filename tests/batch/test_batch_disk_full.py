@@ -7,51 +7,21 @@ import errno
 import functools
 import json
 import os
-import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from clitools import only_line
+from smalldisk import fill, grow, small_disk
 
 from ttscli.batch import BatchJob, ModelRef, run_batch, run_local
 from ttscli.batch.manifest import Appender, load_done
 from ttscli.errors import OutputError
 from ttscli.filehash import file_sha256
-
-
-@contextmanager
-def small_disk(path: Path, size: str):
-    """A tmpfs of ``size`` mounted at path for the block (root only)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small file system needs root")
-    path.mkdir()
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
-    if p.returncode != 0:
-        pytest.skip(f"mount refused: {p.stderr.decode().strip()}")
-    try:
-        yield path
-    finally:
-        if subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(path)], capture_output=True)
-
-
-def grow(path: Path, size: str) -> None:
-    subprocess.run(["mount", "-o", f"remount,size={size}", str(path)], check=True, capture_output=True)
-
-
-def fill(disk: Path) -> None:
-    """Take every free block of the file system."""
-    with open(disk / "filler", "wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"\0" * 4096)
-        except OSError as e:
-            assert e.errno == errno.ENOSPC
 
 
 def manifest_entries(out: Path) -> list[dict]:

@@ -24,7 +24,9 @@ import soundfile as sf
 if importlib.util.find_spec("ray") is None:
     pytest.skip("the ray extra is not installed", allow_module_level=True)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from clitools import ttscli_exe
+from smalldisk import small_disk
 
 N = 10
 
@@ -397,3 +399,25 @@ def test_an_address_nothing_answers_on_is_one_line_at_once(run_cli, tmp_path):
     assert p.err.splitlines() == [f"ray: joining the cluster at 127.0.0.1:{port} (from --ray-address)",
                                   f"error: cannot reach the Ray cluster at 127.0.0.1:{port} (from --ray-address): "
                                   "Connection refused"], p.err
+
+
+def test_an_actor_on_a_full_disk_stops_the_run(cluster, tmp_path, shared_cache):
+    """An actor that meets a full disk ends the run: the last line names the path and says the
+    disk is full, exit 1, and the manifest lists only complete files (actors' journals included)."""
+    n = 40
+    m = tmp_path / "m.jsonl"
+    m.write_text("".join(json.dumps({"id": f"f{i:02d}", "text": f"Row {i} goes to a disk that is too small."})
+                         + "\n" for i in range(n)))
+    with small_disk(tmp_path / "disk", "200k") as disk:
+        p = subprocess.run(ttscli_exe() + ["batch", str(m), "-o", str(disk / "out"), "--engine", "ray",
+                                           "--ray-address", cluster, "--ray-workers", "2"],
+                           env=cli_env(shared_cache), capture_output=True, timeout=600)
+        err = p.stderr.decode()
+        assert p.returncode == 1, err
+        last = err.strip().splitlines()[-1]
+        assert last.startswith(f"error: cannot write {disk / 'out'}/") and "the disk is full" in last, err
+        got = entries(disk / "out")
+        assert len(got) < n // 4, len(got)
+        for e in got.values():
+            f = disk / "out" / e["path"]
+            assert f.stat().st_size == e["bytes"] and sf.info(str(f)).frames == e["samples"]

@@ -220,7 +220,8 @@ def check_reachable(cluster: Cluster, timeout_s: float = 10.0) -> None:
 
 @contextmanager
 def connect(cluster: Cluster, env: dict[str, str]):
-    """Ray connected to ``cluster`` for the block, shut down after it.
+    """Ray connected to ``cluster`` for the block, shut down after it (``env``: variables the
+    workers get).
 
     A local cluster listens on 127.0.0.1 only (Ray's servers have no authentication of their
     own by default: anyone who reaches one can run code), with no dashboard and no client server,
@@ -228,40 +229,46 @@ def connect(cluster: Cluster, env: dict[str, str]):
     with the driver, and ray_reaper.py the rest (agents, workers) at once. A named cluster
     on a loopback address is joined on loopback too (Ray would otherwise look for it, and listen
     for its workers, on this machine's network address)."""
-    runtime_env = {"env_vars": env} if env else None
-    reaper = None
-    if cluster.address is not None:
-        check_reachable(cluster)
-        local_only = {LOCAL_ONLY_ENV: "0"} if on_loopback(cluster.address) else {}
-        with _environ(local_only):
-            ray = _import_ray()
-            _init(ray, cluster.address, runtime_env=runtime_env)
-    else:
-        try:
-            psutil = load_psutil()
-        except ImportError:
-            raise _missing("ray") from None
-        reaper = start_reaper()
-        try:
-            before = _children(psutil)
-            try:
-                with _environ({LOCAL_ONLY_ENV: "0"}):
-                    ray = _import_ray()
-                    _init(ray, "local", include_dashboard=False, runtime_env=runtime_env)
-            finally:  # what starting the cluster started, even if it failed part-way
-                _follow(reaper, _children(psutil) - before - {reaper.pid})
-            _check_local_only(ray)
-        except BaseException:
-            _release(reaper)
-            raise
     from ttscli.batch import finish
 
+    runtime_env = {"env_vars": env} if env else None
+    ray, reaper = (_join(cluster, runtime_env), None) if cluster.address is not None else _start_local(runtime_env)
     try:
         yield ray
     except BaseException:
         finish([ray.shutdown, lambda: _release(reaper)], failing=True)  # the error stays the one raised
         raise
     finish([ray.shutdown, lambda: _release(reaper)], failing=False)
+
+
+def _join(cluster: Cluster, runtime_env: dict | None):
+    check_reachable(cluster)
+    with _environ({LOCAL_ONLY_ENV: "0"} if on_loopback(cluster.address) else {}):
+        ray = _import_ray()
+        _init(ray, cluster.address, runtime_env=runtime_env)
+    return ray
+
+
+def _start_local(runtime_env: dict | None) -> tuple[object, subprocess.Popen]:
+    """A new local cluster on 127.0.0.1, and the reaper that ends it with this process."""
+    try:
+        psutil = load_psutil()
+    except ImportError:
+        raise _missing("ray") from None
+    reaper = start_reaper()
+    try:
+        before = _children(psutil)
+        try:
+            with _environ({LOCAL_ONLY_ENV: "0"}):
+                ray = _import_ray()
+                _init(ray, "local", include_dashboard=False, runtime_env=runtime_env)
+        finally:  # what starting the cluster started, even if it failed part-way
+            _follow(reaper, _children(psutil) - before - {reaper.pid})
+        _check_local_only(ray)
+    except BaseException:
+        _release(reaper)
+        raise
+    return ray, reaper
 
 
 def _check_local_only(ray) -> None:
