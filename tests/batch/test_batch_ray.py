@@ -174,6 +174,9 @@ def test_ray_actors_batch_rows_like_the_local_engine(cluster, tmp_path, shared_c
 
 # ---- the local cluster the command starts ------------------------------------------------------
 
+needs_proc = pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads sockets and processes from /proc")
+
+
 def _start_time(pid: int) -> int | None:
     """Field 22 of /proc/PID/stat: with the pid, names one process (pids are reused)."""
     try:
@@ -279,7 +282,7 @@ def recorded_ids(out: Path) -> set[str]:
     return {json.loads(x)["id"] for x in lines if x.endswith("}")}
 
 
-@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads sockets and processes from Linux's /proc")
+@needs_proc
 def test_local_cluster_is_loopback_only_ends_with_a_killed_driver_and_keeps_its_rows(tmp_path, shared_cache):
     """No --ray-address, no RAY_ADDRESS: the first line says a local cluster on 127.0.0.1 starts;
     every socket any process of the run listens on (driver, GCS, raylet, agents, actors) is on
@@ -348,6 +351,7 @@ def test_local_cluster_is_loopback_only_ends_with_a_killed_driver_and_keeps_its_
     assert not list(out.rglob("*.part")) and not (out / ".journal").exists()
 
 
+@needs_proc
 @pytest.mark.parametrize("how", ["--ray-address", "RAY_ADDRESS"])
 def test_a_named_cluster_is_joined_and_the_first_line_says_so(cluster, tmp_path, shared_cache, how):
     """--ray-address, or RAY_ADDRESS in the environment: the first line names the cluster and where
