@@ -611,7 +611,8 @@ def batch(
         0, "--seed", min=0, max=2**32 - 1, help="Base of the per-row seeds (rows without their own)."),
     engine: str = typer.Option("local", "--engine", help="local (this process) or ray (a Ray cluster)."),
     ray_address: Optional[str] = typer.Option(
-        None, "--ray-address", help="Ray cluster to join (default: start a local one)."),
+        None, "--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local cluster "
+                                    "on 127.0.0.1 that ends with the command)."),
     ray_workers: int = typer.Option(2, "--ray-workers", min=1, help="Ray actors, one model each."),
     batch_size: int = typer.Option(16, "--batch-size", min=1,
                                    help="Rows generated at once by models with batched generation (Qwen3-TTS, MLX)."),
@@ -628,6 +629,11 @@ def batch(
         raise UsageError(f"--engine {engine}: choose local or ray")
     if ray_address is not None and engine != "ray":
         raise UsageError("--ray-address goes with --engine ray")
+    if engine == "ray":
+        from ttscli.batch.ray_engine import choose_cluster, run_ray
+
+        cluster = choose_cluster(ray_address)
+        note(cluster.describe())  # the first line: where the rows will run, and who can reach it
     _, spec, _ = resolve_model(model, registry)
     if spec.license_notice:
         note(f"note: {spec.license_notice}")
@@ -635,10 +641,8 @@ def batch(
                    code_decoder_backend=code_decoder_backend.value if code_decoder_backend else None, dtype=dtype)
     job = BatchJob(manifest=manifest, out=output, ref=ref, fmt=fmt.lower(), seed=seed, max_batch=batch_size)
     if engine == "ray":
-        from ttscli.batch.ray_engine import run_ray
-
         def run_engine(rows, job):
-            return run_ray(rows, job, address=ray_address, workers=ray_workers)
+            return run_ray(rows, job, cluster=cluster, workers=ray_workers)
     else:
         run_engine = run_local
     prog, on_start, on_row = (None, None, None) if quiet or not err.is_terminal else progress(err)

@@ -49,7 +49,14 @@ class Interrupted(TTSError):
 
 
 class OutputError(TTSError):
-    """The output cannot be written: disk full, read-only file system, no permission (exit 1)."""
+    """The output cannot be written: disk full, read-only file system, no permission (exit 1).
+
+    ``errno`` is the system's error number where an OSError was the cause, so a caller can tell a
+    full disk (which fails every write after it) from a failure of one file."""
+
+    def __init__(self, message: str, errno: int | None = None):
+        super().__init__(message)
+        self.errno = errno
 
 
 class OutputClosed(TTSError):
@@ -85,7 +92,7 @@ def os_error(err: OSError, path=None, doing: str = "write") -> TTSError | None:
         return None
     where = path if path is not None else err.filename
     target = f" {where}" if where is not None else ""
-    return OutputError(f"cannot {doing}{target}: {cause} ({err.strerror})")
+    return OutputError(f"cannot {doing}{target}: {cause} ({err.strerror})", errno=err.errno)
 
 
 def missing_library(err: BaseException) -> TTSError | None:

@@ -4,10 +4,12 @@ The driver reads the rows, keeps the entries of DIR/manifest.jsonl whose files a
 hands the rest to an engine: ``local`` (this process, one model) or ``ray`` (ray_engine.py, one
 model per actor). Both write each row with :func:`write_row`, so their output is laid out the
 same way and made by the same code. A row that fails goes to DIR/errors.jsonl and the run goes
-on; files are written atomically and recorded only once in place.
+on; files are written atomically and recorded only once in place. A full disk is different: it
+would fail every row after it, so the run stops at the first (:func:`stop_error`).
 """
 from __future__ import annotations
 
+import errno
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -19,16 +21,19 @@ from ttscli.batch.manifest import (
     MANIFEST,
     Appender,
     Row,
+    fold_journals,
     load_done,
     read_rows,
     rel_path,
     request_key,
     row_seed,
 )
-from ttscli.errors import TTSError, UsageError
+from ttscli.errors import OutputError, TTSError, UsageError, os_error
 from ttscli.filehash import file_sha256
 
 FORMATS = ("wav", "flac", "ogg", "mp3")
+# no room left (disk, quota) or no writes at all: every row after the first would fail the same way
+STOP_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
 @dataclass
@@ -128,7 +133,10 @@ def write_audio(pipe, row: Row, job: BatchJob, req, audio) -> dict:
 
     rel = rel_path(row.id, job.fmt)
     path = job.out / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise os_error(e, path.parent) or OutputError(f"cannot write {path.parent}: {e.strerror or e}") from None
     n = write_all(audio, FileSink(path, pipe.sample_rate, job.fmt))
     return {"id": row.id, "path": rel, "duration": round(n / pipe.sample_rate, 4), "samples": n,
             "sample_rate": pipe.sample_rate, "model": pipe.spec.id, "seed": req.seed, "text": row.text,
@@ -141,14 +149,33 @@ def error_entry(row: Row, e: BaseException) -> dict:
     return {"id": row.id, "line": row.line, "error": msg}
 
 
+def stop_error(e: BaseException) -> OutputError | None:
+    """The one-line error that ends the run, or None for a failure of this row only: a full disk,
+    a quota reached or a read-only file system would fail every row after it, so the run stops
+    at the first rather than synthesizing rows it cannot keep."""
+    if isinstance(e, OutputError):
+        return e if e.errno in STOP_ERRNOS else None
+    if isinstance(e, OSError) and e.errno in STOP_ERRNOS:
+        return os_error(e)
+    return None
+
+
+def row_failure(row: Row, e: Exception) -> tuple[bool, dict]:
+    """(False, error entry) for the errors file; raises instead when the error ends the run."""
+    stop = stop_error(e)
+    if stop is not None:
+        raise stop from None
+    return False, error_entry(row, e)
+
+
 def attempt(pipe, row: Row, job: BatchJob) -> tuple[bool, dict]:
-    """(True, entry) or (False, error entry): one row's failure never stops the run."""
+    """(True, entry) or (False, error entry): one row's failure does not stop the run."""
     try:
         return True, write_row(pipe, row, job)
     except (KeyboardInterrupt, SystemExit):
         raise
-    except Exception as e:  # noqa: BLE001 - one row's failure never stops the run: recorded in the errors file
-        return False, error_entry(row, e)
+    except Exception as e:  # noqa: BLE001 - one row's failure does not stop the run: recorded in the errors file
+        return row_failure(row, e)
 
 
 def batched_synthesis(pipe):
@@ -193,11 +220,12 @@ def run_local(pending: list[Row], job: BatchJob, pipe=None) -> Iterator[tuple[bo
             yield False, error_entry(row, out)
             continue
         try:
-            yield True, write_audio(pipe, row, job, req, [out])
+            result = True, write_audio(pipe, row, job, req, [out])
         except (KeyboardInterrupt, SystemExit):
             raise
-        except Exception as e:  # noqa: BLE001 - one row's failure never stops the run: recorded in the errors file
-            yield False, error_entry(row, e)
+        except Exception as e:  # noqa: BLE001 - one row's failure does not stop the run: recorded in the errors file
+            result = row_failure(row, e)
+        yield result
     yield from _pop_all(failed)
 
 
@@ -239,7 +267,11 @@ def plan(job: BatchJob) -> tuple[list[Row], dict[str, dict], list[Row]]:
 def run_batch(job: BatchJob, engine: Callable[[list[Row], BatchJob], Iterator[tuple[bool, dict]]] = run_local,
               on_row: Callable[[bool, dict], None] | None = None,
               on_start: Callable[[int, int], None] | None = None) -> Summary:
-    """Run every row not already done; the manifest and errors file are appended as rows finish."""
+    """Run every row not already done; the manifest and errors file are appended as rows finish.
+
+    An error that ends the run (a full disk, Ctrl-C) leaves the manifest listing exactly the
+    complete files recorded so far, and is the error that comes out: a failure in the cleanup
+    after it (stopping the engine, closing the files) does not replace it."""
     rows, done, todo = plan(job)
     summary = Summary(total=len(rows), skipped=len(rows) - len(todo))
     if on_start:
@@ -252,16 +284,21 @@ def run_batch(job: BatchJob, engine: Callable[[list[Row], BatchJob], Iterator[tu
         from ttscli.batch.manifest import write_manifest
 
         write_manifest(job.out, [e for i, e in done.items() if i in ids and i not in redo])
+    recorded = {i for i in done if i in ids and i not in redo}
     manifest = Appender(job.out / MANIFEST)
-    errors = Appender(job.out / ERRORS, truncate=True)
-    t0 = time.perf_counter()
-    written: set[str] = set()
     try:
-        for ok, entry in (engine(todo, job) if todo else ()):
+        errors = Appender(job.out / ERRORS, truncate=True)
+    except BaseException:
+        manifest.close()
+        raise
+    t0 = time.perf_counter()
+    results = iter(engine(todo, job) if todo else ())
+    try:
+        for ok, entry in results:
             if ok:
-                if entry["id"] in written:  # an engine that retried a row: record it once
+                if entry["id"] in recorded:  # an engine that retried a row: record it once
                     continue
-                written.add(entry["id"])
+                recorded.add(entry["id"])
                 manifest.add(entry)
                 summary.written += 1
                 summary.audio_s += entry["duration"]
@@ -270,11 +307,36 @@ def run_batch(job: BatchJob, engine: Callable[[list[Row], BatchJob], Iterator[tu
                 summary.failed += 1
             if on_row:
                 on_row(ok, entry)
+    except BaseException:
+        _clean_up(results, job, recorded, manifest, errors, failing=True)
+        raise
+    else:
+        _clean_up(results, job, recorded, manifest, errors, failing=False)
     finally:
-        manifest.close()
-        errors.close()
         summary.wall_s = time.perf_counter() - t0
     return summary
+
+
+def _clean_up(results: Iterator, job: BatchJob, recorded: set[str], manifest: Appender, errors: Appender,
+              failing: bool) -> None:
+    """Stop the engine (a Ray cluster shuts down), record what its writers journaled that did not
+    come back, close the files (a journal left behind by a failed step is read by the next run)."""
+    finish([getattr(results, "close", lambda: None), lambda: fold_journals(job.out, recorded, manifest),
+            manifest.close, errors.close], failing)
+
+
+def finish(steps: list[Callable[[], Any]], failing: bool) -> None:
+    """Run every cleanup step. While an error is on its way out (``failing``), a step's own failure
+    is dropped so that it cannot take that error's place; else the first one is raised after all
+    steps ran."""
+    first: Exception | None = None
+    for step in steps:
+        try:
+            step()
+        except Exception as e:  # noqa: BLE001 - every cleanup step runs; the first failure is raised after them
+            first = first or e
+    if first is not None and not failing:
+        raise first
 
 
 def progress(console):

@@ -6,6 +6,11 @@ Input rows carry ``id`` and ``text`` and optionally ``voice``, ``ref_audio`` + `
 place, so a run killed at any point leaves a manifest that lists only complete files, and a
 re-run trusts an entry only when its file still has the recorded SHA-256 and the entry was
 made for the same request.
+
+Writers in other processes (Ray actors) also append each entry to a journal of their own,
+``DIR/.journal/<writer>.jsonl``, as soon as its file is in place: a driver killed before it
+recorded what they wrote loses nothing, since the next run takes the journals' intact entries
+into the manifest (and then removes the journals).
 """
 from __future__ import annotations
 
@@ -15,17 +20,19 @@ import io
 import json
 import os
 import re
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ttscli.errors import UsageError
+from ttscli.errors import OutputError, UsageError, os_error
 from ttscli.filehash import file_sha256
 
 ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 FIELDS = ("id", "text", "voice", "ref_audio", "ref_text", "instruct", "language", "seed")
 MANIFEST = "manifest.jsonl"
 ERRORS = "errors.jsonl"
+JOURNALS = ".journal"
 MAX_MANIFEST_BYTES = 1 << 30
 
 
@@ -158,59 +165,163 @@ def request_key(row: Row, model: str, fmt: str, seed: int) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
-def load_done(out: Path) -> dict[str, dict]:
-    """The entries of DIR/manifest.jsonl whose files are intact (SHA-256 as recorded), by id.
-
-    A torn last line (a run killed while appending) and entries whose files are gone or changed
-    are dropped, and the manifest is rewritten without them (atomically) so that it lists
-    exactly the files that are there."""
-    path = out / MANIFEST
-    if not path.exists():
-        return {}
+def _read_entries(path: Path) -> tuple[list[dict], int]:
+    """(the entries of a JSONL record, lines that are not one: a torn last line counts)."""
     if path.stat().st_size > MAX_MANIFEST_BYTES:
         raise UsageError(f"{path} is over {MAX_MANIFEST_BYTES >> 30} GiB; is it a batch manifest?")
-    done: dict[str, dict] = {}
     raw = path.read_text("utf-8", errors="replace")
-    dropped = 0 if raw.endswith("\n") or not raw else 1   # a torn append: rewrite before appending again
+    bad = 0 if raw.endswith("\n") or not raw else 1   # a torn append: rewrite before appending again
+    entries = []
     for line in raw.splitlines():
         try:
             e = json.loads(line)
-            ok = isinstance(e, dict) and isinstance(e.get("id"), str) and isinstance(e.get("path"), str)
         except ValueError:
-            ok = False
-        if not ok or e["id"] in done:
-            dropped += 1
-            continue
-        f = out / e["path"]
-        if not f.is_file() or f.stat().st_size != e.get("bytes") or file_sha256(f) != e.get("sha256"):
+            e = None
+        if isinstance(e, dict) and isinstance(e.get("id"), str) and isinstance(e.get("path"), str):
+            entries.append(e)
+        else:
+            bad += 1
+    return entries, bad
+
+
+def intact(out: Path, entry: dict) -> bool:
+    """The entry's file is there with the recorded size and SHA-256."""
+    f = out / entry["path"]
+    return f.is_file() and f.stat().st_size == entry.get("bytes") and file_sha256(f) == entry.get("sha256")
+
+
+def journal_files(out: Path) -> list[Path]:
+    folder = out / JOURNALS
+    return sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
+
+
+def load_done(out: Path) -> dict[str, dict]:
+    """The entries of DIR/manifest.jsonl whose files are intact (SHA-256 as recorded), by id,
+    with the intact entries of the writers' journals that the manifest lacks.
+
+    A torn last line (a run killed while appending) and entries whose files are gone or changed
+    are dropped; the manifest is rewritten (atomically) to list exactly the files that are there,
+    journaled ones included, and only then are the journals removed."""
+    path = out / MANIFEST
+    listed, dropped = _read_entries(path) if path.exists() else ([], 0)
+    done: dict[str, dict] = {}
+    for e in listed:
+        if e["id"] in done or not intact(out, e):
             dropped += 1
             continue
         done[e["id"]] = e
-    if dropped:
+    journals = journal_files(out)
+    gained = 0
+    for j in journals:
+        for e in _read_entries(j)[0]:
+            if e["id"] not in done and intact(out, e):
+                done[e["id"]] = e
+                gained += 1
+    if dropped or gained:
         write_manifest(out, list(done.values()))
+    remove_journals(journals)
     return done
 
 
+def remove_journals(journals: list[Path]) -> None:
+    """Remove journals whose entries the manifest now holds (and their folder, once empty)."""
+    for j in journals:
+        j.unlink(missing_ok=True)
+    if journals:
+        try:
+            journals[0].parent.rmdir()
+        except OSError:
+            pass  # a writer still has one open, or left something else there: the folder stays
+
+
 def write_manifest(out: Path, entries: list[dict]) -> None:
+    """Replace DIR/manifest.jsonl with these entries, atomically: a failed write (a full disk)
+    leaves the old one and no temp file."""
+    path = out / MANIFEST
     tmp = out / f".{MANIFEST}.{os.getpid()}.part"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for e in entries:
-            f.write(json.dumps(e, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, out / MANIFEST)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for e in entries:
+                f.write(json.dumps(e, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass  # the write's own error is the one to report
+        raise os_error(e, path) or OutputError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 class Appender:
-    """Appends one JSON line per call and makes it durable before returning."""
+    """Appends one JSON line per call and makes it durable before returning.
+
+    A line goes in with write(2) on an O_APPEND descriptor, not through a buffer: an append that
+    fails part-way (a full disk) is cut back off the file, so the file never keeps half a line,
+    and there is nothing left to flush, so closing cannot fail on the data. Errors come as one
+    line (:class:`OutputError`, with the errno)."""
 
     def __init__(self, path: Path, truncate: bool = False):
-        self.f = open(path, "w" if truncate else "a", encoding="utf-8")
+        self.path = path
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if truncate else 0)
+        try:
+            self.fd = os.open(path, flags, 0o666)
+        except OSError as e:
+            raise self._failure(e) from None
+
+    def _failure(self, e: OSError) -> OutputError:
+        return os_error(e, self.path) or OutputError(f"cannot write {self.path}: {e.strerror or e}")
 
     def add(self, entry: dict) -> None:
-        self.f.write(json.dumps(entry, ensure_ascii=False) + "\n")
-        self.f.flush()
-        os.fsync(self.f.fileno())
+        data = memoryview((json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8"))
+        start = os.fstat(self.fd).st_size
+        try:
+            while data:
+                data = data[os.write(self.fd, data):]
+            os.fsync(self.fd)
+        except BaseException as e:
+            try:
+                os.ftruncate(self.fd, start)
+            except OSError:
+                pass  # the append's own error is the one to report
+            if isinstance(e, OSError):
+                raise self._failure(e) from None
+            raise
 
     def close(self) -> None:
-        self.f.close()
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+class Journal:
+    """One writer's record of the entries it wrote (DIR/.journal/<pid>-<random>.jsonl): what a
+    resume reads when the driver that should have put them in the manifest was killed first.
+    The file is made at the first entry."""
+
+    def __init__(self, out: Path):
+        self.path = out / JOURNALS / f"{os.getpid()}-{secrets.token_hex(4)}.jsonl"
+        self.appender: Appender | None = None
+
+    def add(self, entry: dict) -> None:
+        if self.appender is None:
+            try:
+                self.path.parent.mkdir(exist_ok=True)
+            except OSError as e:
+                raise os_error(e, self.path.parent) or OutputError(
+                    f"cannot write {self.path.parent}: {e.strerror or e}") from None
+            self.appender = Appender(self.path)
+        self.appender.add(entry)
+
+
+def fold_journals(out: Path, recorded: set[str], manifest: Appender) -> None:
+    """Append to the manifest the journals' intact entries it lacks (rows the writers finished
+    after the driver stopped taking results), then remove the journals."""
+    journals = journal_files(out)
+    for j in journals:
+        for e in _read_entries(j)[0]:
+            if e["id"] not in recorded and intact(out, e):
+                manifest.add(e)
+                recorded.add(e["id"])
+    remove_journals(journals)
