@@ -177,10 +177,10 @@ def test_multipart_reference_needs_a_clone_model(server, client):
     r = client.post(server.url + "/v1/audio/speech", data={"input": "Hi.", "ref_text": "Hello."},
                     files={"ref_audio": ("me.wav", buf.getvalue(), "audio/wav")})
     assert r.status_code == 400 and "piper-joe cannot clone voices" in error(r)
-    # multipart is for an upload (a web page's form can post it anywhere); other fields come as JSON
+    # a form's fields without an upload (what any web page can post anywhere) must come as JSON
     r = client.post(server.url + "/v1/audio/speech", data={"input": "Hi.", "speed": "1.2", "seed": "4",
                                                           "response_format": "pcm"})
-    assert r.status_code == 415 and "send the others as application/json" in error(r)
+    assert r.status_code == 415 and "not 'application/x-www-form-urlencoded'" in error(r)
 
 
 def test_unknown_route_and_method(server, client):
