@@ -186,6 +186,46 @@ def test_over_the_cap_when_all_are_busy_gets_503_then_room_again(server):
     assert connections(server)["refused"] >= 1
 
 
+@pytest.fixture(scope="module")
+def roomy(tmp_path_factory):
+    """A server with a small cap and deadlines long enough not to interfere."""
+    s = Server(["--max-connections", 8, "--header-timeout", 60],
+               env={"TTSCLI_CACHE": str(tmp_path_factory.mktemp("serve-roomy"))})
+    yield s
+    s.stop()
+
+
+def closed(sock: socket.socket) -> bool:
+    sock.setblocking(False)
+    try:
+        return sock.recv(1024) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def test_at_the_cap_a_slow_sender_goes_before_an_idle_connection(roomy):
+    """Four connections that sent nothing, then four that sent part of a head: the request that
+    needs room closes a slow sender, though the silent ones are older (they may be clients whose
+    request is not read yet)."""
+    quiet = [socket.create_connection(address(roomy), timeout=WAIT) for _ in range(4)]
+    slow = [socket.create_connection(address(roomy), timeout=WAIT) for _ in range(4)]
+    try:
+        for s in slow:
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        time.sleep(1.0)  # for the server to read those bytes
+        assert httpx.get(roomy.url + "/health", timeout=WAIT).status_code == 200
+        deadline = time.monotonic() + WAIT
+        while not any(closed(s) for s in slow) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sum(closed(s) for s in slow) == 1 and not any(closed(s) for s in quiet)
+        assert httpx.get(roomy.url + "/health", timeout=WAIT).json()["connections"]["evicted"] == 1
+    finally:
+        for s in quiet + slow:
+            s.close()
+
+
 def test_an_idle_connection_is_closed_after_keep_alive(server):
     with socket.create_connection(address(server), timeout=WAIT) as s:
         s.sendall(request_bytes(server, "GET", "/v1/models"))

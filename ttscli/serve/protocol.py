@@ -9,16 +9,23 @@ as it likes, and a few hundred such clients exhaust the process's descriptors. T
   after the connection opens, or after the first byte of a later request on it; else it closes;
 - a body deadline: the whole body must arrive ``body_timeout`` seconds after its head; else the
   request gets 408 (when its response has not started) and the connection closes;
-- a cap on open connections: at ``max_connections`` a new connection closes the oldest one that
-  has no request in progress (idle between requests, or still sending its head: the cheapest to
-  lose, and what a flood of slow clients consists of); when every connection has a request in
-  progress, the new one gets 503 and is closed.
+- a cap on open connections: at ``max_connections`` a new connection closes one that has no
+  request in progress, the oldest of the first kind there is: one that has sent part of a request
+  head (a slow sender: whole clients send their head in one go), one idle between requests, one
+  that has sent nothing yet, and last one whose bytes are waiting to be read (in a burst of
+  connections a client that sent its request at once may not have been read yet). What a flood
+  of slow or idle connections consists of goes first; a client whose request is being read or
+  answered is never closed. When every connection has a request in progress, the new one gets
+  503 and is closed.
 """
 from __future__ import annotations
 
 import collections
+import fcntl
 import functools
 import json
+import struct
+import termios
 from http import HTTPStatus
 
 import h11
@@ -63,9 +70,15 @@ class ConnectionStats:
         if not self.idle:
             self.counts["refused"] += 1
             return False
-        oldest, _ = self.idle.popitem(last=False)
+        victim, best = None, None
+        for conn in self.idle:  # oldest first
+            rank = conn.eviction_rank()
+            if best is None or rank < best:
+                victim, best = conn, rank
+            if rank == 0:
+                break
         self.counts["evicted"] += 1
-        oldest.drop()
+        victim.drop()
         return True
 
     def opened(self, conn: GuardedH11Protocol) -> None:
@@ -91,6 +104,8 @@ class GuardedH11Protocol(H11Protocol):
         self._head_timer = None
         self._body_timer = None
         self._refused = None     # for a refused connection: the timer that closes it
+        self._partial_head = False   # bytes of a request head received, the head not complete
+        self._served = False         # a request was received on this connection
 
     # ---- asyncio.Protocol
     def connection_made(self, transport) -> None:  # type: ignore[override]
@@ -108,6 +123,7 @@ class GuardedH11Protocol(H11Protocol):
         if self._head_timer is None and self.conn.their_state is h11.IDLE:
             self._arm_head()  # the first byte of a request on a kept-alive connection
         super().data_received(data)
+        self._partial_head = self.conn.their_state is h11.IDLE and bool(self.conn.trailing_data[0])
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
@@ -140,6 +156,7 @@ class GuardedH11Protocol(H11Protocol):
         self.stats.set_idle(self, state is h11.IDLE)
         if state is h11.IDLE:
             return
+        self._partial_head, self._served = False, True
         self._head_timer = self._cancel(self._head_timer)
         if state is h11.SEND_BODY:
             if self._body_timer is None:
@@ -183,6 +200,19 @@ class GuardedH11Protocol(H11Protocol):
         self._body_timer = self._cancel(self._body_timer)
 
     # ---- the cap
+    def eviction_rank(self) -> int:
+        """Which idle connection goes first to make room (lowest first; see the module docstring)."""
+        if self.unread():
+            return 3
+        return 0 if self._partial_head else 1 if self._served else 2
+
+    def unread(self) -> int:
+        """Bytes the client has sent that the server has not read yet (FIONREAD on the socket)."""
+        sock = self.transport.get_extra_info("socket")
+        if sock is None or self.transport.is_closing():
+            return 0
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+
     def drop(self) -> None:
         """Close this idle connection to make room for a new one."""
         self.stats.release(self)
