@@ -430,3 +430,22 @@ def test_error_messages_name_no_server_folder(tmp_path, monkeypatch):
     for msg in got:
         assert str(tmp_path) not in msg and "/opt" not in msg and "/srv" not in msg, msg
     assert "weights.bin" in got[2]
+
+
+def test_an_unexpected_exception_is_a_500_in_openai_shape(caplog):
+    """A route that fails unexpectedly: 500 in OpenAI's shape naming only the exception's type; the
+    traceback goes to the log, not to the client."""
+    from starlette.testclient import TestClient
+
+    from ttscli.serve.app import ServeConfig, create_app
+
+    class Broken:
+        def status(self):
+            raise RuntimeError("/srv/secret/state.db is locked")
+
+    app = create_app(ServeConfig(workers={"m": Broken()}, specs={}, registry=None))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        r = client.get("/health")
+    assert r.status_code == 500
+    assert error_message(500, r.content) == "internal error (RuntimeError); the server's log has the details"
+    assert any(rec.exc_info and "state.db is locked" in str(rec.exc_info[1]) for rec in caplog.records)
