@@ -11,6 +11,16 @@ Reports p50/p95 time to first byte and to last byte, errors, rows left queued/ac
 server after each phase (leaks), RSS before/after (each read once the server is idle again), and
 the machine's load average (the figures depend on what else runs).
 
+Then two phases of clients that misbehave, each while C clients make --phase-requests ordinary
+requests (their errors and p50/p95 are reported as above):
+  3. slow clients: --slow-heads connections send a request head a byte a second and never end it
+     (slowloris), --slow-bodies send a whole head and then trickle a body they never finish;
+  4. connection flood: --flood connections open at once and send nothing.
+For these: how long after opening the server dropped each kind (p50 and max), how many it had not
+dropped when the phase ended, the answers they got (408, 503), the server's connection counts
+(/health), and RSS and open file descriptors (/proc/PID/fd) before the phase and after it, once
+the server is idle again. Everything runs on 127.0.0.1, and stops by itself.
+
     .venv/bin/python scripts/load_test_serve.py --requests 200 --clients 16 --disconnect 0.1
 """
 from __future__ import annotations
@@ -20,6 +30,7 @@ import json
 import os
 import random
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -154,6 +165,131 @@ def summarize(name: str, results: list[dict], n: int, health: dict) -> dict:
             "first_errors": [r["error"] for r in results if not r["ok"]][:3]}
 
 
+FD_SLACK = 4             # open descriptors a server may hold beyond its idle count (a closing socket)
+TRICKLE_S = 1.0          # a slow client sends one byte this often
+
+
+def fd_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+class BadClients:
+    """Connections that misbehave, polled from one thread: "head" sends a header line a byte at a
+    time that never ends, "body" sends a whole head with Content-Length 1000 and then trickles a
+    body it never finishes, "idle" sends nothing. Each records when the server dropped it (end of
+    stream or reset) and the status of any answer it read; and the most descriptors the server
+    (process ``pid``) had open meanwhile."""
+
+    def __init__(self, url: str, kinds: dict[str, int], pid: int):
+        host, port = url.rsplit("/", 1)[-1].rsplit(":", 1)
+        self.addr = (host, int(port))
+        self.kinds = kinds
+        self.pid = pid
+        self.fds_peak = fd_count(pid)
+        self.conns: list[dict] = []
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.deadline = float("inf")
+
+    def head(self, kind: str) -> bytes:
+        host = f"{self.addr[0]}:{self.addr[1]}"
+        if kind == "head":
+            return f"GET /v1/models HTTP/1.1\r\nHost: {host}\r\n".encode()
+        if kind == "body":
+            return (f"POST /v1/audio/speech HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                    "Content-Length: 1000\r\n\r\n{\"input\": \"").encode()
+        return b""
+
+    def open_all(self) -> None:
+        for kind, n in self.kinds.items():
+            for _ in range(n):
+                sock = socket.create_connection(self.addr, timeout=10)
+                sock.sendall(self.head(kind))
+                sock.setblocking(False)
+                self.conns.append({"kind": kind, "sock": sock, "opened": time.monotonic(), "dropped": None,
+                                   "answer": b""})
+
+    def poll(self, c: dict, now: float, trickle: bool) -> None:
+        try:
+            while data := c["sock"].recv(4096):
+                c["answer"] += data
+            c["dropped"] = now  # end of stream
+        except BlockingIOError:
+            if trickle and c["kind"] != "idle":
+                try:
+                    c["sock"].send(b"x")
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    c["dropped"] = now
+        except OSError:
+            c["dropped"] = now  # reset
+        if c["dropped"] is not None:
+            c["sock"].close()
+
+    def run(self) -> None:
+        self.open_all()
+        last = 0.0
+        while time.monotonic() < self.deadline:
+            now = time.monotonic()
+            self.fds_peak = max(self.fds_peak, fd_count(self.pid))
+            trickle, last = (True, now) if now - last >= TRICKLE_S else (False, last)
+            live = [c for c in self.conns if c["dropped"] is None]
+            if not live:
+                return
+            for c in live:
+                self.poll(c, now, trickle)
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        for c in self.conns:
+            if c["dropped"] is None:
+                c["sock"].close()
+
+    def figures(self) -> dict:
+        out = {}
+        for kind in self.kinds:
+            mine = [c for c in self.conns if c["kind"] == kind]
+            held = [c["dropped"] - c["opened"] for c in mine if c["dropped"] is not None]
+            answers: dict[str, int] = {}
+            for c in mine:
+                status = c["answer"][9:12].decode("ascii", "replace") if c["answer"].startswith(b"HTTP/") else "none"
+                answers[status] = answers.get(status, 0) + 1
+            out[kind] = {"opened": len(mine), "still_open": len(mine) - len(held),
+                         "dropped_after_p50_s": round(pct(held, 0.5), 2), "dropped_after_max_s": round(max(held), 2)
+                         if held else None, "answers": answers}
+        return out
+
+
+def connection_counts(url: str) -> dict:
+    return httpx.get(url + "/health", timeout=10).json().get("connections", {})
+
+
+def abuse_phase(name: str, url: str, pid: int, kinds: dict[str, int], args, seed: int) -> dict:
+    """Ordinary requests while the misbehaving clients hold their connections; the figures."""
+    wait_idle(url)
+    rss0, fds0, counts0 = rss_mb(pid), fd_count(pid), connection_counts(url)
+    bad = BadClients(url, kinds, pid)
+    bad.deadline = time.monotonic() + args.abuse_time_limit
+    t0 = time.perf_counter()
+    bad.thread.start()
+    try:
+        res = phase(url, args.phase_requests, args.clients, 0.0, args.timeout, bad.deadline, seed)
+        bad.thread.join(max(1.0, bad.deadline - time.monotonic() + 5))
+    finally:
+        bad.close()
+    s = summarize(name, res, args.phase_requests, wait_idle(url))
+    counts1 = connection_counts(url)
+    s.update(wall_s=round(time.perf_counter() - t0, 1), bad_connections=bad.figures(),
+             server_connection_counts={k: counts1[k] - counts0.get(k, 0) for k in counts1
+                                       if isinstance(counts1[k], int) and k not in ("open", "idle", "max")},
+             rss_before_mb=round(rss0, 1), rss_after_mb=round(rss_mb(pid), 1),
+             fds_before=fds0, fds_peak=bad.fds_peak, fds_after=fd_count(pid),
+             load_average_end=[round(x, 1) for x in os.getloadavg()])
+    s["failed"] = bool(s["errors"] or s["not_run"] or s["leaked_rows"] or s["fds_after"] > fds0 + FD_SLACK
+                       or any(f["still_open"] for f in s["bad_connections"].values()))
+    return s
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None)
@@ -163,9 +299,17 @@ def main() -> int:
     ap.add_argument("--time-limit", type=float, default=1800.0, help="seconds per phase, then it stops")
     ap.add_argument("--timeout", type=float, default=600.0, help="per request")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--phase-requests", type=int, default=40, help="ordinary requests in phases 3 and 4")
+    ap.add_argument("--slow-heads", type=int, default=200, help="phase 3: connections trickling a request head")
+    ap.add_argument("--slow-bodies", type=int, default=24, help="phase 3: connections trickling a body")
+    ap.add_argument("--flood", type=int, default=400, help="phase 4: idle connections opened at once")
+    ap.add_argument("--abuse-time-limit", type=float, default=120.0,
+                    help="seconds phases 3 and 4 wait for the server to drop the bad connections")
     args = ap.parse_args()
     if args.requests > 2000 or args.clients > 64:
         raise SystemExit("bounded: at most 2000 requests and 64 clients")
+    if args.phase_requests > 2000 or args.slow_heads + args.slow_bodies > 1000 or args.flood > 1000:
+        raise SystemExit("bounded: at most 2000 requests and 1000 bad connections a phase")
 
     proc, url = start_server(args)
     load_start = os.getloadavg()
@@ -193,6 +337,12 @@ def main() -> int:
                       rss_anon_change=round(anon_after / anon_before - 1, 4),
                       cpu_count=os.cpu_count(), load_average_start=[round(x, 1) for x in load_start],
                       load_average_end=[round(x, 1) for x in os.getloadavg()])
+        report["bad_client_phases"] = []
+        for name, kinds, seed in (("slow clients", {"head": args.slow_heads, "body": args.slow_bodies}, 3),
+                                  ("connection flood", {"idle": args.flood}, 4)):
+            s = abuse_phase(name, url, proc.pid, kinds, args, seed)
+            report["bad_client_phases"].append(s)
+            print(json.dumps({k: v for k, v in s.items() if k != "server_counts"}), flush=True)
     finally:
         proc.terminate()
         try:
@@ -210,7 +360,8 @@ def main() -> int:
     # growth fails either figure; a drop fails only the private pages (VmRSS drops when the kernel
     # reclaims file pages, which is no sign of a leak)
     grew = report["rss_change"] > 0.10 or abs(report["rss_anon_change"]) > 0.10
-    return 1 if bad or grew else 0
+    abused = [p for p in report["bad_client_phases"] if p["failed"]]
+    return 1 if bad or grew or abused else 0
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from rich.console import Console
 from ttscli import __version__
 from ttscli.audio import check_output
 from ttscli.errors import Interrupted, TTSError, UsageError
+from ttscli.serve import HTTPOptions
 
 err = Console(stderr=True, highlight=False)
 app = typer.Typer(
@@ -548,6 +549,23 @@ def eval_cmd(
         raise TTSError("eval failed: " + "; ".join(report["failed"]))
 
 
+def read_api_key(key: Optional[str], path: Optional[Path]) -> Optional[str]:
+    """The API key from --api-key/$TTSCLI_API_KEY or from --api-key-file (one way only), read once."""
+    if path is None:
+        if key is not None and not key.strip():
+            raise UsageError("--api-key (or $TTSCLI_API_KEY) is empty; give a key, or leave it out to serve openly")
+        return key
+    if key is not None:
+        raise UsageError("give the API key one way: --api-key (or $TTSCLI_API_KEY), or --api-key-file")
+    try:
+        key = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read --api-key-file {path}: {getattr(e, 'strerror', None) or e}") from None
+    if not key:
+        raise UsageError(f"--api-key-file {path} is empty; put the key in it")
+    return key
+
+
 @app.command(epilog="Example: [bold]ttscli serve -m piper-joe --port 8000[/bold], then POST /v1/audio/speech")
 def serve(
     model: Optional[List[str]] = typer.Option(
@@ -555,8 +573,31 @@ def serve(
     model_dir: Optional[Path] = ModelDir,
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (default: loopback only)."),
     port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port (0: any free one)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="TTSCLI_API_KEY",
-                                          help="Require Authorization: Bearer KEY (or $TTSCLI_API_KEY)."),
+    api_key: Optional[str] = typer.Option(
+        None, "--api-key", envvar="TTSCLI_API_KEY",
+        help="Require Authorization: Bearer KEY. A key given here shows in `ps` to every user of the machine: "
+             "prefer $TTSCLI_API_KEY or --api-key-file."),
+    api_key_file: Optional[Path] = typer.Option(
+        None, "--api-key-file", dir_okay=False, help="Read the API key from this file (surrounding whitespace "
+                                                     "ignored)."),
+    allowed_host: Optional[List[str]] = typer.Option(
+        None, "--allowed-host", help="Another name clients may reach the server by (repeatable; * for any, e.g. "
+                                     "behind a reverse proxy that checks Host itself). Always answered: localhost, "
+                                     "loopback addresses, the --host address; any address when --host is 0.0.0.0 "
+                                     "or ::. Requests naming another host get 400 (DNS rebinding)."),
+    cors_origin: Optional[List[str]] = typer.Option(
+        None, "--cors-origin", help="A web origin (scheme://host[:port]) whose pages may call the API "
+                                    "(repeatable; * for any). Other cross-origin requests get 403."),
+    header_timeout: float = typer.Option(HTTPOptions.header_timeout, "--header-timeout", min=0.1,
+                                         help="Seconds a client has to send a request's line and headers."),
+    body_timeout: float = typer.Option(HTTPOptions.body_timeout, "--body-timeout", min=0.1,
+                                       help="Seconds a client has to send a request's body (up to 16 MiB); "
+                                            "then 408."),
+    keep_alive_timeout: float = typer.Option(HTTPOptions.keep_alive_timeout, "--keep-alive-timeout", min=0.1,
+                                             help="Seconds an idle connection stays open between requests."),
+    max_connections: int = typer.Option(HTTPOptions.max_connections, "--max-connections", min=1,
+                                        help="Open connections at most: a new one closes the oldest idle one, "
+                                             "or gets 503 when all have a request in progress."),
     max_queue: int = typer.Option(16, "--max-queue", min=1, help="Requests waiting per model; more get 503."),
     max_batch: int = typer.Option(16, "--max-batch", min=1,
                                   help="Requests generated together by models with batched generation "
@@ -580,6 +621,13 @@ def serve(
     from ttscli.serve import is_loopback, require_extra, serve as run_server
 
     require_extra()
+    from ttscli.serve.guard import check_allowed_host, check_cors_origin
+
+    api_key = read_api_key(api_key, api_key_file)
+    http = HTTPOptions(allowed_hosts=tuple(map(check_allowed_host, allowed_host or ())),
+                       cors_origins=tuple(map(check_cors_origin, cors_origin or ())),
+                       header_timeout=header_timeout, body_timeout=body_timeout,
+                       keep_alive_timeout=keep_alive_timeout, max_connections=max_connections)
     names = list(dict.fromkeys(model or [None]))
     if model_dir is not None and len(names) > 1:
         raise UsageError("--model-dir goes with one -m; serve several local checkouts from separate servers")
@@ -592,7 +640,7 @@ def serve(
         note(f"note: listening on {host} without --api-key: anyone who can reach it can use it")
     try:
         run_server(loaders, specs, reg, host=host, port=port, api_key=api_key, max_queue=max_queue, max_batch=max_batch,
-                   voices_dir=voices_dir or config_dir() / "voices", note=_plain_note)
+                   voices_dir=voices_dir or config_dir() / "voices", http=http, note=_plain_note)
     except KeyboardInterrupt:
         raise Interrupted("stopped") from None
 

@@ -1,8 +1,10 @@
 """Start `ttscli serve` on 127.0.0.1 (a free port) for a test, and stop it (imported by name)."""
 from __future__ import annotations
 
+import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -66,3 +68,49 @@ class Server:
             if time.monotonic() > deadline:
                 raise AssertionError(f"rows still held: {h}")
             time.sleep(0.1)
+
+
+def raw_exchange(url: str, data: bytes, timeout: float = 60.0, head: bool = False):
+    """Send these bytes as they are (any request, well-formed or not) on a new connection and read
+    one response: (status, headers, body), or None if the server closed the connection without one."""
+    import h11
+
+    host, port = url.rsplit("/", 1)[-1].rsplit(":", 1)
+    client = h11.Connection(h11.CLIENT)  # only parses the answer: the request went out as raw bytes
+    client.send(h11.Request(method="HEAD" if head else "GET", target="/", headers=[("Host", host)]))
+    client.send(h11.EndOfMessage())
+    status, headers, body = None, {}, bytearray()
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        try:
+            s.sendall(data)
+        except OSError:
+            pass  # the server answered and closed before reading it all: read that answer
+        while True:
+            try:
+                event = client.next_event()
+            except h11.RemoteProtocolError:
+                return None
+            if event is h11.NEED_DATA:
+                try:
+                    client.receive_data(s.recv(65536))
+                except ConnectionResetError:
+                    return None
+            elif isinstance(event, h11.Response):
+                status, headers = event.status_code, {k.decode().lower(): v.decode() for k, v in event.headers}
+            elif isinstance(event, h11.Data):
+                body += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                return status, headers, bytes(body)
+            elif isinstance(event, h11.ConnectionClosed):
+                return None
+
+
+def error_message(status: int, body: bytes) -> str:
+    """The message of an error response in OpenAI's shape (asserting that shape): one line."""
+    err = json.loads(body)["error"]
+    assert set(err) == {"message", "type", "param", "code"}, err
+    assert err["code"] == status and err["param"] is None
+    assert err["type"] == ("invalid_request_error" if status < 500 else "server_error")
+    msg = err["message"]
+    assert isinstance(msg, str) and msg and "\n" not in msg and "Traceback" not in msg, msg
+    return msg

@@ -9,12 +9,32 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ttscli.errors import BackendUnavailableError, UsageError
 
 LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class HTTPOptions:
+    """Who may talk to the server, and how long a connection may take over each part of a request.
+
+    The defaults: a request head is a few hundred bytes, so 10 s is room for the slowest link
+    while a client that trickles it is gone soon; 30 s carries the largest body (16 MiB, a long
+    reference upload) at about 4.5 Mbit/s; 5 s of keep-alive is uvicorn's own default; 64
+    connections hold the queued and running requests of two models at the default --max-queue
+    and --max-batch (16 + 16 each), and stay far below a process's usual limit of 1024 files.
+    """
+
+    allowed_hosts: tuple[str, ...] = ()      # Host names besides localhost, loopback and the bound address
+    cors_origins: tuple[str, ...] = ()       # web origins whose pages may call the API
+    header_timeout: float = 10.0             # seconds for the request line and headers
+    body_timeout: float = 30.0               # seconds for the whole body, from the end of its head
+    keep_alive_timeout: float = 5.0          # seconds an idle connection stays open between requests
+    max_connections: int = 64                # open connections at most
 
 
 def require_extra() -> None:
@@ -69,6 +89,7 @@ def run_request(pipeline, request):
 def serve(loaders: dict[str, Callable[[], Any]], specs: dict[str, Any], registry, *, host: str = LOOPBACK,
           port: int = 8000, api_key: str | None = None, max_queue: int = 16, max_batch: int = 16,
           voices_dir: Path | None = None,
+          http: HTTPOptions | None = None,
           note: Callable[[str], None] = print) -> None:
     """Load every model (each on its own thread), then serve until stopped."""
     require_extra()
@@ -76,7 +97,12 @@ def serve(loaders: dict[str, Callable[[], Any]], specs: dict[str, Any], registry
 
     from ttscli.models import family_of
     from ttscli.serve.app import ServeConfig, create_app
+    from ttscli.serve.guard import guarded
+    from ttscli.serve.protocol import ConnectionStats, protocol_factory
     from ttscli.serve.worker import ModelWorker
+
+    http = http or HTTPOptions()
+    connections = ConnectionStats(http.max_connections)
 
     sock = bind(host, port)
     workers: dict[str, ModelWorker] = {}
@@ -87,9 +113,13 @@ def serve(loaders: dict[str, Callable[[], Any]], specs: dict[str, Any], registry
             w.start()
             workers[model_id] = w
         cfg = ServeConfig(workers=workers, specs=specs, registry=registry, api_key=api_key,
-                          voices_dir=voices_dir, families={m: family_of(s) for m, s in specs.items()})
-        config = uvicorn.Config(create_app(cfg), log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=5)
+                          voices_dir=voices_dir, families={m: family_of(s) for m, s in specs.items()},
+                          connections=connections)
+        # ws="none": no WebSocket routes, so an Upgrade header is just a header
+        config = uvicorn.Config(guarded(create_app(cfg), host, http), log_level="warning", access_log=False,
+                                lifespan="off", timeout_graceful_shutdown=5, ws="none",
+                                http=protocol_factory(http, connections),
+                                timeout_keep_alive=http.keep_alive_timeout)
         server = uvicorn.Server(config)
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host

@@ -2,6 +2,8 @@
 
 Bodies are parsed here rather than by pydantic so that bad input gets the one line the CLI
 prints for the same mistake (``ttscli.errors`` classes, ``str(err)``), in OpenAI's error shape.
+An error message repeats at most MAX_SHOWN characters of any value a client sent, and names no
+directory of the server (a file keeps its name, the folders above it read as an ellipsis).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import logging
 import math
 import re
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ from ttscli.errors import (
     TTSError,
     UsageError,
 )
+from ttscli.paths import cache_dir, config_dir
 from ttscli.serve.formats import STREAMED, Encoder, check_format, content_type
 from ttscli.serve.worker import DONE, ModelWorker, QueueFull
 
@@ -44,6 +48,13 @@ FIELDS = ("model", "input", "voice", "instructions", "response_format", "speed",
 MAX_BODY = 16 << 20          # 30 s of 48 kHz stereo WAV reference, base64, fits with room to spare
 SAVED_VOICE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 POLL_S = 0.2                 # how often a waiting request checks that its client is still there
+MAX_DEPTH = 32               # nesting of a JSON body (the API's own fields nest one level deep)
+MAX_DIGITS = 20              # digits of a JSON integer (every numeric field fits in 64 bits)
+MAX_SHOWN = 200              # characters of a client's value that an error message repeats
+MAX_MESSAGE = 600            # characters of an error message
+# an absolute path (not one of the API's own routes): the file's name is kept, its folders are not
+ABS_PATH = re.compile(r"(?:\u2026|(?<![\w.:/~]))/(?!v1/)(?:[^\s'\"/]+/)*([^\s'\"/]+)")
+LONG_RUN = re.compile(r"\S{%d,}" % (MAX_SHOWN + 1))
 
 
 @dataclass
@@ -55,6 +66,7 @@ class ServeConfig:
     voices_dir: Path | None = None
     max_body: int = MAX_BODY
     families: dict[str, Any] = field(default_factory=dict)
+    connections: Any = None                  # the server's ConnectionStats (protocol.py), shown by /health
 
     @property
     def default_model(self) -> str:
@@ -82,17 +94,79 @@ def error_body(status: int, message: str) -> dict:
     return {"error": {"message": message, "type": kind, "param": None, "code": status}}
 
 
+def clip(text: str, limit: int = MAX_SHOWN) -> str:
+    return text if len(text) <= limit else text[:limit] + "\u2026"
+
+
+def shown(value: Any) -> str:
+    """A client's value as an error message repeats it: quoted, at most MAX_SHOWN characters."""
+    return clip(repr(value))
+
+
+def private_roots(*dirs: Path | None) -> list[str]:
+    """These folders of the server, its user's home and the temporary folder, as written and with
+    links resolved: longest first, so that a folder inside another is replaced whole."""
+    found = set()
+    for d in (*dirs, Path.home(), Path(tempfile.gettempdir())):
+        if d is not None:
+            found |= {str(Path(d).expanduser()), str(Path(d).expanduser().resolve())}
+    return sorted((r for r in found if len(r) > 1), key=len, reverse=True)
+
+
+def public_message(message: str, roots: Iterable[str] = ()) -> str:
+    """An error message as a client may see it: one line, no server folders, no long runs of its
+    own input (a client's text reaches some messages unquoted, e.g. a knob's name)."""
+    message = message[:4 * MAX_MESSAGE]  # what clipping would drop anyway; bounds the work below
+    for root in roots:
+        message = message.replace(root, "\u2026")
+    message = ABS_PATH.sub(lambda m: "\u2026/" + m.group(1), message)
+    message = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in message)
+    message = LONG_RUN.sub(lambda m: clip(m.group()), message)
+    return clip(message, MAX_MESSAGE)
+
+
 def one_line(e: BaseException) -> str:
     if isinstance(e, TTSError):
         return str(e)
     return f"internal error: {type(e).__name__}: {e}"
 
 
+class InternalErrors:
+    """An exception that no route turned into a response becomes a 500 in the API's error shape:
+    one line naming its type for the client, the traceback for the server's log (uvicorn would
+    answer plain text, and Starlette's handler for Exception re-raises after answering)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        started = False
+
+        async def watch(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        except Exception as e:
+            if started or scope["type"] != "http":
+                raise  # the status line is gone: the connection closes without the body's end
+            log.error("%s %s: %s", scope["method"], scope["path"], one_line(e), exc_info=True)
+            message = f"internal error ({type(e).__name__}); the server's log has the details"
+            await JSONResponse(error_body(500, message), status_code=500)(scope, receive, send)
+
+
 def create_app(cfg: ServeConfig) -> FastAPI:
     app = FastAPI(title="ttscli", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(InternalErrors)
+    roots = private_roots(cfg.voices_dir, cache_dir(), config_dir())
+
+    def public(message: str) -> str:
+        return public_message(message, roots)
 
     def fail(status: int, message: str, headers: dict | None = None):
-        return JSONResponse(error_body(status, message), status_code=status, headers=headers)
+        return JSONResponse(error_body(status, public(message)), status_code=status, headers=headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request, exc):  # unknown routes and methods, in the same error shape
@@ -102,17 +176,30 @@ def create_app(cfg: ServeConfig) -> FastAPI:
     async def _failure(request, exc: HTTPFailure):
         return fail(exc.status, exc.message, exc.headers)
 
-    def authorize(request: Request) -> None:
+    @app.exception_handler(TTSError)
+    async def _tts_error(request, exc: TTSError):  # e.g. an unknown model asked of /v1/audio/voices
+        return fail(status_for(exc), one_line(exc))
+
+    def authorized(request: Request) -> bool:
         if cfg.api_key is None:
-            return
-        got = request.headers.get("authorization", "")
-        scheme, _, token = got.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), cfg.api_key.encode()):
-            raise HTTPFailure(401, "missing or wrong API key; send the header Authorization: Bearer KEY")
+            return True
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), cfg.api_key.encode())
+
+    def authorize(request: Request) -> None:
+        if not authorized(request):
+            raise HTTPFailure(401, "missing or wrong API key; send the header Authorization: Bearer KEY",
+                              {"WWW-Authenticate": "Bearer"})
 
     @app.get("/health")
-    async def health():
-        return {"status": "ok", "models": {m: w.status() for m, w in cfg.workers.items()}}
+    async def health(request: Request):
+        """Liveness for anyone; the counters only for a client that may use the API."""
+        if not authorized(request):
+            return {"status": "ok"}
+        out = {"status": "ok", "models": {m: w.status() for m, w in cfg.workers.items()}}
+        if cfg.connections is not None:
+            out["connections"] = cfg.connections.snapshot()
+        return out
 
     @app.get("/v1/models")
     async def list_models(request: Request):
@@ -163,7 +250,8 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         rate = worker.pipeline.sample_rate
         enc = Encoder(fmt, rate)
         headers = {"X-Sample-Rate": str(rate), "Cache-Control": "no-store"}
-        body = sse_events(job, request, worker, enc, first) if sse else audio_bytes(job, request, worker, enc, first)
+        body = (sse_events(job, request, worker, enc, first, public) if sse
+                else audio_bytes(job, request, worker, enc, first))
         media = "text/event-stream" if sse else content_type(fmt)
         return StreamingResponse(body, media_type=media, headers=headers)
 
@@ -208,7 +296,7 @@ def _event(obj: dict) -> bytes:
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
 
-async def sse_events(job, request, worker, enc, first):
+async def sse_events(job, request, worker, enc, first, public):
     try:
         yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(enc.add(first)).decode()})
         while True:
@@ -220,7 +308,7 @@ async def sse_events(job, request, worker, enc, first):
                               "duration_s": round(enc.samples / enc.sample_rate, 3)})
                 return
             if isinstance(item, BaseException):
-                yield _event({"type": "error", "error": error_body(status_for(item), one_line(item))["error"]})
+                yield _event({"type": "error", "error": error_body(status_for(item), public(one_line(item)))["error"]})
                 return
             yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(enc.add(item)).decode()})
     finally:
@@ -230,8 +318,15 @@ async def sse_events(job, request, worker, enc, first):
 # ---- request bodies ---------------------------------------------------------------------------
 
 async def read_body(request, limit: int) -> tuple[dict, tuple[str, bytes] | None]:
-    """The fields of a JSON or multipart body, read with a bound; and an uploaded reference."""
+    """The fields of a JSON or multipart body, read with a bound; and an uploaded reference.
+
+    Multipart is for a reference upload only: it is what a web page's form can post anywhere
+    without asking (as are urlencoded and text/plain bodies, refused outright), so any other
+    request must be JSON, which a browser sends cross-origin only after a CORS preflight."""
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype not in ("application/json", "multipart/form-data", "") and not ctype.endswith("+json"):
+        raise HTTPFailure(415, "send the request as application/json or multipart/form-data (with a ref_audio "
+                               f"upload), not {shown(ctype)}")
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise HTTPFailure(413, f"request body is {int(declared):,} bytes; the limit is {limit:,} bytes")
@@ -242,14 +337,13 @@ async def read_body(request, limit: int) -> tuple[dict, tuple[str, bytes] | None
             raise HTTPFailure(413, f"request body is over the limit of {limit:,} bytes")
         chunks.append(part)
     body = b"".join(chunks)
-    if ctype in ("multipart/form-data", "application/x-www-form-urlencoded"):
-        return await _form(request, body)
-    if ctype not in ("application/json", "") and not ctype.endswith("+json"):
-        raise HTTPFailure(415, f"send the request as application/json or multipart/form-data, not {ctype}")
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise HTTPFailure(400, f"request body is not valid JSON: {str(e).splitlines()[0]}") from None
+    if ctype == "multipart/form-data":
+        data, upload = await _form(request, body)
+        if upload is None:
+            raise HTTPFailure(415, "multipart/form-data is for requests that upload ref_audio; "
+                                   "send the others as application/json")
+        return data, upload
+    data = parse_json(body)
     if not isinstance(data, dict):
         raise HTTPFailure(400, "request body must be a JSON object with at least `input`")
     upload = None
@@ -282,11 +376,57 @@ async def _form(request, body: bytes):
     for key, value in form.multi_items():
         if hasattr(value, "read"):
             if key != "ref_audio":
-                raise HTTPFailure(400, f"unexpected file field {key!r}; the reference goes in `ref_audio`")
+                raise HTTPFailure(400, f"unexpected file field {shown(key)}; the reference goes in `ref_audio`")
             upload = (value.filename or "ref_audio", await value.read())
         else:
             data[key] = value
     return data, upload
+
+
+def parse_json(body: bytes) -> Any:
+    """The body as JSON, or a 400. Refused here so that nothing later meets them: NaN and
+    Infinity (not JSON), integers longer than MAX_DIGITS and floats past float's range (no field
+    takes them; a huge integer overflows float()), strings that are not Unicode text (a lone
+    surrogate escape) and nesting deeper than MAX_DEPTH (recursion, in the parser or after it)."""
+    try:
+        data = json.loads(body, parse_constant=_no_constant, parse_int=_bounded_int, parse_float=_finite_float)
+    except RecursionError:
+        raise HTTPFailure(400, f"request body is nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise HTTPFailure(400, f"request body is not valid JSON: {str(e).splitlines()[0]}") from None
+    stack = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                raise HTTPFailure(400, "request body has a string with a lone surrogate (\\ud800-\\udfff); "
+                                       "send UTF-8 text") from None
+        elif isinstance(node, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise HTTPFailure(400, f"request body is nested deeper than {MAX_DEPTH} levels")
+            items = [*node.keys(), *node.values()] if isinstance(node, dict) else node
+            stack += [(x, depth + 1) for x in items]
+    return data
+
+
+def _no_constant(name: str):
+    raise HTTPFailure(400, f"request body has {name}, which is not JSON (JSON numbers are finite)")
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_DIGITS:
+        raise HTTPFailure(400, f"request body has an integer of {len(text.lstrip('-')):,} digits; "
+                               f"no field takes more than {MAX_DIGITS}")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise HTTPFailure(400, f"request body has a number past the range of a float: {clip(text)}")
+    return x
 
 
 def resolve_model(cfg: ServeConfig, name: Any) -> str:
@@ -302,8 +442,9 @@ def resolve_model(cfg: ServeConfig, name: Any) -> str:
         spec = None
     if spec is not None and spec.id in cfg.workers:
         return spec.id
-    raise ModelNotFoundError(f"model {name!r} is not served here (serving: {', '.join(cfg.workers)}; "
-                             f"start `ttscli serve -m {name}` to serve it)")
+    hint = name if name.isprintable() and len(name) <= MAX_SHOWN else "MODEL"
+    raise ModelNotFoundError(f"model {shown(name)} is not served here (serving: {', '.join(cfg.workers)}; "
+                             f"start `ttscli serve -m {hint}` to serve it)")
 
 
 def preset_voices(cfg: ServeConfig, model_id: str) -> list[str]:
@@ -335,7 +476,7 @@ def map_voice(cfg: ServeConfig, model_id: str, voice: Any) -> str | None:
     if voice.lower() in OPENAI_VOICES:
         return None
     if "/" in voice or "\\" in voice or voice.endswith(".safetensors"):
-        raise UsageError(f"voice {voice!r}: give a preset or saved voice name, not a path "
+        raise UsageError(f"voice {shown(voice)}: give a preset or saved voice name, not a path "
                          "(see GET /v1/audio/voices)")
     return voice  # check_request names the voices the model has
 
@@ -349,9 +490,9 @@ def _number(data: dict, name: str, kind: type, lo: float, hi: float):
             raise ValueError
         x = kind(v)
     except (TypeError, ValueError):
-        raise UsageError(f"{name} takes {'an' if kind is int else 'a'} {kind.__name__}, not {v!r}") from None
+        raise UsageError(f"{name} takes {'an' if kind is int else 'a'} {kind.__name__}, not {shown(v)}") from None
     if isinstance(x, float) and not math.isfinite(x) or not lo <= x <= hi:
-        raise UsageError(f"{name} must be in [{lo:g}..{hi:g}], got {v}")
+        raise UsageError(f"{name} must be in [{lo:g}..{hi:g}], got {clip(str(v))}")
     return x
 
 
@@ -378,7 +519,7 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
     fmt = check_format(data.get("response_format") or "mp3")
     stream_format = str(data.get("stream_format") or "audio").lower()
     if stream_format not in ("audio", "sse"):
-        raise UsageError(f"stream_format must be audio or sse, not {stream_format!r}")
+        raise UsageError(f"stream_format must be audio or sse, not {shown(stream_format)}")
     if stream_format == "sse" and fmt not in STREAMED:
         raise UsageError(f"stream_format sse sends pcm or wav deltas; use response_format pcm or wav, not {fmt}")
     speed = _number(data, "speed", float, 0.25, 4.0)
