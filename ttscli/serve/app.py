@@ -23,13 +23,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ttscli.errors import (
     BackendUnavailableError,
+    InputTooLongError,
     ModelNotFoundError,
     NotImplementedModelError,
     TTSError,
     UsageError,
 )
 from ttscli.serve.formats import STREAMED, Encoder, check_format, content_type
-from ttscli.serve.worker import DONE, ModelWorker, QueueFull
+from ttscli.serve.worker import DONE, ModelWorker, QueueFull, RequestTimeout
 
 log = logging.getLogger("ttscli.serve")
 
@@ -44,6 +45,7 @@ FIELDS = ("model", "input", "voice", "instructions", "response_format", "speed",
 MAX_BODY = 16 << 20          # 30 s of 48 kHz stereo WAV reference, base64, fits with room to spare
 SAVED_VOICE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 POLL_S = 0.2                 # how often a waiting request checks that its client is still there
+MAX_INPUT_CHARS = 4096       # OpenAI's own limit on `input`: a request is bounded in work as in size
 
 
 @dataclass
@@ -55,6 +57,7 @@ class ServeConfig:
     voices_dir: Path | None = None
     max_body: int = MAX_BODY
     families: dict[str, Any] = field(default_factory=dict)
+    max_input_chars: int = MAX_INPUT_CHARS
 
     @property
     def default_model(self) -> str:
@@ -70,6 +73,8 @@ class HTTPFailure(Exception):
 def status_for(e: BaseException) -> int:
     if isinstance(e, QueueFull):
         return 503
+    if isinstance(e, RequestTimeout):
+        return 504
     if isinstance(e, (ModelNotFoundError, NotImplementedModelError)):
         return 404
     if isinstance(e, (UsageError, BackendUnavailableError)):
@@ -368,6 +373,9 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
     if not isinstance(text, str):
         raise UsageError("no text: give it as `input` (a string)")
     text = check_text(text)
+    if len(text) > cfg.max_input_chars:
+        raise InputTooLongError(f"input is {len(text):,} characters; this server takes at most "
+                                f"{cfg.max_input_chars:,} (ttscli serve --max-input-chars)")
     instruct = data.get("instructions")
     if instruct is not None and instruct != "":
         if not isinstance(instruct, str):
