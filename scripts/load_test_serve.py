@@ -20,8 +20,13 @@ For these: how long after opening the server dropped each kind (p50 and max), ho
 dropped when the phase ended, the answers they got (408, 503), the server's connection counts
 (/health), and RSS and open file descriptors (/proc/PID/fd) before the phase and after it, once
 the server is idle again. Everything runs on 127.0.0.1, and stops by itself.
+A third phase, long-request fairness (--fairness K): one maximal request (--long-chars of text,
+the server's default --max-input-chars) streams while K short requests ("Hi.") are sent one
+after another, a --fairness-gap apart, for as long as it runs; reports the short requests' time
+to first byte and the long request's total time. (--requests 0 runs this phase alone.)
 
     .venv/bin/python scripts/load_test_serve.py --requests 200 --clients 16 --disconnect 0.1
+    .venv/bin/python scripts/load_test_serve.py --requests 0 --fairness 10
 """
 from __future__ import annotations
 
@@ -128,6 +133,61 @@ def phase(url: str, n: int, clients: int, drop_frac: float, timeout: float, dead
     for t in threads:
         t.join(max(1.0, deadline - time.monotonic() + timeout))
     return results
+
+
+def long_text(chars: int) -> str:
+    """Whole sentences of SENTENCES, in turn, up to ``chars`` characters."""
+    out, i = "", 0
+    while len(out) + 1 + len(SENTENCES[i % len(SENTENCES)]) <= chars:
+        out += (" " if out else "") + SENTENCES[i % len(SENTENCES)]
+        i += 1
+    return out
+
+
+def fairness_phase(url: str, k: int, chars: int, gap: float, timeout: float) -> dict:
+    """One long request read to the end; once its audio flows, up to ``k`` short requests in
+    sequence while it still runs. A short request counts if it was sent before the long one ended."""
+    long_res: dict = {}
+    flowing = threading.Event()
+
+    def run_long():
+        t0 = time.perf_counter()
+        try:
+            with httpx.Client(timeout=timeout) as c, c.stream(
+                    "POST", url + "/v1/audio/speech",
+                    json={"input": long_text(chars), "response_format": "pcm", "seed": 1}) as r:
+                if r.status_code != 200:
+                    r.read()
+                    long_res.update(ok=False, error=f"{r.status_code}: {r.text[:200]}")
+                    return
+                for _ in r.iter_raw():
+                    long_res.setdefault("ttfb", time.perf_counter() - t0)
+                    flowing.set()
+            long_res.update(ok=True, total=time.perf_counter() - t0)
+        except httpx.HTTPError as e:
+            long_res.update(ok=False, error=f"{type(e).__name__}: {e}")
+        finally:
+            flowing.set()
+
+    t = threading.Thread(target=run_long)
+    t.start()
+    flowing.wait(timeout)
+    shorts = []
+    while len(shorts) < k and t.is_alive():
+        shorts.append(one_request(url, "Hi.", len(shorts), False, timeout))
+        time.sleep(gap)
+    t.join(timeout)
+    ok = [r for r in shorts if r["ok"]]
+    return {"phase": "long-request fairness", "long_chars": len(long_text(chars)), "long_ok": long_res.get("ok"),
+            "long_ttfb_s": round(long_res.get("ttfb", float("nan")), 3),
+            "long_total_s": round(long_res.get("total", float("nan")), 3),
+            "shorts_during_long": len(shorts), "short_errors": len(shorts) - len(ok),
+            "short_ttfb_p50_s": round(pct([r["ttfb"] for r in ok], 0.5), 3),
+            "short_ttfb_p95_s": round(pct([r["ttfb"] for r in ok], 0.95), 3),
+            "short_ttfb_max_s": round(max([r["ttfb"] for r in ok], default=float("nan")), 3),
+            "short_total_p50_s": round(pct([r["total"] for r in ok], 0.5), 3),
+            "first_errors": ([long_res["error"]] if "error" in long_res else [])
+            + [r["error"] for r in shorts if not r["ok"]][:3]}
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -298,6 +358,10 @@ def main() -> int:
     ap.add_argument("--disconnect", type=float, default=0.1, help="fraction dropped mid-stream in phase 2")
     ap.add_argument("--time-limit", type=float, default=1800.0, help="seconds per phase, then it stops")
     ap.add_argument("--timeout", type=float, default=600.0, help="per request")
+    ap.add_argument("--fairness", type=int, default=10,
+                    help="short requests sent while one maximal request runs (0: skip that phase)")
+    ap.add_argument("--long-chars", type=int, default=4096, help="the maximal request's length in characters")
+    ap.add_argument("--fairness-gap", type=float, default=1.0, help="seconds between the short requests")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--phase-requests", type=int, default=40, help="ordinary requests in phases 3 and 4")
     ap.add_argument("--slow-heads", type=int, default=200, help="phase 3: connections trickling a request head")
@@ -310,6 +374,8 @@ def main() -> int:
         raise SystemExit("bounded: at most 2000 requests and 64 clients")
     if args.phase_requests > 2000 or args.slow_heads + args.slow_bodies > 1000 or args.flood > 1000:
         raise SystemExit("bounded: at most 2000 requests and 1000 bad connections a phase")
+    if args.fairness > 200 or args.long_chars > 32768:
+        raise SystemExit("bounded: at most 200 short requests and a 32,768-character long one")
 
     proc, url = start_server(args)
     load_start = os.getloadavg()
@@ -330,6 +396,11 @@ def main() -> int:
             s["rss_anon_mb"] = round(rss_mb(proc.pid, "RssAnon"), 1)
             report["phases"].append(s)
             print(json.dumps({k: v for k, v in s.items() if k != "server_counts"}), flush=True)
+        if args.fairness:
+            f = fairness_phase(url, args.fairness, args.long_chars, args.fairness_gap, args.timeout)
+            f["leaked_rows"] = sum(m["queued"] + m["active"] for m in wait_idle(url).values())
+            report["fairness"] = f
+            print(json.dumps(f), flush=True)
         rss_after, anon_after = rss_mb(proc.pid), rss_mb(proc.pid, "RssAnon")
         report.update(rss_ready_mb=round(rss_ready, 1), rss_before_mb=round(rss_before, 1),
                       rss_after_mb=round(rss_after, 1), rss_change=round(rss_after / rss_before - 1, 4),
@@ -349,7 +420,7 @@ def main() -> int:
             proc.wait(30)
         except subprocess.TimeoutExpired:
             proc.kill()
-    print(f"RSS ready {report['rss_ready_mb']} MB, after warm-up {report['rss_before_mb']} MB, after both phases "
+    print(f"RSS ready {report['rss_ready_mb']} MB, after warm-up {report['rss_before_mb']} MB, after the phases "
           f"{report['rss_after_mb']} MB ({report['rss_change']:+.1%}); RssAnon {report['rss_anon_before_mb']} -> "
           f"{report['rss_anon_after_mb']} MB ({report['rss_anon_change']:+.1%}); "
           f"load average {report['load_average_start']} "
@@ -357,6 +428,9 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     bad = [p for p in report["phases"] if p["errors"] or p["not_run"] or p["leaked_rows"]]
+    fair = report.get("fairness")
+    if fair and (not fair["long_ok"] or fair["short_errors"] or fair["leaked_rows"]):
+        bad.append(fair)
     # growth fails either figure; a drop fails only the private pages (VmRSS drops when the kernel
     # reclaims file pages, which is no sign of a leak)
     grew = report["rss_change"] > 0.10 or abs(report["rss_anon_change"]) > 0.10

@@ -600,8 +600,17 @@ def serve(
                                              "or gets 503 when all have a request in progress."),
     max_queue: int = typer.Option(16, "--max-queue", min=1, help="Requests waiting per model; more get 503."),
     max_batch: int = typer.Option(16, "--max-batch", min=1,
-                                  help="Requests generated together by models with batched generation "
-                                       "(Qwen3-TTS, MLX)."),
+                                  help="Requests in progress at once per model: rows of one batch (Qwen3-TTS, "
+                                       "MLX), else generations taking turns a chunk each, a new one first, so a "
+                                       "short request is not stuck behind a long one (1: one at a time)."),
+    max_input_chars: int = typer.Option(4096, "--max-input-chars", min=1,
+                                        help="Longest `input` in characters (OpenAI's limit); longer gets 400. "
+                                             "The 32,768-byte text limit applies as well."),
+    request_timeout: float = typer.Option(300.0, "--request-timeout", min=0.0,
+                                          help="Seconds a request may generate, counted from when it leaves the "
+                                               "queue (waiting is bounded by --max-queue); past it, it stops at "
+                                               "its next chunk: 504 before any audio, else the stream ends "
+                                               "incomplete. 0: no limit."),
     voices_dir: Optional[Path] = typer.Option(None, "--voices-dir", file_okay=False,
                                               help="Saved voices (NAME.safetensors) that `voice` can name."),
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
@@ -640,7 +649,8 @@ def serve(
         note(f"note: listening on {host} without --api-key: anyone who can reach it can use it")
     try:
         run_server(loaders, specs, reg, host=host, port=port, api_key=api_key, max_queue=max_queue, max_batch=max_batch,
-                   voices_dir=voices_dir or config_dir() / "voices", http=http, note=_plain_note)
+                   voices_dir=voices_dir or config_dir() / "voices", http=http, note=_plain_note,
+                   max_input_chars=max_input_chars, request_timeout=request_timeout)
     except KeyboardInterrupt:
         raise Interrupted("stopped") from None
 

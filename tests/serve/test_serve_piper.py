@@ -27,7 +27,10 @@ LONG = " ".join(f"This is sentence number {i} of a long text that keeps the mode
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     cache = tmp_path_factory.mktemp("serve-cache")
-    s = Server(["--api-key", KEY, "--max-queue", "2"], env={"TTSCLI_CACHE": str(cache)})
+    # one request at a time (--max-batch 1), so that the queue tests have requests that wait;
+    # the CLI's input limit, so that the byte limit is what the limit tests reach
+    s = Server(["--api-key", KEY, "--max-queue", "2", "--max-batch", "1", "--max-input-chars", "32768"],
+               env={"TTSCLI_CACHE": str(cache)})
     yield s
     assert s.stop() is not None
 

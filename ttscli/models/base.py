@@ -181,6 +181,11 @@ class Pipeline:
     # True only when chunks of one request may run on several threads at once (per-request state
     # only, and a backend that allows concurrent evaluation). MLX does not.
     concurrent_safe: bool = False
+    # True when each generation keeps its mutable state (KV caches, stream decoders, random keys)
+    # in its own generator, never on the pipeline, so that several generations may take turns on
+    # one thread (the server interleaves requests chunk by chunk). Memos keyed by their inputs (a
+    # voice cache) and shared ``stats`` (bench reads them for one generation at a time) are fine.
+    independent_generations: bool = False
     # clone: the rate the engine resamples reference audio to (None: the family resamples itself)
     ref_sample_rate: int | None = None
 

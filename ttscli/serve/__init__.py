@@ -80,6 +80,13 @@ def batched_stream(pipeline):
     return family_of(pipeline.spec).batched.get("stream_many")
 
 
+def interleaves(pipeline) -> bool:
+    """Whether the pipeline's generations may take turns on its model's thread: each keeps its
+    state in its own generator (``Pipeline.independent_generations``, implied by
+    ``concurrent_safe``). Otherwise requests run one at a time."""
+    return bool(pipeline.concurrent_safe or pipeline.independent_generations)
+
+
 def run_request(pipeline, request):
     from ttscli.generate import synthesize
 
@@ -90,8 +97,14 @@ def serve(loaders: dict[str, Callable[[], Any]], specs: dict[str, Any], registry
           port: int = 8000, api_key: str | None = None, max_queue: int = 16, max_batch: int = 16,
           voices_dir: Path | None = None,
           http: HTTPOptions | None = None,
+          max_input_chars: int = 4096, request_timeout: float = 300.0,
           note: Callable[[str], None] = print) -> None:
-    """Load every model (each on its own thread), then serve until stopped."""
+    """Load every model (each on its own thread), then serve until stopped.
+
+    ``max_input_chars``: the longest ``input`` accepted (longer gets 400 before it is queued).
+    ``request_timeout``: seconds a request may generate, from when it leaves the queue (0: no
+    limit); past it, it stops at its next chunk (504 before any audio, else a cut-off stream).
+    """
     require_extra()
     import uvicorn
 
@@ -109,12 +122,12 @@ def serve(loaders: dict[str, Callable[[], Any]], specs: dict[str, Any], registry
     try:
         for model_id, load in loaders.items():
             w = ModelWorker(model_id, load, run_request, max_queue, batched_stream if max_batch > 1 else None,
-                            max_batch)
+                            max_batch, interleave=interleaves, request_timeout=request_timeout)
             w.start()
             workers[model_id] = w
         cfg = ServeConfig(workers=workers, specs=specs, registry=registry, api_key=api_key,
                           voices_dir=voices_dir, families={m: family_of(s) for m, s in specs.items()},
-                          connections=connections)
+                          connections=connections, max_input_chars=max_input_chars)
         # ws="none": no WebSocket routes, so an Upgrade header is just a header
         config = uvicorn.Config(guarded(create_app(cfg), host, http), log_level="warning", access_log=False,
                                 lifespan="off", timeout_graceful_shutdown=5, ws="none",

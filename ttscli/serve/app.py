@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ttscli.errors import (
     BackendUnavailableError,
+    InputTooLongError,
     ModelNotFoundError,
     NotImplementedModelError,
     TTSError,
@@ -33,7 +34,7 @@ from ttscli.errors import (
 )
 from ttscli.paths import cache_dir, config_dir
 from ttscli.serve.formats import STREAMED, Encoder, check_format, content_type
-from ttscli.serve.worker import DONE, ModelWorker, QueueFull
+from ttscli.serve.worker import DONE, ModelWorker, QueueFull, RequestTimeout
 
 log = logging.getLogger("ttscli.serve")
 
@@ -55,6 +56,7 @@ MAX_MESSAGE = 600            # characters of an error message
 # an absolute path (not one of the API's own routes): the file's name is kept, its folders are not
 ABS_PATH = re.compile(r"(?:\u2026|(?<![\w.:/~]))/(?!v1/)(?:[^\s'\"/]+/)*([^\s'\"/]+)")
 LONG_RUN = re.compile(r"\S{%d,}" % (MAX_SHOWN + 1))
+MAX_INPUT_CHARS = 4096       # OpenAI's own limit on `input`: a request is bounded in work as in size
 
 
 @dataclass
@@ -67,6 +69,7 @@ class ServeConfig:
     max_body: int = MAX_BODY
     families: dict[str, Any] = field(default_factory=dict)
     connections: Any = None                  # the server's ConnectionStats (protocol.py), shown by /health
+    max_input_chars: int = MAX_INPUT_CHARS
 
     @property
     def default_model(self) -> str:
@@ -82,6 +85,8 @@ class HTTPFailure(Exception):
 def status_for(e: BaseException) -> int:
     if isinstance(e, QueueFull):
         return 503
+    if isinstance(e, RequestTimeout):
+        return 504
     if isinstance(e, (ModelNotFoundError, NotImplementedModelError)):
         return 404
     if isinstance(e, (UsageError, BackendUnavailableError)):
@@ -509,6 +514,9 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
     if not isinstance(text, str):
         raise UsageError("no text: give it as `input` (a string)")
     text = check_text(text)
+    if len(text) > cfg.max_input_chars:
+        raise InputTooLongError(f"input is {len(text):,} characters; this server takes at most "
+                                f"{cfg.max_input_chars:,} (ttscli serve --max-input-chars)")
     instruct = data.get("instructions")
     if instruct is not None and instruct != "":
         if not isinstance(instruct, str):

@@ -1,12 +1,21 @@
 """One model, one thread: the server's scheduler.
 
 MLX must not evaluate one decoder from two threads, so each served model gets a single thread
-that loads it and then runs its requests, taken from a bounded queue: one after another, or,
-for a family with batched generation (Qwen3-TTS on MLX), as rows of one continuous batch that
-requests join as they arrive and leave when they end or their client goes away. The
-HTTP side only submits jobs and reads their audio: a job's chunks travel to the event loop
+that loads it and then runs its requests, taken from a bounded queue. Up to ``max_batch``
+requests are in progress at once: for a family with batched generation (Qwen3-TTS on MLX) as
+rows of one continuous batch that requests join as they arrive and leave when they end or their
+client goes away; for the others as generations that take turns on the thread, one chunk of
+audio each (a sentence, or a stream chunk of frames), a newly admitted request first. A short
+request that arrives while a long one runs therefore gets its first audio after at most the
+chunk in progress, instead of after the whole long request. Turns are taken only where the
+pipeline says its generations are independent (``Pipeline.independent_generations``: each
+keeps its caches and stream state in its own generator); elsewhere requests run one at a time.
+
+The HTTP side only submits jobs and reads their audio: a job's chunks travel to the event loop
 through ``call_soon_threadsafe``, and a client that goes away cancels its job, which frees its
-place in the queue at once (or stops its generation at the next chunk if it was running).
+place in the queue at once (or stops its generation at its next chunk if it was running). A
+request that generates for longer than ``request_timeout`` seconds (counted from when it leaves
+the queue) is stopped at its next chunk and answered with :class:`RequestTimeout`.
 
 When it runs out of work the thread hands freed heap pages back to the OS: glibc keeps what a
 request freed in its arenas, so without that an idle server's RSS stays at the high-water mark
@@ -45,6 +54,10 @@ class QueueFull(TTSError):
         self.retry_after = retry_after
 
 
+class RequestTimeout(TTSError):
+    """The request generated for longer than the server allows (``ttscli serve --request-timeout``)."""
+
+
 @dataclass(eq=False)
 class Job:
     """One request in flight: its audio arrives on ``out`` (chunks, then DONE or an exception)."""
@@ -62,17 +75,34 @@ class Job:
             self.cancelled.set()
 
 
+@dataclass(eq=False)
+class Turn:
+    """A job the thread is generating: its audio iterator (made on its first turn) and when it
+    left the queue."""
+
+    job: Job
+    started: float = field(default_factory=time.monotonic)
+    chunks: Any = None
+
+
 class ModelWorker:
-    """Loads one model on its own thread and serves its jobs in order, one at a time."""
+    """Loads one model on its own thread and serves its jobs, up to ``max_batch`` at once.
+
+    ``interleave(pipeline)``: whether generations of the loaded pipeline may take turns (None:
+    never; one job at a time). ``request_timeout``: seconds a job may generate (0: no limit).
+    """
 
     def __init__(self, model_id: str, load: Callable[[], Any], run: Callable[[Any, Any], Any], max_queue: int,
-                 batched: Callable[[Any], Any] | None = None, max_batch: int = 16):
+                 batched: Callable[[Any], Any] | None = None, max_batch: int = 16,
+                 interleave: Callable[[Any], bool] | None = None, request_timeout: float = 0.0):
         self.model_id = model_id
         self._load = load
         self._run = run          # (pipeline, request) -> iterator of float32 chunks
         self._batched = batched  # pipeline -> the family's stream_many, or None
+        self._interleave = interleave
         self.max_queue = max_queue
         self.max_batch = max_batch
+        self.request_timeout = request_timeout
         self.pipeline = None
         self._pending: collections.deque[Job] = collections.deque()
         self._cond = threading.Condition()
@@ -80,7 +110,7 @@ class ModelWorker:
         self._ready = threading.Event()
         self._load_error: BaseException | None = None
         self.active: set[Job] = set()
-        self.counts = {"served": 0, "failed": 0, "cancelled": 0, "refused": 0}
+        self.counts = {"served": 0, "failed": 0, "cancelled": 0, "timed_out": 0, "refused": 0}
         self._job_s = 1.0        # moving average of a job's time, for Retry-After
         self._thread = threading.Thread(target=self._main, name=f"ttscli-serve-{model_id}", daemon=True)
 
@@ -147,20 +177,8 @@ class ModelWorker:
         if many is not None:
             self._main_batched(many)
             return
-        while True:
-            with self._cond:
-                while not self._pending and not self._stop:
-                    self._cond.wait()
-                if self._stop:
-                    return
-                job = self._pending.popleft()
-                self.active.add(job)
-            t0 = time.monotonic()
-            outcome = self._serve(job)
-            self._finish(job, outcome, t0)
-            del job  # nothing of an answered request outlives it (the idle wait would hold it)
-            if not self._pending:
-                release_memory()
+        together = self.max_batch if self._interleave is not None and self._interleave(self.pipeline) else 1
+        self._main_turns(max(1, together))
 
     def _finish(self, job: Job, outcome: str, t0: float) -> None:
         with self._cond:
@@ -169,8 +187,87 @@ class ModelWorker:
                 self.counts[outcome] += 1
                 self._job_s = 0.8 * self._job_s + 0.2 * (time.monotonic() - t0)
 
+    def _expired(self, started: float) -> bool:
+        return self.request_timeout > 0 and time.monotonic() - started > self.request_timeout
+
+    def _time_out(self, job: Job) -> str:
+        job.put(RequestTimeout(f"the request generated for more than {self.request_timeout:g} s, this server's "
+                               "limit (ttscli serve --request-timeout); send shorter text"))
+        return "timed_out"
+
+    # ---- jobs taking turns, one chunk each
+    def _main_turns(self, together: int) -> None:
+        """Round robin over up to ``together`` jobs: a newly admitted job takes the next turn,
+        then joins the back of the line; a job leaves when it ends, fails, times out or is
+        cancelled. With ``together`` 1 this is one job after another."""
+        turns: collections.deque[Turn] = collections.deque()
+        while self._admit(turns, together):
+            turn = turns.popleft()
+            outcome = self._take_turn(turn)
+            if outcome is None:
+                turns.append(turn)
+            else:
+                self._end(turn, outcome)
+            del turn  # nothing of an answered request outlives it (the idle wait would hold it)
+            if outcome is not None and not turns and not self._pending:
+                release_memory()
+        while turns:
+            self._end(turns.popleft(), "cancelled")
+
+    def _admit(self, turns: collections.deque, together: int) -> bool:
+        """Wait for work; move queued jobs to the front of ``turns`` while there is room. False: stop."""
+        with self._cond:
+            while not self._pending and not turns and not self._stop:
+                self._cond.wait()
+            if self._stop:
+                return False
+            new = []
+            while self._pending and len(turns) + len(new) < together:
+                job = self._pending.popleft()
+                self.active.add(job)
+                new.append(Turn(job))
+        turns.extendleft(reversed(new))
+        return True
+
+    def _take_turn(self, turn: Turn) -> str | None:
+        """One chunk of ``turn``'s audio to its client; its outcome when it ended, else None."""
+        job = turn.job
+        if job.cancelled.is_set():
+            return "cancelled"
+        if self._expired(turn.started):
+            return self._time_out(job)
+        try:
+            if turn.chunks is None:
+                turn.chunks = iter(self._run(self.pipeline, job.request))
+            chunk = next(turn.chunks)
+        except StopIteration:
+            if job.cancelled.is_set():
+                return "cancelled"
+            job.put(DONE)
+            return "served"
+        except BaseException as e:  # noqa: BLE001 - handed to the client as an error response / event
+            job.put(e)
+            return "failed"
+        if job.cancelled.is_set():
+            return "cancelled"
+        if self._expired(turn.started):
+            return self._time_out(job)
+        job.put(chunk)
+        return None
+
+    def _end(self, turn: Turn, outcome: str) -> None:
+        chunks, turn.chunks = turn.chunks, None
+        if chunks is not None and hasattr(chunks, "close"):
+            try:
+                chunks.close()  # run the pipeline's own clean-up for an abandoned generation
+            except Exception:  # noqa: BLE001 - cleanup of an abandoned generation
+                pass
+        self._finish(turn.job, outcome, turn.started)
+
+    # ---- jobs as rows of one batch
     def _main_batched(self, many) -> None:
-        """Jobs as rows of one batch: taken whenever a row is free, dropped when cancelled."""
+        """Jobs as rows of one batch: taken whenever a row is free, dropped when cancelled or
+        past the request timeout."""
         started: dict[Job, float] = {}
 
         def source(n: int):
@@ -190,6 +287,10 @@ class ModelWorker:
         def drop(job: Job) -> bool:
             if job.cancelled.is_set():
                 self._finish(job, "cancelled", started.pop(job, time.monotonic()))
+                return True
+            if job in started and self._expired(started[job]):
+                self._finish(job, self._time_out(job), started.pop(job))
+                job.cancelled.set()  # what the batch still yields for it goes nowhere
                 return True
             return False
 
@@ -223,25 +324,3 @@ class ModelWorker:
             del job, x  # the generator may now wait for work: hold nothing of an answered request
             if not self.active and not self._pending:
                 release_memory()
-
-    def _serve(self, job: Job) -> str:
-        gen = None
-        try:
-            gen = self._run(self.pipeline, job.request)
-            for chunk in gen:
-                if job.cancelled.is_set():
-                    return "cancelled"
-                job.put(chunk)
-            if job.cancelled.is_set():
-                return "cancelled"
-            job.put(DONE)
-            return "served"
-        except BaseException as e:  # noqa: BLE001 - handed to the client as an error response / event
-            job.put(e)
-            return "failed"
-        finally:
-            if gen is not None and hasattr(gen, "close"):
-                try:
-                    gen.close()  # run the pipeline's own clean-up for an abandoned generation
-                except Exception:  # noqa: BLE001 - cleanup of an abandoned generation
-                    pass

@@ -33,6 +33,7 @@ class BreezePipeline(Pipeline):
     sample_rate = SAMPLE_RATE
     max_chunk_chars = 400
     ref_sample_rate = SAMPLE_RATE
+    independent_generations = True    # LM caches, key stream and speech decoder state per generation
 
     def __init__(self, spec: Any, model, gen: GenerationConfig, tokenizer, speech_decoder, code_decoder,
                  checkpoint: Path | None = None):

@@ -59,6 +59,7 @@ class ChatterboxPipeline(Pipeline):
     sample_rate = SAMPLE_RATE
     max_chunk_chars = 300             # upstream's advice: T3 degrades on long inputs; chunk by sentence
     ref_sample_rate = SAMPLE_RATE     # upstream loads references at 24 kHz, then derives 16 kHz
+    independent_generations = True    # T3's cache, key stream and S3Gen's stream state per generation
 
     def __init__(self, spec: Any, t3, ve, tokenizer, s3gen, conds: Conditionals | None, decoder=None,
                  backends: dict[str, str] | None = None):

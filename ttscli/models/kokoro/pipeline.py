@@ -51,6 +51,7 @@ def tokens_of(ps: str, vocab: dict[str, int]) -> list[int]:
 
 class KokoroPipeline(Pipeline):
     max_chunk_chars = 400
+    independent_generations = True    # a generation's phonemes and random key are its own
 
     def __init__(self, model: KModel | OnnxKModel, voices: dict[str, np.ndarray], vocab: dict[str, int],
                  default_voice: str = "jf_alpha"):

@@ -18,6 +18,7 @@ from .settings import scales, sentence_audio
 
 class PiperPipeline(Pipeline):
     max_chunk_chars = 400
+    independent_generations = True    # a generation's random key and sentences are its own
 
     def __init__(self, model: Vits, id_map: dict, espeak_voice: str = "en-us"):
         super().__init__()

@@ -35,6 +35,7 @@ class Qwen3TTSPipeline(Pipeline):
     sample_rate = SAMPLE_RATE
     max_chunk_chars = 400
     ref_sample_rate = SAMPLE_RATE
+    independent_generations = True    # talker cache, key stream and speech decoder state per generation
 
     def __init__(self, spec: Any, model: Qwen3TTSModel, gen: GenerationConfig, tokenizer, speech_decoder,
                  code_decoder: CodeDecoder, checkpoint: Path | None = None, random_weights: bool = False):
