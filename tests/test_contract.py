@@ -7,6 +7,7 @@ bench -> parity. A new family adds its case here; a family without one fails
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 from pathlib import Path
 
@@ -183,4 +184,53 @@ def test_layers_do_not_reach_into_families():
                 continue
             if shared or (own is not None and name != own):
                 bad.append(f"{'/'.join(rel)} imports ttscli.models.{name}")
+    assert bad == []
+
+
+# ---- layering: what a family may import ---------------------------------------------------
+
+PACKAGE = Path(ttscli.__file__).parent
+ENGINE = ("ttscli.generate", "ttscli.api", "ttscli.cli", "ttscli.serve", "ttscli.batch", "ttscli.bench")
+
+
+def imported_modules(path: Path, root: Path = PACKAGE) -> set[str]:
+    """Every module a file of the ttscli package (at ``root``) imports, at module level or inside
+    functions, relative imports resolved; ``from a import b`` counts as ``a`` and ``a.b`` (b may
+    be a module)."""
+    package = ("ttscli",) + path.relative_to(root).parts[:-1]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            parts = (package[:len(package) - node.level + 1] if node.level else ()) + \
+                (tuple(node.module.split(".")) if node.module else ())
+            base = ".".join(parts)
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+    return out
+
+
+def _sees_every_import_form(tmp: Path) -> bool:
+    """imported_modules finds the engine however a family would import it (so a scan that finds
+    nothing means something)."""
+    pkg = tmp / "ttscli" / "models" / "fam"
+    pkg.mkdir(parents=True)
+    (pkg / "mod.py").write_text("import ttscli.cli\nfrom ttscli import bench\nfrom ..base import Request\n"
+                                "def f():\n    from ttscli.generate import check_request\n")
+    got = imported_modules(pkg / "mod.py", tmp / "ttscli")
+    return {"ttscli.cli", "ttscli.bench", "ttscli.models.base", "ttscli.generate"} <= got
+
+
+def test_families_do_not_import_the_engine(tmp_path):
+    """The family contract (models/base.py: Family, Pipeline, Request, Stats, chunk_requests) is
+    all a family needs from above it: no module under ttscli/models imports the engine or the
+    commands over it (at module level or inside a function), so the layers of
+    docs/ARCHITECTURE.md hold."""
+    assert _sees_every_import_form(tmp_path)
+    bad = []
+    for path in sorted((PACKAGE / "models").rglob("*.py")):
+        for name in sorted(imported_modules(path)):
+            if any(name == e or name.startswith(e + ".") for e in ENGINE):
+                bad.append(f"{path.relative_to(PACKAGE)} imports {name}")
     assert bad == []
