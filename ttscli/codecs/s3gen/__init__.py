@@ -184,7 +184,7 @@ class S3Gen:
         Against :meth:`generate` on the concatenated tokens with the same noise and draws:
         identical length; the vocoder part alone is exact to float rounding; the mel of frames
         emitted before later tokens arrived differs (later tokens reach them through attention),
-        which ``tests/chatterbox/s3gen/test_s3gen_model.py`` bounds.
+        which ``tests/codecs/s3gen/test_s3gen_model.py`` bounds.
         """
         a = self.mel2wav.a
         hop = a.upsample_scale
