@@ -3,7 +3,7 @@
     .venv/bin/python -m ttscli.codecs.s3gen.bench [--seconds 4] [--prompt 4] [--steps 10]
 
 Without a checkpoint it builds the real-size S3Gen with random weights (the cost does not depend
-on the values). ``bench_s3gen`` is what the family's ``bench_components`` can call.
+on the values). ``bench_s3gen`` is what a family's ``bench_components`` can call.
 """
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ from ttscli.errors import CheckpointError, UsageError
 
 from .flow import FlowArgs
 
-FAMILY = "chatterbox"
+FAMILY = "chatterbox"          # the manifest's family: built from Chatterbox's s3gen.safetensors (a cached graph's key)
 COMPONENT = "flow_estimator"
 FILE = "flow_estimator.onnx"
 SOURCE_FILES = ("s3gen.safetensors",)

@@ -36,7 +36,7 @@ from ttscli.errors import CheckpointError, UsageError
 
 from .hift import HiFTArgs
 
-FAMILY = "chatterbox"
+FAMILY = "chatterbox"          # the manifest's family: built from Chatterbox's s3gen.safetensors (a cached graph's key)
 COMPONENT = "vocoder"
 FILE = "hift_decode.onnx"
 SOURCE_FILES = ("s3gen.safetensors",)
