@@ -82,7 +82,7 @@ def test_qwen3_configs_in_their_published_layout():
     from ttscli.models.qwen3_tts.config import GenerationConfig, ModelArgs
     from ttscli.models.qwen3_tts.speaker_encoder import SpeakerEncoderConfig
     from ttscli.codecs.qwen3_12hz.config import DecoderArgs
-    from ttscli.codecs.mimi.encoder import EncoderArgs
+    from ttscli.codecs.qwen3_12hz.encoder import EncoderArgs
 
     root = FIX / "qwen3_tts" / "tiny-base"
     raw = json.loads((root / "config.json").read_text())

@@ -235,8 +235,15 @@ def test_layers_do_not_reach_into_families():
 
 
 def test_shared_codecs_sit_outside_the_families():
-    """A codec two lineages share lives in codecs/, so a second family uses it without importing
-    the first: S3Gen (Chatterbox's token-to-wav, CosyVoice's lineage)."""
+    """A codec two lineages share lives in codecs/ on its own, so a second user takes it without
+    importing the first: S3Gen (Chatterbox's token-to-wav, CosyVoice's lineage) and Mimi (the
+    Qwen3-TTS 12 Hz tokenizer's encoder; Pocket TTS and others use Mimi)."""
     assert not (PACKAGE / "models" / "chatterbox" / "s3gen").exists()
     assert (PACKAGE / "codecs" / "s3gen" / "__init__.py").is_file()
     assert "ttscli.codecs.s3gen" in imported_modules(PACKAGE / "models" / "chatterbox" / "load.py")
+    mimi = PACKAGE / "codecs" / "mimi"
+    assert (mimi / "__init__.py").is_file()
+    assert "ttscli.codecs.mimi" in imported_modules(PACKAGE / "codecs" / "qwen3_12hz" / "encoder.py")
+    tokenizer = [f"{p.name} imports {n}" for p in sorted(mimi.rglob("*.py")) for n in sorted(imported_modules(p))
+                 if n.startswith("ttscli.codecs.qwen3_12hz")]
+    assert tokenizer == []

@@ -2,7 +2,7 @@
 and encoder (audio -> codes)."""
 from .config import DecoderArgs
 from .decoder import DecoderCache, SpeechDecoder
-from ttscli.codecs.mimi.encoder import load_speech_encoder  # noqa: F401  (reference audio -> codes, voice cloning)
+from .encoder import load_speech_encoder  # noqa: F401  (reference audio -> codes, voice cloning)
 from .streaming import StreamingDecoder
 from .weights import build_random_decoder, load_speech_decoder
 

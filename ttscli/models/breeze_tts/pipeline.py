@@ -54,7 +54,7 @@ class BreezePipeline(Pipeline):
     # ---------------------------------------------------------------- voices
     def speech_encoder(self):
         if self._speech_encoder is None:
-            from ttscli.codecs.mimi.encoder import load_speech_encoder
+            from ttscli.codecs.qwen3_12hz.encoder import load_speech_encoder
 
             if self.checkpoint is None:
                 raise UsageError("cloning needs the real audio tokenizer (not available with random weights)")

@@ -64,7 +64,7 @@ class Qwen3TTSPipeline(Pipeline):
 
     def speech_encoder(self):
         if self._speech_encoder is None:
-            from ttscli.codecs.mimi.encoder import load_speech_encoder
+            from ttscli.codecs.qwen3_12hz.encoder import load_speech_encoder
 
             if self.checkpoint is None:
                 raise UsageError("in-context clone needs the real speech tokenizer; "
