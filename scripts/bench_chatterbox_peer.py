@@ -44,7 +44,7 @@ def main() -> None:
     from ttscli.lm.decoder import MLXCodeDecoder
     from ttscli.models.chatterbox.load import load_t3
     from ttscli.models.chatterbox.mlx_audio_peer import _randomize
-    from ttscli.models.chatterbox.s3gen import load_s3gen
+    from ttscli.codecs.s3gen import load_s3gen
 
     theirs = Model(ModelConfig())
     _randomize(theirs)

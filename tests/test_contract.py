@@ -7,6 +7,7 @@ bench -> parity. A new family adds its case here; a family without one fails
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 from pathlib import Path
 
@@ -166,21 +167,83 @@ def test_same_knob_name_must_have_one_type():
     assert any("one CLI option serves both" in p for p in declaration_problems(b, [a, b]))
 
 
+# ---- layering: what a family may import ---------------------------------------------------
+
+PACKAGE = Path(ttscli.__file__).parent
+ENGINE = ("ttscli.generate", "ttscli.api", "ttscli.cli", "ttscli.serve", "ttscli.batch", "ttscli.bench")
+
+
+def imported_modules(path: Path, root: Path = PACKAGE) -> set[str]:
+    """Every module a file of the ttscli package (at ``root``) imports, at module level or inside
+    functions, relative imports resolved; ``from a import b`` counts as ``a`` and ``a.b`` (b may
+    be a module)."""
+    package = ("ttscli",) + path.relative_to(root).parts[:-1]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            parts = (package[:len(package) - node.level + 1] if node.level else ()) + \
+                (tuple(node.module.split(".")) if node.module else ())
+            base = ".".join(parts)
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+    return out
+
+
+def _sees_every_import_form(tmp: Path) -> bool:
+    """imported_modules finds the engine however a family would import it (so a scan that finds
+    nothing means something)."""
+    pkg = tmp / "ttscli" / "models" / "fam"
+    pkg.mkdir(parents=True)
+    (pkg / "mod.py").write_text("import ttscli.cli\nfrom ttscli import bench\nfrom ..base import Request\n"
+                                "def f():\n    from ttscli.generate import check_request\n")
+    got = imported_modules(pkg / "mod.py", tmp / "ttscli")
+    return {"ttscli.cli", "ttscli.bench", "ttscli.models.base", "ttscli.generate"} <= got
+
+
+def test_families_do_not_import_the_engine(tmp_path):
+    """The family contract (models/base.py: Family, Pipeline, Request, Stats, chunk_requests) is
+    all a family needs from above it: no module under ttscli/models imports the engine or the
+    commands over it (at module level or inside a function), so the layers of
+    docs/ARCHITECTURE.md hold."""
+    assert _sees_every_import_form(tmp_path)
+    bad = []
+    for path in sorted((PACKAGE / "models").rglob("*.py")):
+        for name in sorted(imported_modules(path)):
+            if any(name == e or name.startswith(e + ".") for e in ENGINE):
+                bad.append(f"{path.relative_to(PACKAGE)} imports {name}")
+    assert bad == []
+
+
 def test_layers_do_not_reach_into_families():
     """A family never imports another family (what two share lives in a shared module), and the
-    shared layers (nn/, lm/, backends/) import no family."""
-    import re
-
-    root = Path(ttscli.__file__).parent
-    pattern = re.compile(r"(?:from|import)\s+ttscli\.models\.([a-z0-9_]+)")
+    shared layers (codecs/, nn/, lm/, backends/) import no family."""
+    family_pkgs = {p.name for p in (PACKAGE / "models").iterdir() if (p / "__init__.py").is_file()}
     bad = []
-    for path in root.rglob("*.py"):
-        rel = path.relative_to(root).parts
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).parts
         own = rel[1] if rel[0] == "models" and len(rel) > 2 else None
-        shared = rel[0] in ("nn", "lm", "backends")
-        for name in pattern.findall(path.read_text(encoding="utf-8")):
-            if name == "base":
+        shared = rel[0] in ("codecs", "nn", "lm", "backends")
+        for name in sorted(imported_modules(path)):
+            parts = name.split(".")
+            if parts[:2] != ["ttscli", "models"] or len(parts) < 3 or parts[2] not in family_pkgs:
                 continue
-            if shared or (own is not None and name != own):
-                bad.append(f"{'/'.join(rel)} imports ttscli.models.{name}")
+            if shared or (own is not None and parts[2] != own):
+                bad.append(f"{'/'.join(rel)} imports {'.'.join(parts[:3])}")
     assert bad == []
+
+
+def test_shared_codecs_sit_outside_the_families():
+    """A codec two lineages share lives in codecs/ on its own, so a second user takes it without
+    importing the first: S3Gen (Chatterbox's token-to-wav, CosyVoice's lineage) and Mimi (the
+    Qwen3-TTS 12 Hz tokenizer's encoder; Pocket TTS and others use Mimi)."""
+    assert not (PACKAGE / "models" / "chatterbox" / "s3gen").exists()
+    assert (PACKAGE / "codecs" / "s3gen" / "__init__.py").is_file()
+    assert "ttscli.codecs.s3gen" in imported_modules(PACKAGE / "models" / "chatterbox" / "load.py")
+    mimi = PACKAGE / "codecs" / "mimi"
+    assert (mimi / "__init__.py").is_file()
+    assert "ttscli.codecs.mimi" in imported_modules(PACKAGE / "codecs" / "qwen3_12hz" / "encoder.py")
+    tokenizer = [f"{p.name} imports {n}" for p in sorted(mimi.rglob("*.py")) for n in sorted(imported_modules(p))
+                 if n.startswith("ttscli.codecs.qwen3_12hz")]
+    assert tokenizer == []

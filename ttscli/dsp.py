@@ -1,9 +1,12 @@
-"""Signal-processing tables in numpy that several front ends share (speaker encoders, speech
-tokenizers, quality metrics): the periodic Hann window and librosa's Slaney mel filterbank
-(librosa itself is not a dependency)."""
+"""Signal processing in numpy that several parts share: tables for the front ends (speaker
+encoders, speech tokenizers, quality metrics), the periodic Hann window and librosa's Slaney mel
+filterbank (librosa itself is not a dependency); and the crossfade that joins the audio of
+consecutive text chunks, the same in the engine's scheduler and in a family's batched generator.
+"""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from functools import lru_cache
 
 import numpy as np
@@ -45,3 +48,46 @@ def mel_filterbank(sr: int, n_fft: int, n_mels: int, fmin: float = 0.0, fmax: fl
     out = weights.astype(np.float32)
     out.flags.writeable = False
     return out
+
+
+# ---- joining chunks ------------------------------------------------------------------------
+
+CROSSFADE_S = 0.02                   # seconds of crossfade between the audio of two text chunks
+
+
+def crossfade_join(pieces: Iterator[tuple[int, np.ndarray]], n_fade: int) -> Iterator[np.ndarray]:
+    """Join audio of consecutive text chunks with an equal-power crossfade of n_fade samples.
+
+    `pieces` yields (chunk_index, samples) in order; within a chunk, samples pass straight through
+    except the last n_fade, which are held back to blend with the start of the next chunk.
+    """
+    held = np.zeros(0, np.float32)       # tail of the previous chunk, not yet emitted
+    current = -1
+    head_needed = 0                      # samples of the new chunk still to blend into `held`
+    fade_in = np.sin(np.linspace(0, np.pi / 2, n_fade, dtype=np.float32)) ** 2 if n_fade else None
+    for idx, x in pieces:
+        x = np.asarray(x, np.float32)
+        if x.ndim != 1:  # a family bug: flattening would interleave channels into noise
+            raise TypeError(f"a pipeline yielded audio of shape {x.shape}; the family contract is mono (1-D)")
+        if idx != current:
+            current = idx
+            head_needed = len(held)
+        if head_needed:
+            k = min(head_needed, len(x))
+            start = len(held) - head_needed
+            w = (fade_in[start:start + k] if len(held) == n_fade
+                 else np.linspace(0, 1, len(held), dtype=np.float32)[start:start + k])
+            held[start:start + k] = held[start:start + k] * (1 - w) + x[:k] * w
+            head_needed -= k
+            x = x[k:]
+            if head_needed:
+                continue
+            yield held
+            held = np.zeros(0, np.float32)
+        buf = np.concatenate([held, x]) if len(held) else x
+        keep = min(n_fade, len(buf))
+        if len(buf) > keep:
+            yield buf[: len(buf) - keep]
+        held = buf[len(buf) - keep:].copy()
+    if len(held):
+        yield held

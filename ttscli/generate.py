@@ -1,63 +1,22 @@
-"""Requests, the chunk scheduler, workers, crossfade and streaming.
+"""Request checks, the chunk scheduler, workers, crossfade and streaming.
 
 The CLI builds a :class:`Request`; :func:`synthesize` splits its text into sentence chunks,
 runs them through a :class:`~ttscli.models.base.Pipeline` and yields float32 audio in order.
+``Request`` and ``Stats`` are the family contract's (models/base.py), the crossfade is
+ttscli.dsp's; both are re-exported here, where the engine's callers have always found them.
 """
 from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, Callable, Iterator
+from dataclasses import replace
+from typing import Callable, Iterator
 
 import numpy as np
 
+from ttscli.dsp import CROSSFADE_S, crossfade_join
+from ttscli.models.base import Request, Stats, chunk_requests  # noqa: F401  (Stats: the engine imports it from here)
 from ttscli.voicefile import is_voice_file
-
-
-@dataclass
-class Request:
-    """One synthesis request: the fields every family understands, plus the family's knobs.
-
-    A family honours a subset of the common fields (``Family.honours`` and the model's registry
-    capabilities); :func:`check_request` refuses the others, and refuses knobs the family does
-    not declare, before any audio is made.
-    """
-
-    text: str
-    voice: str | None = None                 # preset voice name, or a saved voice file (.safetensors)
-    instruct: str | None = None              # style instruction / voice description
-    language: str | None = None              # None: the model's default ("auto" where it has one)
-    ref_audio: np.ndarray | None = None      # clone: mono float32 reference, at ref_sample_rate
-    ref_sample_rate: int | None = None
-    ref_text: str | None = None              # clone: transcript of the reference (in-context mode)
-    save_voice: Path | None = None           # clone: store the voice prompt here
-    seed: int | None = None
-    speed: float = 1.0
-    max_frames: int | None = None            # None: the model's default; reaching it is an error
-    stream: bool = False
-    first_chunk_frames: int | None = None    # None: the family's (Family.first_chunk_frames)
-    chunk_frames: int = 25
-    knobs: dict[str, Any] = field(default_factory=dict)      # family knobs (models/base.py Knob), by name
-    ignore_eos: bool = False                 # bench at random weights: run max_frames frames, never stop
-
-    def for_chunk(self, text: str) -> "Request":
-        return replace(self, text=text)
-
-
-@dataclass
-class Stats:
-    """Timings a pipeline records while generating (bench reads them). Seconds unless noted."""
-
-    prefill_tokens: int = 0
-    prefill_s: float = 0.0
-    frame_s: list[float] = field(default_factory=list)       # one frame of a codec LM, all its helpers
-    decoder_s: float = 0.0                   # speech decoder / vocoder time
-    decoder_frames: int = 0
-    frames: int = 0
-    first_audio_s: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)      # family figures (numbers only reach bench)
 
 
 # The common fields a family may or may not honour, and how to tell that a request uses one.
@@ -125,60 +84,6 @@ def check_request(spec, family, request: Request) -> Request:
 
 
 # ---- the chunk scheduler -------------------------------------------------------------------
-
-CROSSFADE_S = 0.02
-
-
-def crossfade_join(pieces: Iterator[tuple[int, np.ndarray]], n_fade: int) -> Iterator[np.ndarray]:
-    """Join audio of consecutive text chunks with an equal-power crossfade of n_fade samples.
-
-    `pieces` yields (chunk_index, samples) in order; within a chunk, samples pass straight through
-    except the last n_fade, which are held back to blend with the start of the next chunk.
-    """
-    held = np.zeros(0, np.float32)       # tail of the previous chunk, not yet emitted
-    current = -1
-    head_needed = 0                      # samples of the new chunk still to blend into `held`
-    fade_in = np.sin(np.linspace(0, np.pi / 2, n_fade, dtype=np.float32)) ** 2 if n_fade else None
-    for idx, x in pieces:
-        x = np.asarray(x, np.float32)
-        if x.ndim != 1:  # a family bug: flattening would interleave channels into noise
-            raise TypeError(f"a pipeline yielded audio of shape {x.shape}; the family contract is mono (1-D)")
-        if idx != current:
-            current = idx
-            head_needed = len(held)
-        if head_needed:
-            k = min(head_needed, len(x))
-            start = len(held) - head_needed
-            w = (fade_in[start:start + k] if len(held) == n_fade
-                 else np.linspace(0, 1, len(held), dtype=np.float32)[start:start + k])
-            held[start:start + k] = held[start:start + k] * (1 - w) + x[:k] * w
-            head_needed -= k
-            x = x[k:]
-            if head_needed:
-                continue
-            yield held
-            held = np.zeros(0, np.float32)
-        buf = np.concatenate([held, x]) if len(held) else x
-        keep = min(n_fade, len(buf))
-        if len(buf) > keep:
-            yield buf[: len(buf) - keep]
-        held = buf[len(buf) - keep:].copy()
-    if len(held):
-        yield held
-
-
-def chunk_requests(request: Request, chunks: list[str]) -> list[Request]:
-    """One request per text chunk; seeds derive from the base seed so workers cannot change the audio."""
-    out = []
-    for i, text in enumerate(chunks):
-        r = request.for_chunk(text)
-        if request.seed is not None:
-            r.seed = request.seed + i
-        if i > 0:
-            r.save_voice = None  # the voice prompt is stored once
-        out.append(r)
-    return out
-
 
 def _run_sequential(generate: Callable[[Request], Iterator[np.ndarray]], reqs: list[Request]):
     for i, r in enumerate(reqs):

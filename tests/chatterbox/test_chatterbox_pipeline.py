@@ -1,6 +1,6 @@
 """Chatterbox pipeline wiring on the tiny checkpoint: voices (default, clone, saved), T3 tokens
 into S3Gen one-shot and streamed, limits.  S3Gen here is a recording double that checks what it
-is handed (its numerics are tested in tests/chatterbox/s3gen against upstream)."""
+is handed (its numerics are tested in tests/codecs/s3gen against upstream)."""
 from pathlib import Path
 from types import SimpleNamespace
 

@@ -14,8 +14,8 @@ from ttscli.generate import Request
 from ttscli.models.base import LoadOptions
 from ttscli.models.chatterbox.family import FAMILY
 from ttscli.models.chatterbox.load import load_pipeline
-from ttscli.models.chatterbox.s3gen import S3Gen
-from ttscli.models.chatterbox.s3gen.flow import FlowArgs
+from ttscli.codecs.s3gen import S3Gen
+from ttscli.codecs.s3gen.flow import FlowArgs
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "chatterbox"
 G = np.load(FIX / "t3_goldens.npz")

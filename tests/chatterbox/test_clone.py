@@ -13,7 +13,7 @@ mx = pytest.importorskip("mlx.core")
 from ttscli.models.base import LoadOptions
 from ttscli.models.chatterbox.load import load_pipeline
 from ttscli.models.chatterbox.pipeline import speech_tokens
-from ttscli.models.chatterbox.s3gen.hift import SourceDraws
+from ttscli.codecs.s3gen.hift import SourceDraws
 from ttscli.models.chatterbox.t3 import T3Sampling
 from ttscli.models.chatterbox.tokenizer import punc_norm
 

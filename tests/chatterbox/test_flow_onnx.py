@@ -15,7 +15,7 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 mx = pytest.importorskip("mlx.core")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "s3gen"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "codecs" / "s3gen"))
 import test_s3gen_flow as flow_cases  # the MLX flow tests: fixtures and helpers
 import test_s3gen_model as s3_cases
 
@@ -23,8 +23,8 @@ from ttscli.backends.coreml.weights import ArrayWeights
 from ttscli.backends.onnx.convert import mlx_params
 from ttscli.backends.onnx.manifest import read_manifest
 from ttscli.errors import BackendUnavailableError, UsageError
-from ttscli.models.chatterbox.s3gen import onnx_flow
-from ttscli.models.chatterbox.s3gen.onnx_flow import (
+from ttscli.codecs.s3gen import onnx_flow
+from ttscli.codecs.s3gen.onnx_flow import (
     BACKEND_ENV, PREFIX, OnnxEstimator, attach, choose_backend, export_estimator, find_or_build,
 )
 
@@ -154,7 +154,7 @@ def test_choice(monkeypatch):
 
 
 def test_float16_estimator_is_refused(flow):
-    from ttscli.models.chatterbox.s3gen.flow import CausalMaskedDiffWithXvec
+    from ttscli.codecs.s3gen.flow import CausalMaskedDiffWithXvec
 
     half = CausalMaskedDiffWithXvec(flow.a)
     half.set_dtype(mx.float16)

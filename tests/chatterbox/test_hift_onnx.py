@@ -15,16 +15,16 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 mx = pytest.importorskip("mlx.core")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "s3gen"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "codecs" / "s3gen"))
 import test_s3gen_hift as hift_cases  # the MLX HiFT tests: fixtures (upstream goldens)
 import test_s3gen_model as s3_cases
 
 from ttscli.backends.coreml.weights import ArrayWeights
 from ttscli.backends.onnx.manifest import read_manifest
 from ttscli.errors import BackendUnavailableError, UsageError
-from ttscli.models.chatterbox.s3gen import onnx_hift
-from ttscli.models.chatterbox.s3gen.hift import SourceDraws
-from ttscli.models.chatterbox.s3gen.onnx_hift import (
+from ttscli.codecs.s3gen import onnx_hift
+from ttscli.codecs.s3gen.hift import SourceDraws
+from ttscli.codecs.s3gen.onnx_hift import (
     BACKEND_ENV, PREFIX, OnnxDecode, attach, choose_backend, export_decode, find_or_build,
 )
 
@@ -149,7 +149,7 @@ def test_choice(monkeypatch):
 
 
 def test_float16_weights_are_refused(hift):
-    from ttscli.models.chatterbox.s3gen.hift import HiFTGenerator
+    from ttscli.codecs.s3gen.hift import HiFTGenerator
 
     half = HiFTGenerator(hift.a)
     half.set_dtype(mx.float16)

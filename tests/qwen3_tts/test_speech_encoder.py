@@ -169,7 +169,7 @@ def test_random_real_dims_runs():
 def test_gelu_erf_matches_exact_gelu():
     import math
 
-    from ttscli.codecs.qwen3_12hz.encoder import gelu_erf
+    from ttscli.codecs.mimi.transformer import gelu_erf
 
     xs = np.linspace(-9, 9, 1001).astype(np.float32)
     ref = np.array([0.5 * v * math.erfc(-v / math.sqrt(2)) for v in xs.astype(np.float64)])
@@ -180,7 +180,7 @@ def test_gelu_erf_matches_exact_gelu():
 @pytest.mark.parametrize("in_ch,k,s,d",
                          [(8, 3, 2, 1), (8, 4, 2, 1), (8, 3, 1, 2), (2, 7, 1, 1), (16, 1, 1, 1), (8, 10, 5, 1)])
 def test_causal_conv_forms_and_chunking(in_ch, k, s, d):
-    from ttscli.codecs.qwen3_12hz.encoder import CausalConv1d
+    from ttscli.codecs.mimi.seanet import CausalConv1d
 
     rng = np.random.default_rng(k * 10 + s)
     conv = CausalConv1d(in_ch, 5, k, stride=s, dilation=d)

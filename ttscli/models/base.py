@@ -22,11 +22,13 @@ What the engine calls, all through :class:`Family`:
 - ``batched[...]``: continuous batching for ``ttscli batch``, ``serve`` and ``bench --batch``.
 
 What the engine reads from a pipeline is the :class:`Pipeline` base class below; every
-family's pipeline subclasses it.
+family's pipeline subclasses it. What passes between them is contract too: a :class:`Request`
+in (one text chunk of it per ``generate`` call, made by :func:`chunk_requests`) and
+:class:`Stats` out, so a family needs nothing from the engine's modules.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
@@ -35,11 +37,70 @@ import numpy as np
 from ttscli.errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ttscli.generate import Request, Stats
     from ttscli.registry import ModelSpec
 
 COMMANDS = ("speak", "clone")
 PREFILL_MODES = ("batched", "sequential")
+
+
+@dataclass
+class Request:
+    """One synthesis request: the fields every family understands, plus the family's knobs.
+
+    A family honours a subset of the common fields (``Family.honours`` and the model's registry
+    capabilities); the engine (``ttscli.generate.check_request``) refuses the others, and
+    refuses knobs the family does not declare, before any audio is made.
+    """
+
+    text: str
+    voice: str | None = None                 # preset voice name, or a saved voice file (.safetensors)
+    instruct: str | None = None              # style instruction / voice description
+    language: str | None = None              # None: the model's default ("auto" where it has one)
+    ref_audio: np.ndarray | None = None      # clone: mono float32 reference, at ref_sample_rate
+    ref_sample_rate: int | None = None
+    ref_text: str | None = None              # clone: transcript of the reference (in-context mode)
+    save_voice: Path | None = None           # clone: store the voice prompt here
+    seed: int | None = None
+    speed: float = 1.0
+    max_frames: int | None = None            # None: the model's default; reaching it is an error
+    stream: bool = False
+    first_chunk_frames: int | None = None    # None: the family's (Family.first_chunk_frames)
+    chunk_frames: int = 25
+    knobs: dict[str, Any] = field(default_factory=dict)      # family knobs (Knob below), by name
+    ignore_eos: bool = False                 # bench at random weights: run max_frames frames, never stop
+
+    def for_chunk(self, text: str) -> "Request":
+        return replace(self, text=text)
+
+
+def chunk_requests(request: Request, chunks: list[str]) -> list[Request]:
+    """One request per text chunk; seeds derive from the base seed so workers cannot change the audio.
+
+    The engine's scheduler and a family's batched generator both split requests with this, so
+    a chunk gets the same seed whichever of them runs it."""
+    out = []
+    for i, text in enumerate(chunks):
+        r = request.for_chunk(text)
+        if request.seed is not None:
+            r.seed = request.seed + i
+        if i > 0:
+            r.save_voice = None  # the voice prompt is stored once
+        out.append(r)
+    return out
+
+
+@dataclass
+class Stats:
+    """Timings a pipeline records while generating (bench reads them). Seconds unless noted."""
+
+    prefill_tokens: int = 0
+    prefill_s: float = 0.0
+    frame_s: list[float] = field(default_factory=list)       # one frame of a codec LM, all its helpers
+    decoder_s: float = 0.0                   # speech decoder / vocoder time
+    decoder_frames: int = 0
+    frames: int = 0
+    first_audio_s: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)      # family figures (numbers only reach bench)
 
 
 @dataclass
@@ -136,7 +197,8 @@ class Family:
     parity_against: tuple[str, ...] = ()
     # continuous batching (several requests through one forward per frame), by name:
     #   synthesize_many(pipe, requests, max_batch) (ttscli batch), stream_many(pipe, source, drop, ...)
-    #   (ttscli serve), bench_batch(pipe, sizes, frames, text, seed, warmup) (ttscli bench --batch)
+    #   (ttscli serve), bench_batch(pipe, sizes, frames, text, seed, warmup) (ttscli bench --batch);
+    #   the requests they get are already checked (ttscli.generate.check_request), as generate's are
     batched: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     # what the request may carry besides text, and which common fields the family honours
     honours: frozenset[str] = frozenset()    # of: voice, instruct, language, speed, ref_audio, stream,
@@ -190,21 +252,17 @@ class Pipeline:
     ref_sample_rate: int | None = None
 
     def __init__(self) -> None:
-        from ttscli.generate import Stats
-
         self.stats: Stats = Stats()
         self.backends: dict[str, str] = {}   # component -> backend in use, e.g. {"code_decoder": "mlx"}
         self.spec: ModelSpec | None = None   # set by ttscli.api.load
 
-    def generate(self, request: "Request") -> Iterator[np.ndarray]:  # pragma: no cover - abstract
+    def generate(self, request: Request) -> Iterator[np.ndarray]:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def clear_cache(self) -> None:
         """Called after each text chunk; a family that keeps per-chunk buffers drops them here."""
 
-    def reset_stats(self) -> "Stats":
-        from ttscli.generate import Stats
-
+    def reset_stats(self) -> Stats:
         self.stats = Stats()
         return self.stats
 

@@ -1,8 +1,8 @@
 """Emitters for iSTFTNet-style vocoder graphs (HiFi-GAN generator, Snake, iSTFT) on onnxruntime.
 
-Kokoro's decoder (models/kokoro/onnx_export.py) and Chatterbox's HiFT (models/chatterbox/s3gen/
-onnx_hift.py) are the same network up to how Snake's input is made (an AdaIN in Kokoro, the raw
-residual stream in HiFT); both build their generator from :class:`ConvNet`.
+Kokoro's decoder (models/kokoro/onnx_export.py) and S3Gen's HiFT (codecs/s3gen/onnx_hift.py,
+Chatterbox's vocoder) are the same network up to how Snake's input is made (an AdaIN in Kokoro,
+the raw residual stream in HiFT); both build their generator from :class:`ConvNet`.
 
 Tensors are channels-first ``[1, C, T]`` or, with ``conv2d``, ``[1, C, 1, T]`` with ``1 x k``
 kernels: onnxruntime's blocked NCHWc conv kernels only take 2-D convs, and at HiFi-GAN's sizes

@@ -25,8 +25,8 @@ import mlx.core as mx
 import numpy as np
 
 from ttscli.errors import GenerationError, InputTooLongError, UsageError
-from ttscli.generate import Stats
 from ttscli.lm.sample import KeyStream, SamplingParams, logit_bias, sample
+from ttscli.models.base import Stats
 from ttscli.models.breeze_tts.config import GenerationConfig
 from ttscli.models.breeze_tts.prompt import Prompt
 

@@ -16,8 +16,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ttscli.errors import UsageError
-from ttscli.generate import Request
-from ttscli.models.base import Pipeline
+from ttscli.models.base import Pipeline, Request
 from ttscli.models.breeze_tts.config import GenerationConfig
 from ttscli.models.breeze_tts.family import FAMILY
 from ttscli.models.breeze_tts.loop import LoopConfig, generate_frames

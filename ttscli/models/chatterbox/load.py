@@ -94,7 +94,7 @@ def load_pipeline(spec, checkpoint: Path | None, options):
     """The engine's load hook: every component from one folder (or random at the real size)."""
     from ttscli.errors import BackendUnavailableError
     from ttscli.models.chatterbox.pipeline import ChatterboxPipeline
-    from ttscli.models.chatterbox.s3gen import load_s3gen
+    from ttscli.codecs.s3gen import load_s3gen
 
     from ttscli.backends.select import split_backend
 
@@ -109,9 +109,9 @@ def load_pipeline(spec, checkpoint: Path | None, options):
         from ttscli.models.chatterbox.onnx_decoder import check_options
 
         check_options(options)
-    from ttscli.models.chatterbox.s3gen.onnx_flow import choose_backend
+    from ttscli.codecs.s3gen.onnx_flow import choose_backend
 
-    from ttscli.models.chatterbox.s3gen.onnx_hift import choose_backend as choose_vocoder
+    from ttscli.codecs.s3gen.onnx_hift import choose_backend as choose_vocoder
 
     flow_backend = choose_backend(options.backends.get("flow_estimator"))
     vocoder_backend = choose_vocoder(options.backends.get("vocoder"))
@@ -127,11 +127,11 @@ def load_pipeline(spec, checkpoint: Path | None, options):
         conds = load_conds(checkpoint) if (Path(checkpoint) / "conds.pt").exists() else None
     s3gen = load_s3gen(None if rnd else _file(checkpoint, "s3gen.safetensors"), random_weights=rnd)
     if flow_backend == "onnx":
-        from ttscli.models.chatterbox.s3gen.onnx_flow import attach
+        from ttscli.codecs.s3gen.onnx_flow import attach
 
         attach(s3gen.flow, None if rnd else Path(checkpoint), getattr(spec, "id", None))
     if vocoder_backend == "onnx":
-        from ttscli.models.chatterbox.s3gen import onnx_hift
+        from ttscli.codecs.s3gen import onnx_hift
 
         onnx_hift.attach(s3gen.mel2wav, None if rnd else Path(checkpoint), getattr(spec, "id", None))
     decoder = None

@@ -192,8 +192,8 @@ def flow_check(checkpoint: Path):
     import mlx.core as mx
 
     from ttscli.models.chatterbox.load import load_conds
-    from ttscli.models.chatterbox.s3gen import load_s3gen
-    from ttscli.models.chatterbox.s3gen.onnx_flow import attach
+    from ttscli.codecs.s3gen import load_s3gen
+    from ttscli.codecs.s3gen.onnx_flow import attach
     from ttscli.parity import Check
 
     s3 = load_s3gen(checkpoint / "s3gen.safetensors")
@@ -216,8 +216,8 @@ def hift_check(checkpoint: Path):
     import mlx.core as mx
 
     from ttscli.models.chatterbox.load import load_conds
-    from ttscli.models.chatterbox.s3gen import load_s3gen
-    from ttscli.models.chatterbox.s3gen.onnx_hift import attach
+    from ttscli.codecs.s3gen import load_s3gen
+    from ttscli.codecs.s3gen.onnx_hift import attach
     from ttscli.parity import Check
 
     s3 = load_s3gen(checkpoint / "s3gen.safetensors")

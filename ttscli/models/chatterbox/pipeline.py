@@ -13,12 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from ttscli.codecs.s3gen import S3GenTimes
 from ttscli.errors import UsageError
 from ttscli.voicefile import is_voice_file
-from ttscli.generate import Request
-from ttscli.models.base import Pipeline
+from ttscli.models.base import Pipeline, Request
 from ttscli.models.chatterbox.conds import Conditionals
-from ttscli.models.chatterbox.s3gen import S3GenTimes
 from ttscli.models.chatterbox.t3 import T3Sampling
 from ttscli.models.chatterbox.tokenizer import punc_norm
 

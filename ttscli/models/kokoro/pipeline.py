@@ -10,8 +10,7 @@ import mlx.core as mx
 import numpy as np
 
 from ttscli.errors import UsageError
-from ttscli.generate import Request
-from ttscli.models.base import Pipeline
+from ttscli.models.base import Pipeline, Request
 
 from .g2p import language_of, phonemize
 from .load import parse_voice, style_row

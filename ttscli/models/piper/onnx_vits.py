@@ -20,8 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ttscli.errors import BackendUnavailableError
-from ttscli.generate import Request
-from ttscli.models.base import Pipeline
+from ttscli.models.base import Pipeline, Request
 
 from .settings import scales, sentence_audio
 

@@ -8,8 +8,7 @@ from typing import Iterator
 import mlx.core as mx
 import numpy as np
 
-from ttscli.generate import Request
-from ttscli.models.base import Pipeline
+from ttscli.models.base import Pipeline, Request
 
 from .model import Vits
 from .phonemize import text_to_ids

@@ -199,7 +199,7 @@ def bench_batch(pipe, sizes: list[int], frames: int, text: str, seed: int = 0, w
     Frames only (talker + code predictor, the part batching changes); each row is prefilled
     alone when it joins, which the wall time includes. Random weights never stop, so rows run
     with ignore_eos."""
-    from ttscli.generate import Request
+    from ttscli.models.base import Request
     from ttscli.models.qwen3_tts.prompt import prepare
 
     if pipe.backends.get("code_decoder") != "mlx":
@@ -254,17 +254,13 @@ def decode(pipe, frames: list[np.ndarray], voice) -> np.ndarray:
 
 def synthesize_many(pipe, requests: Iterable[tuple[Any, Any]], max_batch: int = 16
                     ) -> Iterator[tuple[Any, np.ndarray | BaseException]]:
-    """Whole requests through one batch: every sentence chunk of every request is a row (seeds
-    as :func:`ttscli.generate.chunk_requests` gives them), rows join as others finish, and each
-    request's audio, its chunks joined as :func:`ttscli.generate.synthesize` joins them, is
-    yielded when its last chunk ends; a failing request yields its exception."""
-    from ttscli.generate import (
-        CROSSFADE_S,
-        check_request,
-        chunk_requests,
-        crossfade_join,
-    )
-    from ttscli.models import family_of
+    """Whole requests, checked by the engine, through one batch: every sentence chunk of every
+    request is a row (seeds as :func:`ttscli.models.base.chunk_requests` gives them), rows join
+    as others finish, and each request's audio, its chunks joined as
+    :func:`ttscli.generate.synthesize` joins them, is yielded when its last chunk ends; a failing
+    request yields its exception."""
+    from ttscli.dsp import CROSSFADE_S, crossfade_join
+    from ttscli.models.base import chunk_requests
     from ttscli.text import chunk_text
 
     it = iter(requests)
@@ -280,7 +276,6 @@ def synthesize_many(pipe, requests: Iterable[tuple[Any, Any]], max_batch: int = 
                 break
             key, req = nxt
             try:
-                req = check_request(pipe.spec, family_of(pipe.spec), req)
                 chunks = chunk_requests(req, chunk_text(req.text, pipe.max_chunk_chars))
                 st = {"n": len(chunks), "audio": {}, "voice": {}, "frames": {}, "failed": False}
                 items = []
@@ -332,7 +327,7 @@ def _drain(ready: list):
 
 
 class Joiner:
-    """:func:`ttscli.generate.crossfade_join` fed one piece at a time: ``push(chunk_index,
+    """:func:`ttscli.dsp.crossfade_join` fed one piece at a time: ``push(chunk_index,
     samples)`` returns what can be sent now, ``finish()`` the rest."""
 
     def __init__(self, n_fade: int):
@@ -377,13 +372,13 @@ DONE = "done"
 def stream_many(pipe, source: Callable[[int], list[tuple[Any, Any]]], drop: Callable[[Any], bool],
                 max_batch: int = 16) -> Iterator[tuple[Any, Any]]:
     """Requests streamed through one batch (the server's loop): ``source(n)`` hands over up to
-    ``n`` new ``(key, Request)`` (it may block while nothing runs, and returns [] to end);
+    ``n`` new ``(key, Request)``, checked by the engine (it may block while nothing runs, and returns [] to end);
     yields ``(key, samples)`` as each row's frames decode (every ``first_chunk_frames``, then
     ``chunk_frames``), ``(key, DONE)`` at its end, ``(key, exception)`` on failure. A request's
     sentence chunks run one after another in the batch, joined as ``speak`` joins them."""
-    from ttscli.generate import CROSSFADE_S, check_request, chunk_requests
-    from ttscli.models import family_of
     from ttscli.codecs.qwen3_12hz import StreamingDecoder
+    from ttscli.dsp import CROSSFADE_S
+    from ttscli.models.base import chunk_requests
     from ttscli.text import chunk_text
 
     n_fade = int(round(CROSSFADE_S * pipe.sample_rate))
@@ -407,7 +402,6 @@ def stream_many(pipe, source: Callable[[int], list[tuple[Any, Any]]], drop: Call
         if len(take) < n:
             for key, req in source(n - len(take)):
                 try:
-                    req = check_request(pipe.spec, family_of(pipe.spec), req)
                     st = {"chunks": chunk_requests(req, chunk_text(req.text, pipe.max_chunk_chars)), "i": 0,
                           "join": Joiner(n_fade)}
                     take.append(item_for(key, st))

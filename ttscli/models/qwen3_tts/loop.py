@@ -20,9 +20,9 @@ import mlx.core as mx
 import numpy as np
 
 from ttscli.errors import GenerationError, UsageError
-from ttscli.generate import Stats
 from ttscli.lm import CodeDecoder
 from ttscli.lm.sample import KeyStream, SamplingParams, logit_bias, sample
+from ttscli.models.base import Stats
 from ttscli.models.qwen3_tts.config import GenerationConfig
 from ttscli.models.qwen3_tts.prompt import Prompt
 from ttscli.models.qwen3_tts.talker import Talker

@@ -16,9 +16,8 @@ import mlx.core as mx
 import numpy as np
 
 from ttscli.errors import InputTooLongError, UsageError
-from ttscli.generate import Request
 from ttscli.lm import CodeDecoder
-from ttscli.models.base import Pipeline
+from ttscli.models.base import Pipeline, Request
 from ttscli.models.qwen3_tts.config import GenerationConfig
 from ttscli.models.qwen3_tts.family import FAMILY
 from ttscli.models.qwen3_tts.loop import LoopConfig, generate_frames

@@ -2,7 +2,7 @@
 
 ``decode(mel, source)``: the source's STFT, conv_pre, the upsampling stages with the source
 injected at each, the resblocks, conv_post, exp / sin and the iSTFT. The F0 predictor and the
-harmonic source stay on MLX (:class:`~ttscli.models.chatterbox.s3gen.hift.HiFTGenerator`): the
+harmonic source stay on MLX (:class:`~ttscli.codecs.s3gen.hift.HiFTGenerator`): the
 source's phase sum runs in float64 on purpose and its random draws are ours to replay. The
 graph is built from the MLX model's float32 weights (names as in s3gen.safetensors below
 ``mel2wav.``, weight norm folded) with the generator emitters Kokoro's decoder uses
@@ -36,7 +36,7 @@ from ttscli.errors import CheckpointError, UsageError
 
 from .hift import HiFTArgs
 
-FAMILY = "chatterbox"
+FAMILY = "chatterbox"          # the manifest's family: built from Chatterbox's s3gen.safetensors (a cached graph's key)
 COMPONENT = "vocoder"
 FILE = "hift_decode.onnx"
 SOURCE_FILES = ("s3gen.safetensors",)

@@ -1,9 +1,11 @@
-"""S3Gen: Chatterbox's speech tokens -> 24 kHz audio, and the reference front ends it needs.
+"""S3Gen, the CosyVoice lineage's token-to-wav: 25 Hz speech tokens -> 24 kHz audio, and the
+reference front ends it needs. A shared codec: it imports no family (Chatterbox uses it today).
 
-The interface the Chatterbox family calls (``family.py`` / ``pipeline.py``):
+Its interface:
 
-* :func:`load_s3gen` reads ``s3gen.safetensors`` (the published ``S3Token2Wav`` layout:
-  ``flow.*``, ``mel2wav.*``, ``speaker_encoder.*``, ``tokenizer.*``) into an :class:`S3Gen`.
+* :func:`load_s3gen` reads the published ``S3Token2Wav`` layout (``flow.*``, ``mel2wav.*``,
+  ``speaker_encoder.*``, ``tokenizer.*`` in one safetensors file, which Chatterbox ships as
+  ``s3gen.safetensors``) into an :class:`S3Gen`.
 * :meth:`S3Gen.embed_ref` turns a reference recording into the conditioning upstream's
   ``S3Token2Mel.embed_ref`` returns (prompt tokens, prompt mel, CAMPPlus x-vector).
 * :meth:`S3Gen.tokenize` gives the S3 speech tokens of a 16 kHz recording (T3's prompt tokens).
@@ -39,9 +41,8 @@ SAMPLE_RATE = 24000          # S3Gen output and prompt-mel rate
 S3_SR = 16000                # S3 tokenizer and CAMPPlus input rate
 TOKEN_RATE = 25              # speech tokens per second
 SAMPLES_PER_TOKEN = SAMPLE_RATE // TOKEN_RATE   # 960
-DEC_COND_LEN = 10 * SAMPLE_RATE                  # upstream keeps at most 10 s of reference
 SPEECH_VOCAB = 6561
-FILE = "s3gen.safetensors"
+FILE = "s3gen.safetensors"   # the file those weights are published in (Chatterbox's checkpoint)
 VOC_CONTEXT = 8               # mel frames of vocoder context on each side of a streamed piece
 
 
@@ -95,7 +96,7 @@ class S3Gen:
 
         ``wav``: mono float32 at ``sample_rate`` (any rate; resampled to 24 kHz and to 16 kHz
         with torchaudio's sinc resampler as the reference does). Pass at most 10 s (upstream
-        only warns; Chatterbox's caller truncates to ``DEC_COND_LEN`` first).
+        only warns; Chatterbox's pipeline cuts its reference to 10 s first).
 
         Returns a dict of numpy arrays: ``prompt_token`` int32 ``[1, T_tok]``,
         ``prompt_token_len`` int32 ``[1]``, ``prompt_feat`` float32 ``[1, 2*T_tok, 80]``
@@ -184,7 +185,7 @@ class S3Gen:
         Against :meth:`generate` on the concatenated tokens with the same noise and draws:
         identical length; the vocoder part alone is exact to float rounding; the mel of frames
         emitted before later tokens arrived differs (later tokens reach them through attention),
-        which ``tests/chatterbox/s3gen/test_s3gen_model.py`` bounds.
+        which ``tests/codecs/s3gen/test_s3gen_model.py`` bounds.
         """
         a = self.mel2wav.a
         hop = a.upsample_scale

@@ -1,9 +1,9 @@
 """S3Gen speed, in process: seconds of compute per second of audio, flow and HiFT apart.
 
-    .venv/bin/python -m ttscli.models.chatterbox.s3gen.bench [--seconds 4] [--prompt 4] [--steps 10]
+    .venv/bin/python -m ttscli.codecs.s3gen.bench [--seconds 4] [--prompt 4] [--steps 10]
 
 Without a checkpoint it builds the real-size S3Gen with random weights (the cost does not depend
-on the values). ``bench_s3gen`` is what the family's ``bench_components`` can call.
+on the values). ``bench_s3gen`` is what a family's ``bench_components`` can call.
 """
 from __future__ import annotations
 

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from ttscli.errors import CheckpointError
-from ttscli.models.chatterbox.s3gen import VOC_CONTEXT, load_s3gen
-from ttscli.models.chatterbox.s3gen.frontend import prompt_mel, resample, s3_log_mel
-from ttscli.models.chatterbox.s3gen.hift import SourceDraws
-from ttscli.models.chatterbox.s3gen.xvector import kaldi_fbank
+from ttscli.codecs.s3gen import VOC_CONTEXT, load_s3gen
+from ttscli.codecs.s3gen.frontend import prompt_mel, resample, s3_log_mel
+from ttscli.codecs.s3gen.hift import SourceDraws
+from ttscli.codecs.s3gen.xvector import kaldi_fbank
 
 ROOT = Path(__file__).resolve().parents[2] / "fixtures" / "chatterbox"
 TINY = ROOT / "tiny"
@@ -161,7 +161,7 @@ def test_stream_from_an_iterator(s3, g):
 
 
 def test_bench_helper(s3):
-    from ttscli.models.chatterbox.s3gen.bench import bench_s3gen
+    from ttscli.codecs.s3gen.bench import bench_s3gen
 
     r = bench_s3gen(s3, audio_seconds=0.4, prompt_seconds=0.4, n_timesteps=2, repeats=1)
     assert r["audio_s"] == pytest.approx(0.4)
@@ -191,7 +191,7 @@ def test_first_audio_tokens(s3, g):
 
 def test_stream_marked_last_chunk(s3, g):
     """An iterator that marks its last chunk saves the extra final pass; same length, same tolerance."""
-    from ttscli.models.chatterbox.s3gen import S3GenTimes
+    from ttscli.codecs.s3gen import S3GenTimes
 
     toks = g["speech_tokens"]
     noise = g["cfm_noise"][None]
@@ -215,7 +215,7 @@ def test_stream_marked_last_chunk(s3, g):
 
 
 def test_generate_times(s3, g):
-    from ttscli.models.chatterbox.s3gen import S3GenTimes
+    from ttscli.codecs.s3gen import S3GenTimes
 
     times = S3GenTimes()
     s3.generate(g["speech_tokens"], _ref(g), noise=g["cfm_noise"][None], source_draws=_draws(g), times=times)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ttscli.checkpoint import load_strict
-from ttscli.models.chatterbox.s3gen.flow import CausalMaskedDiffWithXvec, FlowArgs
+from ttscli.codecs.s3gen.flow import CausalMaskedDiffWithXvec, FlowArgs
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "chatterbox" / "s3gen"
 TINY = FlowArgs(input_size=64, attention_heads=2, linear_units=128, num_blocks=2, dec_channels=64,
@@ -65,7 +65,7 @@ def test_cpu_activations_match_float64():
     """GELU (erf), Mish and SiLU as the CPU runs them (from fast_exp) against float64 formulas."""
     import math
 
-    from ttscli.models.chatterbox.s3gen.flow import gelu, mish, silu
+    from ttscli.codecs.s3gen.flow import gelu, mish, silu
 
     x = np.linspace(-30, 30, 120001).astype(np.float32)
     xd = x.astype(np.float64)

@@ -12,7 +12,7 @@ import pytest
 
 from ttscli.checkpoint import load_strict
 from ttscli.errors import CheckpointError
-from ttscli.models.chatterbox.s3gen.hift import (
+from ttscli.codecs.s3gen.hift import (
     HiFTArgs,
     HiFTGenerator,
     SourceDraws,

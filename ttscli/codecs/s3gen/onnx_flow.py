@@ -1,7 +1,7 @@
 """S3Gen's flow estimator (``flow.decoder.estimator``, the CFM's U-Net) on onnxruntime.
 
 Only the network called once per Euler step moves: the Euler loop, CFG's mixing, the noise and
-the cosine schedule stay in :class:`~ttscli.models.chatterbox.s3gen.flow.CausalConditionalCFM`,
+the cosine schedule stay in :class:`~ttscli.codecs.s3gen.flow.CausalConditionalCFM`,
 which calls :class:`OnnxEstimator` in place of its MLX estimator when one is attached. The
 graph is built with the ``onnx`` package from the same weights the MLX estimator holds (names
 as in the checkpoint below ``flow.decoder.estimator.``), float32, dynamic batch and time axes.
@@ -40,7 +40,7 @@ from ttscli.errors import CheckpointError, UsageError
 
 from .flow import FlowArgs
 
-FAMILY = "chatterbox"
+FAMILY = "chatterbox"          # the manifest's family: built from Chatterbox's s3gen.safetensors (a cached graph's key)
 COMPONENT = "flow_estimator"
 FILE = "flow_estimator.onnx"
 SOURCE_FILES = ("s3gen.safetensors",)

@@ -1,0 +1,104 @@
+"""Mimi's encoder transformer (``encoder_transformer.*``): causal self-attention layers with
+LayerNorm, a GELU MLP, LayerScale and RoPE.
+
+The upstream sliding window (``MimiConfig.sliding_window``) is not applied, as in upstream's
+eager/SDPA attention; exact (erf) GELU runs in numpy.
+"""
+from __future__ import annotations
+
+import math
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from ttscli.errors import CheckpointError
+from ttscli.nn import Attention
+
+from .config import MimiArgs
+
+
+# Numerical Recipes erfcc coefficients: erfc(z) = t * exp(-z^2 + P(t)), t = 1 / (1 + z/2), z >= 0,
+# fractional error < 1.2e-7 everywhere.
+_ERFC = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
+         -0.82215223, 0.17087277)
+
+
+def gelu_erf(x: mx.array) -> mx.array:
+    """Exact (erf) GELU, x/2 * erfc(-x/sqrt2), evaluated by numpy: MLX's CPU erf costs ~50 ns per
+    element (2.5x slower than this for the 8 x [T, 2048] MLP activations), and is less accurate in the
+    negative tail."""
+    a = np.asarray(x)
+    z = np.abs(a) * np.float32(1.0 / math.sqrt(2.0))
+    t = 0.5 * z
+    t += 1.0
+    np.reciprocal(t, out=t)
+    p = np.full_like(t, _ERFC[-1])
+    for c in _ERFC[-2::-1]:
+        p *= t
+        p += c
+    z *= z
+    np.subtract(p, z, out=p)
+    np.exp(p, out=p)
+    p *= t  # erfc(|x|/sqrt2)
+    np.subtract(2.0, p, out=p, where=a > 0)  # erfc(-x/sqrt2) for x > 0
+    p *= a
+    p *= 0.5
+    return mx.array(p)
+
+
+_ACTS = {"gelu": gelu_erf, "gelu_new": nn.gelu_approx, "gelu_pytorch_tanh": nn.gelu_approx, "relu": nn.relu,
+         "silu": nn.silu}
+
+
+class LayerScale(nn.Module):
+    def __init__(self, dims: int, init: float = 0.01):
+        super().__init__()
+        self.scale = mx.full((dims,), init)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return x * self.scale
+
+
+class MLP(nn.Module):
+    def __init__(self, args: MimiArgs):
+        super().__init__()
+        self.fc1 = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
+        self.fc2 = nn.Linear(args.intermediate_size, args.hidden_size, bias=False)
+        if args.hidden_act not in _ACTS:
+            raise CheckpointError(f"Mimi: unsupported hidden_act {args.hidden_act!r}")
+        self.act = _ACTS[args.hidden_act]
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class TransformerLayer(nn.Module):
+    def __init__(self, args: MimiArgs):
+        super().__init__()
+        self.self_attn = Attention(args.hidden_size, args.num_attention_heads, args.num_key_value_heads,
+                                   args.head_dim, rope_theta=args.rope_theta, bias=args.attention_bias,
+                                   qk_norm=False)
+        self.mlp = MLP(args)
+        self.input_layernorm = nn.LayerNorm(args.hidden_size, eps=args.norm_eps)
+        self.post_attention_layernorm = nn.LayerNorm(args.hidden_size, eps=args.norm_eps)
+        self.self_attn_layer_scale = LayerScale(args.hidden_size)
+        self.mlp_layer_scale = LayerScale(args.hidden_size)
+
+    def __call__(self, x: mx.array, mask) -> mx.array:
+        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), mask=mask))
+        return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
+
+
+class Transformer(nn.Module):
+    def __init__(self, args: MimiArgs):
+        super().__init__()
+        self.layers = [TransformerLayer(args) for _ in range(args.num_hidden_layers)]
+
+    def __call__(self, x: mx.array) -> mx.array:
+        # Upstream builds a plain causal mask here: MimiConfig.sliding_window is not applied by
+        # transformers' create_causal_mask (checked against goldens with a window shorter than the clip).
+        mask = "causal" if x.shape[1] > 1 else None
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
