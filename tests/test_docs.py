@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import importlib.util
 from pathlib import Path
 from typing import Optional
@@ -55,3 +56,40 @@ def test_reference_shows_each_option_with_its_help_default_and_range():
     assert "| `--pitch` | number (at most 2.0) |  | Pitch \\| shift. |" in page
     assert "| `TEXT` | text | required | What to say. |" in page
     assert "--pitch" not in gen.render(demo_app(with_pitch=False))
+
+
+def test_readme_is_a_short_guide():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines: keep it a guide of at most 250, detail in docs/"
+
+
+# "session" is allowed where it names an onnxruntime (or pytest) session object, never a run of work
+SESSION_OBJECT = re.compile(r"onnxruntime|component_session|pytest", re.IGNORECASE)
+NARRATIVE = re.compile(r"session|engineer|load average", re.IGNORECASE)
+
+
+def test_docs_speak_of_the_project_only():
+    found = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            match = NARRATIVE.search(line)
+            if match and not (match.group(0).lower() == "session" and SESSION_OBJECT.search(line)):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "narrative about who ran what (state the condition instead):\n" + "\n".join(found)
+
+
+def nav_pages(entries) -> list[str]:
+    pages = []
+    for entry in entries:
+        value = next(iter(entry.values())) if isinstance(entry, dict) else entry
+        pages += nav_pages(value) if isinstance(value, list) else [value]
+    return pages
+
+
+def test_site_nav_covers_every_page():
+    import yaml
+
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    listed = nav_pages(config["nav"])
+    on_disk = sorted(str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md"))
+    assert sorted(listed) == on_disk
