@@ -1,6 +1,7 @@
 # Two commands set everything up from nothing:
 #   make speak TEXT="Hello"   creates .venv, installs ttscli, speaks with the embedded voice -> speech.wav
-#   make test                 creates .venv, installs ttscli with its test extras, lints (ruff), runs the tests
+#   make test                 creates .venv, installs ttscli with its test extras, lints (ruff), builds the docs, runs the tests
+#   make docs                 builds the documentation site from docs/ into site/ (broken links fail the build)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -8,7 +9,7 @@ TEXT   ?= Hello from ttscli, speaking on this machine with no network.
 OUT    ?= speech.wav
 STAMP  := $(VENV)/.installed
 
-.PHONY: install speak test clean blas
+.PHONY: install speak test docs clean blas
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,7 +25,10 @@ install: $(STAMP)
 speak: $(STAMP)
 	$(BIN)/ttscli speak "$(TEXT)" -o $(OUT)
 
-test: $(STAMP)
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --site-dir site
+
+test: $(STAMP) docs
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
@@ -32,4 +36,4 @@ blas:
 	scripts/install-openblas.sh
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info
