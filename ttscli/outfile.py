@@ -30,6 +30,7 @@ import secrets
 import stat
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -331,19 +332,26 @@ class AtomicFile:
         target. The descriptor must have been written (and flushed) by the caller."""
         from ttscli import signals
 
-        try:
+        with self.discarded_on_error():
             if self.replacing is not None:
                 self._keep_mode_and_owner(self.replacing)
             os.close(self.fd)
             self.fd = -1
             signals.check()  # a stop received (and lost on its way) before this point: nothing is renamed
             os.replace(self.tmp_name, self.dest.name, src_dir_fd=self.dest.folder, dst_dir_fd=self.dest.folder)
+        self._release()
+
+    @contextmanager
+    def discarded_on_error(self):
+        """Whatever fails inside removes the temp file and goes on its way; an OSError goes as the
+        one line naming the target (:meth:`failure`)."""
+        try:
+            yield
         except BaseException as e:
             self.discard()
             if isinstance(e, OSError):
                 raise self.failure(e) from None
             raise
-        self._release()
 
     def _keep_mode_and_owner(self, old: os.stat_result) -> None:
         mode = stat.S_IMODE(old.st_mode) & 0o777
@@ -389,15 +397,10 @@ def write_bytes(path: str | os.PathLike, data: bytes, what: str = "output") -> P
 def write_destination(dest: Destination, data: bytes, what: str = "output") -> Path:
     """:func:`write_bytes` to a resolved destination (which this closes)."""
     f = AtomicFile(dest, what)
-    try:
+    with f.discarded_on_error():
         view = memoryview(data)
         while view:
             view = view[os.write(f.fd, view):]
-    except BaseException as e:
-        f.discard()
-        if isinstance(e, OSError):
-            raise f.failure(e) from None
-        raise
     f.commit()
     return f.path
 
