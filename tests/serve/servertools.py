@@ -114,3 +114,13 @@ def error_message(status: int, body: bytes) -> str:
     msg = err["message"]
     assert isinstance(msg, str) and msg and "\n" not in msg and "Traceback" not in msg, msg
     return msg
+
+
+def speech(client, server, **body):
+    """POST ``body`` as JSON to the server's /v1/audio/speech."""
+    return client.post(server.url + "/v1/audio/speech", json=body)
+
+
+def error(r) -> str:
+    """The one-line message of an httpx error response, asserting OpenAI's error shape."""
+    return error_message(r.status_code, r.content)

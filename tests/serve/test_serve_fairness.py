@@ -14,7 +14,7 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from servertools import Server
+from servertools import Server, error, speech
 
 SENTENCES = ["The quick brown fox jumps over the lazy dog.", "Speech synthesis on a small machine takes patience.",
              "Every request waits its turn for the model.", "Is this the right way to the station?"]
@@ -45,15 +45,6 @@ def client():
         yield c
 
 
-def speech(client, server, **body):
-    return client.post(server.url + "/v1/audio/speech", json=body)
-
-
-def error(r) -> str:
-    msg = r.json()["error"]["message"]
-    assert "\n" not in msg and "Traceback" not in msg
-    assert set(r.json()["error"]) == {"message", "type", "param", "code"}
-    return msg
 
 
 def test_input_over_the_limit_is_refused_before_it_is_queued(server, client):

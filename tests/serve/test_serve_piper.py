@@ -17,7 +17,7 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from servertools import Server
+from servertools import Server, error, speech
 
 KEY = "test-key-123"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -41,14 +41,6 @@ def client():
         yield c
 
 
-def speech(client, server, **body):
-    return client.post(server.url + "/v1/audio/speech", json=body)
-
-
-def error(r) -> str:
-    msg = r.json()["error"]["message"]
-    assert "\n" not in msg and "Traceback" not in msg
-    return msg
 
 
 def test_health_models_voices(server, client):
