@@ -225,14 +225,7 @@ def run_bench(req: BenchRequest, registry: Registry, console=None) -> dict:
         if peer_fn is None:
             have = ", ".join(family.peers) or "none"
             raise UsageError(f"--peer {req.peer}: the {spec.family} family compares with: {have}")
-        extra = {}
-        if "max_frames" in family.honours:
-            # a codec LM's peer generates as many tokens as our side (random weights never stop) and
-            # builds its own random model when ours is random: there may be no checkpoint to locate
-            extra = {"max_frames": req.max_frames or (50 if req.random_weights else None),
-                     "random_weights": req.random_weights}
-        checkpoint = None if extra.get("random_weights") else hub.locate(spec, req.model_dir)
-        variants[req.peer] = peer_fn(spec, checkpoint, text, req.repeats, **extra)
+        variants[req.peer] = peer_fn(spec, hub.locate(spec, req.model_dir), text, req.repeats)
     report = {
         "model": spec.id,
         "random_weights": req.random_weights,

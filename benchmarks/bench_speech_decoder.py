@@ -1,6 +1,6 @@
 """Speech-decoder speed at the released dimensions with random weights.
 
-    .venv/bin/python scripts/bench_speech_decoder.py [--frames 50] [--chunk 25] [--repeat 3] [--json]
+    .venv/bin/python benchmarks/bench_speech_decoder.py [--frames 50] [--chunk 25] [--repeat 3] [--json]
 
 Reports ms per 80 ms frame and the decoder-only real-time factor (compute seconds per second of
 audio; < 1 is faster than real time) for a streamed decode (first chunk, then ``--chunk``)
