@@ -13,7 +13,7 @@ venv's python (ttscli is imported from the repo checkout):
 mlx-audio's Breeze port imports only mlx, numpy and huggingface_hub (its package __init__):
 no torch, transformers or scipy, so a ``--no-deps`` install suffices and nothing is stubbed.
 ``--only ours`` runs in ttscli's own venv without mlx-audio. On a Linux CPU point both at
-ttscli's BLAS (``TTSCLI_BLAS=/work/main/.venv/lib/libmkl_rt.so.3``; a scratch venv has no
+ttscli's BLAS (``TTSCLI_BLAS=.venv/lib/libmkl_rt.so.3``; a scratch venv has no
 ``mkl`` wheel). On an NVIDIA GPU (the mlx and mlx-cuda-13 wheels and
 ``mlx_audio-0.6.2-py3-none-any.whl`` installed ``--no-deps --target /root/site``):
 

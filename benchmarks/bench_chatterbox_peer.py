@@ -4,9 +4,9 @@ On a shared machine wall-clock figures of two runs made minutes apart measure th
 than the code; this times each component of both implementations back to back in one process
 and reports the CPU seconds of this process (all its threads) as well as wall seconds.
 mlx-audio is NOT a dependency: run this file with the python of a scratch venv holding it
-(ttscli is imported from the checkout; see ttscli/models/chatterbox/mlx_audio_peer.py):
+(ttscli is imported from the checkout; see benchmarks/chatterbox_mlx_audio.py):
 
-    TTSCLI_BLAS=/work/main/.venv/lib/libmkl_rt.so.3 PYTHONPATH=. /tmp/mavenv/bin/python \\
+    TTSCLI_BLAS=.venv/lib/libmkl_rt.so.3 PYTHONPATH=. /tmp/mavenv/bin/python \\
         benchmarks/bench_chatterbox_peer.py [--tokens 50] [--steps 8] [--rounds 2]
 
 Components: a T3 decode step (CFG batch of two, 30-layer Llama-520M, float32), the S3Gen flow

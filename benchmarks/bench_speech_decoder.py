@@ -38,10 +38,10 @@ def macs_per_frame(dec: SpeechDecoder) -> int:
     for m in dec.decoder:
         if isinstance(m, Sequential):
             t = m.block[1]
-            cin = t.conv.weight.shape[0]
-            total += steps * cin * t.blocks * t.stride * t.out_channels
+            cin, cout = t.conv.weight.shape[:2]                    # PyTorch layout [in, out, K]
+            total += steps * cin * t.blocks * t.stride * cout
             steps *= t.stride
-            total += steps * 3 * 8 * t.out_channels * t.out_channels
+            total += steps * 3 * 8 * cout * cout
     return total
 
 
