@@ -59,7 +59,10 @@ def bench_peer(text: str, repeats: int, max_frames: int = DEFAULT_FRAMES) -> dic
     if proc.returncode != 0 or not last:
         why = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise UsageError(f"mlx-audio failed under {python}: {why}")
-    return json.loads(last[0])
+    try:
+        return json.loads(last[0])
+    except json.JSONDecodeError:
+        raise UsageError(f"mlx-audio under {python} printed no figures: {last[0][:200]}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """Chatterbox pipeline wiring on the tiny checkpoint: voices (default, clone, saved), T3 tokens
 into S3Gen one-shot and streamed, limits.  S3Gen here is a recording double that checks what it
 is handed (its numerics are tested in tests/codecs/s3gen against upstream)."""
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -188,4 +189,7 @@ def test_mlx_audio_peer_needs_its_interpreter(monkeypatch, capsys):
     assert len(err) == 1 and bench.ENV in err[0]
     monkeypatch.setenv(bench.ENV, "/nonexistent/python")
     with pytest.raises(UsageError, match="cannot run"):
+        bench.bench_peer("Hi.", 1, max_frames=5)
+    monkeypatch.setenv(bench.ENV, sys.executable)          # an interpreter without mlx-audio
+    with pytest.raises(UsageError, match="mlx-audio failed under .*mlx_audio"):
         bench.bench_peer("Hi.", 1, max_frames=5)
