@@ -11,6 +11,18 @@ FIXTURES = ROOT / "tests" / "fixtures"
 from clitools import ttscli_exe
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """``cuda``-marked tests need MLX's CUDA backend as the default device; elsewhere they skip
+    before their fixtures load anything."""
+    if item.get_closest_marker("cuda"):
+        from ttscli.lm import cuda_kernels
+
+        if not cuda_kernels.available():
+            pytest.skip("needs MLX's CUDA backend as the default device (an NVIDIA GPU with mlx[cuda12] or "
+                        "mlx[cuda13])")
+
+
 @pytest.fixture(scope="session")
 def shared_cache(tmp_path_factory):
     """One converted-weights cache for the whole session (conversion runs once)."""

@@ -93,3 +93,46 @@ def test_site_nav_covers_every_page():
     listed = nav_pages(config["nav"])
     on_disk = sorted(str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md"))
     assert sorted(listed) == on_disk
+
+
+# in the package's comments and docstrings: "session" only where the module holds session objects
+# (onnxruntime's, or a process started in a session of its own), never a run of work
+SESSION_OBJECT_MODULE = re.compile(r"onnxruntime|InferenceSession|start_new_session")
+MACHINE_FIGURE = re.compile(r"EPYC|H200|load average", re.IGNORECASE)
+BENCHMARK_ANCHOR = re.compile(r"docs/benchmarks\.md#([\w.-]+)")
+
+
+def comment_lines(path: Path):
+    """(line number, text) of every comment and docstring line of a Python file."""
+    import io
+    import tokenize
+
+    statement_start = True
+    for tok in tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline):
+        if tok.type == tokenize.COMMENT:
+            yield tok.start[0], tok.string
+        elif tok.type == tokenize.STRING and statement_start:
+            for offset, text in enumerate(tok.string.splitlines()):
+                yield tok.start[0] + offset, text
+        if tok.type not in (tokenize.COMMENT, tokenize.NL):
+            statement_start = tok.type in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)
+
+
+def test_code_comments_speak_of_the_project_only():
+    """No narrative about who ran what and no machine figures in ttscli's comments and docstrings:
+    a figure lives in docs/benchmarks.md with its command, machine and date, and the comment that
+    cites it names an entry that exists."""
+    anchors = set(re.findall(r"\{#([\w.-]+)\}", (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")))
+    found = []
+    for path in sorted((ROOT / "ttscli").rglob("*.py")):
+        sessions_are_objects = bool(SESSION_OBJECT_MODULE.search(path.read_text(encoding="utf-8")))
+        for number, line in comment_lines(path):
+            where = f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+            match = NARRATIVE.search(line)
+            if match and not (match.group(0).lower() == "session" and sessions_are_objects):
+                found.append(f"narrative: {where}")
+            if MACHINE_FIGURE.search(line):
+                found.append(f"machine figure (move it to docs/benchmarks.md): {where}")
+            found += [f"no such entry #{a} in docs/benchmarks.md: {where}"
+                      for a in BENCHMARK_ANCHOR.findall(line) if a not in anchors]
+    assert not found, "comments and docstrings under ttscli/:\n" + "\n".join(found)

@@ -1,16 +1,13 @@
 """Faster float32 matmul on Linux CPUs.
 
 The Linux ``mlx[cpu]`` wheel links a slow reference BLAS. Loading a real BLAS into the global
-symbol scope *before* mlx is imported makes mlx's cblas calls resolve to it. Measured on this
-project's 2-core x86-64 machine:
-
-* a 1024x1024 float32 matmul: ~400 ms with the wheel's BLAS, ~7 ms with OpenBLAS;
-* 2 GB of 3072x1024 matrix-vector products (a Qwen3-TTS frame is ~6.6 GB of them):
-  OpenBLAS 0.3.21 10.7 GB/s, Intel MKL 26 GB/s; the Qwen3-TTS 0.6B frame went 776 -> 379 ms.
+symbol scope *before* mlx is imported makes mlx's cblas calls resolve to it: float32 matmuls
+become many times faster, and the matrix-vector products a Qwen3-TTS frame is made of (~6.6 GB
+of them) run at the memory's pace (docs/benchmarks.md#blas-mkl).
 
 Which one is not one fixed preference: the BLAS that helps one model and CPU hurts another
-(on the 2-core AMD EPYC, MKL made the Qwen3-TTS frame 1.4x faster than OpenBLAS, 542 vs 746
-ms, while our MLX Piper voice ran faster on OpenBLAS). Order:
+(on the project's AMD CPU MKL made the Qwen3-TTS frame faster than OpenBLAS, while our MLX Piper
+voice ran faster on OpenBLAS; docs/benchmarks.md#qwen3-cpu-backends-before). Order:
 
 1. ``TTSCLI_BLAS`` (``mkl``, ``openblas``, a library path, or ``none`` for mlx's own);
 2. a measurement on this CPU, ``python -m ttscli._blas --measure`` (times the same matrix

@@ -208,6 +208,10 @@ def run_bench(req: BenchRequest, registry: Registry, console=None) -> dict:
             from ttscli.backends.select import choose_code_decoder_backend
 
             choose_code_decoder_backend(spec, b, req.model_dir)  # clear error when unavailable here
+    peer_fn = family.peers.get(req.peer) if req.peer else None
+    if req.peer and peer_fn is None:              # refused before the variants' long runs
+        have = ", ".join(family.peers) or "none"
+        raise UsageError(f"--peer {req.peer}: the {spec.family} family compares with: {have}")
     if req.batch:
         return bench_batches(spec, req, text, registry, console)
     variants = {}
@@ -220,19 +224,8 @@ def run_bench(req: BenchRequest, registry: Registry, console=None) -> dict:
             fig = run_variant(spec, req, b, m, text, registry)
             used = fig.pop("backend")
             variants[name.replace("default", used, 1) if b is None else name] = fig
-    if req.peer:
-        peer_fn = family.peers.get(req.peer)
-        if peer_fn is None:
-            have = ", ".join(family.peers) or "none"
-            raise UsageError(f"--peer {req.peer}: the {spec.family} family compares with: {have}")
-        extra = {}
-        if "max_frames" in family.honours:
-            # a codec LM's peer generates as many tokens as our side (random weights never stop) and
-            # builds its own random model when ours is random: there may be no checkpoint to locate
-            extra = {"max_frames": req.max_frames or (50 if req.random_weights else None),
-                     "random_weights": req.random_weights}
-        checkpoint = None if extra.get("random_weights") else hub.locate(spec, req.model_dir)
-        variants[req.peer] = peer_fn(spec, checkpoint, text, req.repeats, **extra)
+    if peer_fn is not None:
+        variants[req.peer] = peer_fn(spec, hub.locate(spec, req.model_dir), text, req.repeats)
     report = {
         "model": spec.id,
         "random_weights": req.random_weights,

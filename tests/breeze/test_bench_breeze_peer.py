@@ -1,4 +1,4 @@
-"""scripts/bench_breeze_peer.py at tiny dimensions: ttscli's timed passes run the loop's own
+"""benchmarks/bench_breeze_peer.py at tiny dimensions: ttscli's timed passes run the loop's own
 frames, the JSON carries every figure, bad options are one line; the mlx-audio side where
 mlx-audio 0.6.2 is importable (a scratch venv, never a ttscli dependency)."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_breeze_peer.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_breeze_peer.py"
 
 
 @pytest.fixture(scope="module")

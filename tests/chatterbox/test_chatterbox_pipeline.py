@@ -1,6 +1,7 @@
 """Chatterbox pipeline wiring on the tiny checkpoint: voices (default, clone, saved), T3 tokens
 into S3Gen one-shot and streamed, limits.  S3Gen here is a recording double that checks what it
 is handed (its numerics are tested in tests/codecs/s3gen against upstream)."""
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -166,15 +167,29 @@ def test_watermark_knob(parts, monkeypatch):
         list(pipe.generate(Request(text="hello", stream=True, knobs={"watermark": True})))
 
 
-def test_mlx_audio_peer_needs_its_interpreter(monkeypatch):
-    """`ttscli bench chatterbox --peer mlx-audio` says how to provide mlx-audio instead of failing."""
-    from ttscli.models.chatterbox.mlx_audio_peer import ENV, bench_peer
+def load_mlx_audio_bench():
+    """benchmarks/chatterbox_mlx_audio.py (outside the package: mlx-audio is a peer, not a feature)."""
+    import importlib.util
 
-    monkeypatch.delenv(ENV, raising=False)
-    with pytest.raises(UsageError, match=ENV):
-        bench_peer(None, None, "Hi.", 1, max_frames=5, random_weights=True)
-    monkeypatch.setenv(ENV, "/nonexistent/python")
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "chatterbox_mlx_audio.py"
+    spec = importlib.util.spec_from_file_location("chatterbox_mlx_audio", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_mlx_audio_peer_needs_its_interpreter(monkeypatch, capsys):
+    """The mlx-audio benchmark says how to provide mlx-audio: one line, exit 2, before any long run."""
+    bench = load_mlx_audio_bench()
+    monkeypatch.delenv(bench.ENV, raising=False)
+    with pytest.raises(UsageError, match=bench.ENV):
+        bench.bench_peer("Hi.", 1, max_frames=5)
+    assert bench.main(["--frames", "5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and bench.ENV in err[0]
+    monkeypatch.setenv(bench.ENV, "/nonexistent/python")
     with pytest.raises(UsageError, match="cannot run"):
-        bench_peer(None, None, "Hi.", 1, max_frames=5, random_weights=True)
-    with pytest.raises(UsageError, match="random-weights"):
-        bench_peer(None, None, "Hi.", 1, max_frames=5, random_weights=False)
+        bench.bench_peer("Hi.", 1, max_frames=5)
+    monkeypatch.setenv(bench.ENV, sys.executable)          # an interpreter without mlx-audio
+    with pytest.raises(UsageError, match="mlx-audio failed under .*mlx_audio"):
+        bench.bench_peer("Hi.", 1, max_frames=5)

@@ -1,6 +1,7 @@
 """The GPU decode path of the shared LM, checked on the CPU: fused q/k/v and gate/up
 projections, the compiled fixed-capacity step (SlotCache) and the graph-size figure the bench
-reports.  Each must compute exactly what the plain path computes."""
+reports.  Each must compute exactly what the plain path computes. ``cuda``-marked (MLX's CUDA
+backend only): our CUDA kernels (ttscli.lm.cuda_kernels) against the same step without them."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 import pytest
-from test_model import HeadModel, build  # tests/lm is on sys.path (pytest rootdir-less import)
+from test_model import LLAMA3, HeadModel, build  # tests/lm is on sys.path (pytest rootdir-less import)
 
 from ttscli.lm import MLXCodeDecoder, fuse_projections, graph_primitives
 
@@ -134,3 +135,56 @@ def test_flat_one_position_layers_equal_the_3d_path(flat_decode, model_type, bia
     np.testing.assert_allclose(out[True], out[False], rtol=1e-5, atol=1e-6)
     assert np.abs(out[False]).max() > 0.1
     assert nodes[True] < nodes[False], nodes
+
+
+KERNEL_CASES = {"qwen3": ("qwen3", {}), "llama": ("llama", {}),
+                "qwen3-d128": ("qwen3", {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                         "head_dim": 128, "intermediate_size": 512}),
+                "llama3-rope": ("llama", {"rope_scaling": LLAMA3}),
+                "llama-d64": ("llama", {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4,
+                                        "head_dim": 64, "intermediate_size": 512})}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("case", list(KERNEL_CASES))
+def test_our_cuda_kernels_equal_the_step_without_them(case, compiled, monkeypatch):
+    """The q/k-norm + RoPE, one-query attention and add + RMSNorm kernels, Qwen3 blocks (q/k norms)
+    and Llama blocks (none), tiny and real head sizes, plain cache and compiled step: the logits of
+    the step without them, within the GPU GEMMs' own distance from float32 (~3e-4)."""
+    from ttscli.lm import DecoderLM
+    from ttscli.lm.model import LMAttention
+
+    model_type, extra = KERNEL_CASES[case]
+    x = mx.random.normal((1, 21, extra.get("hidden_size", 64)), key=mx.random.key(5))
+    model = HeadModel(build(model_type, False, **extra))
+    out = {}
+    for on in (False, True):
+        for switch in ((LMAttention, "fused_qk_rope"), (LMAttention, "fused_attention"), (DecoderLM, "fused_norms")):
+            monkeypatch.setattr(*switch, None if on else False)
+        out[on] = run_steps(MLXCodeDecoder(model, compiled=compiled), x, 4, 8)
+    assert np.abs(out[False]).max() > 0.1
+    assert np.abs(out[True] - out[False]).max() < 1e-3
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", [(2, 8, 2, 40, 16), (2, 16, 8, 300, 128), (1, 16, 16, 257, 64)])
+@pytest.mark.parametrize("masking", ["slots", "padding"])
+def test_the_attention_kernel_against_float32_on_the_cpu(shape, masking):
+    """The one-query attention kernel for a fixed-capacity cache's mask and a batch's padding
+    mask, against MLX's attention in float32 on the CPU."""
+    from ttscli.lm import cuda_kernels
+
+    B, H, Hk, S, D = shape
+    keys = mx.random.split(mx.random.key(7), 3)
+    q = mx.random.normal((B, H, 1, D), key=keys[0])
+    k = mx.random.normal((B, Hk, S, D), key=keys[1])
+    v = mx.random.normal((B, Hk, S, D), key=keys[2])
+    if masking == "slots":
+        mask = (mx.arange(S) <= S // 2)[None, None, None, :]
+    else:
+        mask = mx.array([[True] * S] + [[False] * 3 + [True] * (S - 3)] * (B - 1))[:, None, None, :]
+    with mx.stream(mx.cpu):
+        ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=D ** -0.5, mask=mask)
+        mx.eval(ref)
+    assert float(mx.abs(cuda_kernels.one_query_attention(q, k, v, D ** -0.5, mask) - ref).max().item()) < 1e-3

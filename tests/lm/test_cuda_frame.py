@@ -1,6 +1,7 @@
 """The one-kernel code-predictor frame (ttscli.lm.cuda_frame): when it runs and when the MLX frame
-does. The kernel itself runs only on MLX's CUDA backend; scripts/gpu_check_frame.py checks it
-there against the MLX frame and against float32 on the CPU (docs: README, GPU)."""
+does, and (``cuda``-marked, on MLX's CUDA backend only) its codes, logits and draws against the
+MLX frame and against the same frame replayed in float32 on the CPU, at Qwen3-TTS 0.6B's real
+dimensions with random weights."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -122,3 +123,66 @@ def test_the_kernels_launch_matches_the_predictor(predictor, as_if_cuda, monkeyp
     assert noise.shape == (15, rows, V)
     assert mx.array_equal(noise[3], mx.random.gumbel((rows, V), key=keys[3])).item()   # sample()'s draw for key 3
     assert codes.shape == (rows, 15) and total.shape == (rows, H)
+
+
+SETTINGS = {"greedy": SamplingParams(do_sample=False), "t0.9_k50": SamplingParams(0.9, 50, 1.0),
+            "t1.0_nok": SamplingParams(1.0, 0, 1.0)}
+
+
+@pytest.fixture(scope="module")
+def real_predictor():
+    """Qwen3-TTS 0.6B's code predictor at its real dimensions (what the kernel is sized for)."""
+    from ttscli.api import load
+    from ttscli.models.base import LoadOptions
+
+    return load("qwen3-tts-0.6b-base", options=LoadOptions(random_weights=True)).model.talker.code_predictor
+
+
+def replay_last_logits(cp, hidden, c0, codes):
+    """The MLX frame fed the kernel's codes (so it sees exactly the kernel's inputs): its last logits."""
+    seen = {}
+
+    def draw(j, logits):
+        seen[j] = logits
+        return codes[:, j]
+
+    cp.frame_with(hidden, c0, draw)
+    return seen
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("rows", [1, 2, 4])
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_the_kernel_frame_equals_the_mlx_frame(real_predictor, setting, rows):
+    from ttscli.lm.sample import KeyStream, sample
+
+    cp, params = real_predictor, SETTINGS[setting]
+    assert cuda_frame.unsupported(cp, params) is None
+    kern = cuda_frame.CodeFrameKernel(cp, params)
+    H = cp.model.codec_embedding[0].weight.shape[1]
+    mx.random.seed(rows)
+    hidden = mx.random.normal((rows, H))
+    c0 = mx.random.normal((rows, H)) * 0.1
+    keys = KeyStream(rows).take(16)[1:]
+    args = (hidden, c0) if params.greedy else (hidden, c0, keys)
+    codes, total, scratch = kern.run(*args)
+    ref_codes, ref_total = cp._mlx_frame(params)(*args)
+    mx.eval(codes, total, scratch, ref_codes, ref_total)
+    assert mx.array_equal(codes, ref_codes).item(), f"{setting}, {rows} rows: codes differ from the MLX frame's"
+
+    kernel_logits = kern.last_logits(scratch, rows)
+    gpu_seen = replay_last_logits(cp, hidden, c0, codes)
+    with mx.stream(mx.cpu):
+        cpu_last = replay_last_logits(cp, hidden, c0, codes)[len(cp.lm_head) - 1]
+        mx.eval(cpu_last)
+    scale = float(mx.abs(cpu_last).max().item())
+    # float32 on the CPU is the reference; MLX's own GPU frame is further from it (TF32 GEMMs)
+    assert float(mx.abs(kernel_logits - cpu_last).max().item()) <= 1e-4 * max(scale, 1.0)
+    assert float(mx.abs(total - ref_total).max().item()) <= 1e-2 * max(float(mx.abs(ref_total).max().item()), 1.0)
+    if not params.greedy:
+        V = cp.lm_head[0].weight.shape[0]
+        batched = mx.vmap(lambda k: mx.random.gumbel((rows, V), key=k))(keys)
+        per_key = mx.stack([mx.random.gumbel((rows, V), key=keys[j]) for j in range(keys.shape[0])])
+        assert mx.array_equal(batched, per_key).item()
+        for j, logits in gpu_seen.items():          # each draw is sample() on the replayed logits
+            assert mx.array_equal(sample(logits, params, keys[j]), codes[:, j]).item(), f"codebook {j + 1}"

@@ -1,5 +1,6 @@
-"""The one-kernel decode step (ttscli.lm.cuda_step): when it may run, and what the decoder hands
-it and keeps (the kernel's numerics: scripts/gpu_check_step.py on a GPU)."""
+"""The one-kernel decode step (ttscli.lm.cuda_step): when it may run, what the decoder hands it and
+keeps, and (``cuda``-marked, on MLX's CUDA backend only) its logits, argmax and cache against MLX's
+compiled step and against float32 on the CPU, at the real dimensions with random weights."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -37,7 +38,7 @@ def test_the_step_hands_the_kernel_one_cache_and_keeps_its_views(talker, monkeyp
     """The decoder's side of the kernel (inputs, the stacked cache in and out, the caches'
     views and offsets) with a stand-in that does what the kernel does to the cache (copies the
     earlier positions, writes this one with recognisable keys/values); the kernel itself runs
-    only on a GPU (scripts/gpu_check_step.py)."""
+    only on a GPU (test_the_kernel_step_against_float32_on_the_cpu)."""
     import mlx.core as mx
 
     monkeypatch.setattr(cuda_kernels, "available", lambda: True)
@@ -83,3 +84,81 @@ def test_the_step_hands_the_kernel_one_cache_and_keeps_its_views(talker, monkeyp
     cache[0].keys = cache[0].keys + 0                            # a cache changed behind its back: stacked again
     assert cuda_step.LMStepKernel._stacked(cache) is not outs[1]
     assert float(hidden.min().item()) == 1.0
+
+
+def step_model(model_id: str):
+    """The code decoder's LM-head model of ``model_id`` at its real size, random weights."""
+    from ttscli.api import load
+    from ttscli.models.base import LoadOptions
+
+    pipe = load(model_id, options=LoadOptions(random_weights=True))
+    model = getattr(pipe, "model", None)
+    return getattr(model, "talker", None) or getattr(pipe, "t3", None) or model
+
+
+def cpu_reference(talker, emb, xs):
+    """Prefill and steps in float32 on the CPU through the plain layer path (no kernels of ours)."""
+    import mlx.core as mx
+
+    from ttscli.lm import DecoderLM
+    from ttscli.lm.model import LMAttention
+
+    switches = (DecoderLM.flat_decode, DecoderLM.fused_norms, LMAttention.fused_qk_rope, LMAttention.fused_attention)
+    DecoderLM.flat_decode = DecoderLM.fused_norms = LMAttention.fused_qk_rope = LMAttention.fused_attention = False
+    try:
+        with mx.stream(mx.cpu):
+            cache = talker.new_cache()
+            talker(emb, cache)
+            ref = [talker(x, cache) for x in xs]
+            mx.eval(ref)
+    finally:
+        (DecoderLM.flat_decode, DecoderLM.fused_norms, LMAttention.fused_qk_rope,
+         LMAttention.fused_attention) = switches
+    return ref
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("model_id", ["qwen3-tts-0.6b-base", "chatterbox"])
+def test_the_kernel_step_against_float32_on_the_cpu(model_id, monkeypatch):
+    """A 200-position prefill into two identical caches, then 20 steps on the same inputs through
+    MLX's compiled step and through the kernel, 1 and 2 rows: the kernel's argmax is the CPU's
+    wherever the CPU's top two logits are further apart than twice its error, its logits and hidden
+    state are as close to the CPU's as MLX's own GPU step is, and the keys it writes are MLX's."""
+    import mlx.core as mx
+
+    talker = step_model(model_id)
+    dec = MLXCodeDecoder(talker)
+    lm, head = talker.step_parts()
+    assert cuda_step.unsupported(lm, head, 1) is None
+    H = lm.args.hidden_size
+    for rows in (1, 2):
+        mx.random.seed(rows)
+        emb = mx.random.normal((rows, 200, H)) * 0.5
+        xs = [mx.random.normal((rows, 1, H)) * 0.5 for _ in range(20)]
+        mx.eval(emb, xs)
+        mlx_cache, kernel_cache = dec.new_cache(), dec.new_cache()
+        mx.eval(dec.prefill(emb, mlx_cache), dec.prefill(emb, kernel_cache),
+                [c.state for c in mlx_cache + kernel_cache])
+        ref = cpu_reference(talker, emb, xs)
+        for i, x in enumerate(xs):
+            monkeypatch.setattr(MLXCodeDecoder, "step_kernel", False)
+            mlx_logits, mlx_hidden = dec.step(x, mlx_cache)
+            monkeypatch.setattr(MLXCodeDecoder, "step_kernel", True)
+            logits, hidden = dec.step(x, kernel_cache)
+            cpu_logits, cpu_hidden = ref[i]
+            mx.eval(mlx_logits, mlx_hidden, logits, hidden)
+            err = float(mx.abs(logits - cpu_logits).max().item())
+            mlx_err = float(mx.abs(mlx_logits - cpu_logits).max().item())
+            top2 = mx.sort(cpu_logits, axis=-1)
+            gap = float((top2[:, -1] - top2[:, -2]).min().item())
+            where = f"{model_id}, {rows} rows, step {i}"
+            assert mx.array_equal(logits.argmax(-1), cpu_logits.argmax(-1)).item() or gap < 2 * err, where
+            assert err <= 2 * mlx_err + 1e-4, f"{where}: {err:.2e} from the CPU, MLX's step {mlx_err:.2e}"
+            hidden_err = float(mx.abs(hidden - cpu_hidden).max().item())
+            assert hidden_err <= 2 * float(mx.abs(mlx_hidden - cpu_hidden).max().item()) + 1e-4, where
+        n = mlx_cache[0].offset
+        assert n == kernel_cache[0].offset == 220
+        for p, q in zip(mlx_cache, kernel_cache):
+            scale = max(float(mx.abs(p.keys[..., 200:n, :]).max().item()), 1.0)
+            new = float(mx.abs(p.keys[..., 200:n, :] - q.keys[..., 200:n, :]).max().item())
+            assert new <= 1e-2 * scale, f"{model_id}, {rows} rows: the kernel's cache keys differ by {new:.2e}"

@@ -1,9 +1,9 @@
 """A code predictor's whole frame as one CUDA kernel (``mx.fast.cuda_kernel``, MLX CUDA only).
 
 On a GPU a Qwen3-TTS frame is bound by MLX's host time per graph node, not by the GPU: the
-host takes ~7.7 ms to enqueue the compiled code-predictor frame (~1,100 nodes: 16 positions x
-5 layers, 15 heads, 15 draws) while the GPU would read its 5.2 GB of float32 weights in ~1.1 ms
-(``scripts/gpu_frame_anatomy.py``). Here the frame is one node: a persistent kernel whose
+host takes longer to enqueue the compiled code-predictor frame (~1,100 nodes: 16 positions x
+5 layers, 15 heads, 15 draws) than the GPU needs to read its float32 weights
+(docs/benchmarks.md#qwen3-gpu-frame-kernel). Here the frame is one node: a persistent kernel whose
 blocks walk the 16 positions together, meeting at a grid barrier wherever a step needs the
 whole of the previous one (after the q/k/v, attention, output, gate/up and down projections of
 each layer, and after each head). The KV cache of the frame lives in the kernel's scratch.
@@ -25,8 +25,9 @@ stacked per kind on first use, a second copy of the predictor (~0.6 GB at 0.6B) 
 A predictor narrower than its talker (1.7B) has its input projection in the kernel (``PROJ``),
 not yet checked on a GPU, so it keeps the MLX frame for now.
 
-Checked on an H200 by ``scripts/gpu_check_frame.py`` (README, GPU): codes equal to the MLX
-frame's, logits within ~2.5e-6 of float32 on the CPU.
+Checked on a GPU by the ``cuda``-marked tests of tests/lm/test_cuda_frame.py: codes equal to the
+MLX frame's, the last head's logits within 1e-4 of float32 on the CPU (relative to their scale)
+(docs/benchmarks.md#qwen3-gpu-frame-kernel).
 """
 from __future__ import annotations
 
@@ -508,7 +509,7 @@ def unsupported(cp, params, rows: int | None = None) -> str | None:
         return "one row does not fit the kernel's shared memory"
     if "small_to_mtp_projection" in cp:
         # the kernel has the projection (PROJ) but it has not been checked on a GPU yet:
-        # scripts/gpu_check_frame.py --model qwen3-tts-1.7b-base first
+        # tests/lm/test_cuda_frame.py's GPU check at the 1.7B's dimensions first
         return "a predictor narrower than its talker (1.7B) is not checked on a GPU yet"
     if layers[0].self_attn.q_proj.weight.dtype != mx.float32:
         return "float32 weights only"

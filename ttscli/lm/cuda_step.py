@@ -1,7 +1,7 @@
 """One decode step of a shared-LM stack and its head as one CUDA kernel (MLX CUDA only).
 
-A talker step of a Qwen3-TTS frame is 313 graph nodes of MLX, ~5.5 ms of host time on the H200
-(README, GPU), for ~0.4 ms worth of weight reads. Here it is one node: the persistent-kernel
+A talker step of a Qwen3-TTS frame is 313 graph nodes of MLX, whose host time on a GPU is many
+times its weight reads (docs/benchmarks.md#qwen3-gpu-step-kernel). Here it is one node: the persistent-kernel
 scheme of :mod:`ttscli.lm.cuda_frame` (blocks meet at grid barriers) for one position over the
 KV cache. The attention over the cache is split across blocks (each block a slice of the
 positions of one query head, online softmax per warp, merged per block, then the slices merged
@@ -9,8 +9,8 @@ per head), so a long cache is read by every multiprocessor at once.
 
 Every input is one array, so the host enqueues a handful of arrays whatever the depth: the
 layers' weights stacked per kind, and the caches of all layers as one array that the kernel
-copies forward and extends by this position (:class:`LMStepKernel`). Checked on a GPU by
-``scripts/gpu_check_step.py`` (against MLX's compiled step and float32 on the CPU).
+copies forward and extends by this position (:class:`LMStepKernel`). Checked on a GPU by the
+``cuda``-marked tests of tests/lm/test_cuda_step.py (against MLX's compiled step and float32 on the CPU).
 """
 from __future__ import annotations
 
@@ -257,7 +257,7 @@ class LMStepKernel:
     The layers' weights are stacked per kind once (a second device copy of the stack). The
     caches live in one array ``[layers, 2, B, kv_heads, capacity, head_dim]`` that each step
     reads and writes anew: the kernel copies the positions before this one (~50 MB a step for a
-    0.6B talker at 200 positions, ~20 us of H200 bandwidth) and adds this one. Each KVCache holds
+    0.6B talker at 200 positions, a small share of a step's weight reads) and adds this one. Each KVCache holds
     views into it, the first one the array itself; a cache that is not those views any more (new
     caches, grown storage) is stacked again.
     """

@@ -46,8 +46,8 @@ def _one_query_attention(q: mx.array, k: mx.array, v: mx.array, scale: float, ma
     a fixed-capacity cache's unwritten slots, or a batch's left padding.
 
     Written out as two GEMVs around a masked softmax rather than MLX's fused kernel: with an
-    array mask that kernel takes a slow path on CUDA (seen on the H200: a compiled talker step
-    ~9 ms slower per frame than the unmasked kernel), while these few ops compile into three
+    array mask that kernel takes a slow path on CUDA (a compiled talker step several times its
+    unmasked cost; docs/benchmarks.md#qwen3-gpu-attention-kernel), while these few ops compile into three
     kernels.  GQA without repeating k/v: the query heads of one kv head form one block.
     """
     B, H, _, D = q.shape

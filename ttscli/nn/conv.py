@@ -1,9 +1,9 @@
 """1-D convolutions as GEMMs, for every vocoder and audio encoder.
 
 MLX's CPU backend runs dilated, strided and transposed ``conv1d`` on a generic path that never
-reaches BLAS (measured here: 384 ch, 4000 samples, k7 d9: 6.7 s with ``mx.conv1d``, 43 ms as
-shifted GEMMs; a stride-5 transposed conv 768->384 over 800 steps: 3.8 s against 17 ms as one
-GEMM and an overlap-add). Every conv here is one or a few BLAS products plus cheap shifted sums.
+reaches BLAS, orders of magnitude slower than the same conv as shifted GEMMs or, transposed, as
+one GEMM and an overlap-add (docs/benchmarks.md#code-comment-figures). Every conv here is one or
+a few BLAS products plus cheap shifted sums.
 
 Weights stay in the checkpoint's own (PyTorch) layout, so modules load without renaming or
 transposing: ``Conv1d.weight [out, in, k]``, ``ConvTranspose1d.weight [in, out, k]``,
@@ -12,7 +12,7 @@ use and keeps it until the weight array is replaced (e.g. by ``load_weights``).
 
 Layouts: channels-last ``x [..., T, C]`` (any leading dims, ``[T, C]`` too) for the ``__call__``
 forms; channels-first ``x [C, T]`` for the ``cf`` forms (each tap is then a band of contiguous
-rows: 1.3-1.6x faster than channels-last at HiFi-GAN's 32-128 channels and long T).
+rows: faster than channels-last at HiFi-GAN's 32-128 channels and long T).
 
 Padding (``padding=``): an int (both sides, PyTorch's meaning), ``(left, right)``, ``"same"``
 (PyTorch's ``padding="same"``: ``d(k-1)`` split with the extra frame on the right) or
@@ -237,8 +237,8 @@ def conv1d_output_side(x: mx.array, wmat: mx.array, bias: mx.array | None, k: in
                        residual: mx.array | None = None) -> mx.array:
     """Valid conv, channels-last, stride 1: ``x @ wmat`` gives every tap's contribution at every
     input frame (``wmat = output_side_weight(w)``), then a compiled shifted sum adds the k taps.
-    Measured at HiFi-GAN's last stage (T=89600, 32 ch, k7 d12) 3x faster than im2col, whose
-    input copy cost more than the product itself."""
+    Faster than im2col at HiFi-GAN's last stage (long T, 32 channels), whose input copy costs
+    more than the product itself."""
     cout = wmat.shape[1] // k
     if k == 1:
         y = x @ wmat
@@ -336,8 +336,8 @@ def conv_transpose1d_cf(x: mx.array, wmat: mx.array, bias: mx.array, k: int, str
                         crop: tuple[int, int] = (0, 0)) -> mx.array:
     """Transposed conv, channels-first: ``x [in, T]``, ``wmat = transposed_weight_cf(w, s)``,
     ``bias [out, 1]`` -> ``[out, (T-1)s + k - left - right]``. x gets n-1 zero frames each side,
-    so every output block sums exactly n shifted phases (measured 1.6-3x faster than the
-    channels-last form followed by a transpose)."""
+    so every output block sums exactly n shifted phases (faster than the channels-last form
+    followed by a transpose)."""
     t, cout = x.shape[1], bias.shape[0]
     n = wmat.shape[0] // (stride * cout)
     p = (wmat @ pad_time(x, n - 1, n - 1, axis=-1)).reshape(n, stride, cout, -1)
@@ -412,8 +412,8 @@ class Conv1d(DerivedLayouts):
         k, d, s = self.kernel_size, self.dilation, self.stride
         if k > 1 and _out_len(x.shape[-2], k, d, s) <= IM2COL_MAX_ROWS and self.weight.shape[0] > 1:
             # few rows (streaming chunks, low frame rates): the GEMM is bound by reading the
-            # weights, and one [T, k*in] x [k*in, out] product beats k (19 vs 60 ms at T=12,
-            # 1024 ch); for long inputs the k-fold input copy costs more
+            # weights, and one [T, k*in] x [k*in, out] product beats k of them; for long
+            # inputs the k-fold input copy costs more
             return conv1d_im2col(x, self.taps(), self._bias(), d, s, residual)
         if s > 1 and (d != 1 or k % s):
             return conv1d_im2col(x, self.taps(), self._bias(), d, s, residual)

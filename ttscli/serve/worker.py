@@ -19,8 +19,8 @@ the queue) is stopped at its next chunk and answered with :class:`RequestTimeout
 
 When it runs out of work the thread hands freed heap pages back to the OS: glibc keeps what a
 request freed in its arenas, so without that an idle server's RSS stays at the high-water mark
-of the longest request it has served (README "Serve" has the measurements). Not after every
-request: a trim costs 50-130 ms here, and the pages come back on the next request anyway.
+of the longest request it has served (docs/benchmarks.md#serve-load). Not after every
+request: a trim costs tens of milliseconds, and the pages come back on the next request anyway.
 """
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ Outputs: ``hidden`` (post-norm state of the last position, ``[B, H]``) and one l
 head (``logits`` or ``logits_0..n-1``), or, for a stack with several heads used one per step
 (Qwen3-TTS's code predictor), one ``logits`` output whose head an int64 input picks through a
 tree of ``If`` nodes: onnxruntime runs every node of the graph whatever outputs a run binds,
-so 15 head outputs cost 15 heads per step (+40% weights read at 0.6B, measured).
+so 15 head outputs cost 15 heads per step (a large share more weights read at 0.6B;
+docs/benchmarks.md#code-comment-figures).
 """
 from __future__ import annotations
 

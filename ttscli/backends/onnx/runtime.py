@@ -3,7 +3,8 @@ cache lives in numpy buffers bound as both past and present (IOBinding).
 
 Threads: the code predictor runs 15 short steps per frame between talker steps, so two
 sessions alternate many times a second. Each with its own spinning pool, the idle pool's
-threads spin against the busy one (measured 8x slower on 2 cores). Two ways out:
+threads spin against the busy one (several times slower on 2 cores;
+docs/benchmarks.md#code-comment-figures). Two ways out:
 
 * ``TTSCLI_ONNX_POOL=global``: ONE process-wide intra-op pool shared by every session of this
   backend. onnxruntime then refuses, for the rest of the process, any session that asks for
@@ -12,12 +13,10 @@ threads spin against the busy one (measured 8x slower on 2 cores). Two ways out:
 * the default, ``session``: a pool per session whose threads do not spin when idle
   (``session.intra_op.allow_spinning=0``), which removes the contention.
 
-On the shared 2-core machine (load average 8-12, int8 0.6B frame, one process, variants
-interleaved) spinning lost whichever way it was arranged: one global spinning pool 1558 ms a
-frame vs 840 ms for the default; pools spinning only while their run lasts
-(``session.force_spinning_stop``) 1464-2041 vs 739-840 ms; one thread per session came within
-15% of two, faster in some runs and slower in others. Spinning pays on idle cores (the issue's
-standalone frame), which a shared CPU does not have.
+On a busy 2-core machine spinning lost whichever way it was arranged: one global spinning pool
+and pools spinning only while their run lasts (``session.force_spinning_stop``) were both
+slower than the default (docs/benchmarks.md#qwen3-cpu-backends-busy); one thread per session
+came close to two. Spinning pays on idle cores, which a shared CPU does not have.
 """
 from __future__ import annotations
 

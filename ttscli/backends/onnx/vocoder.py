@@ -6,11 +6,11 @@ the raw residual stream in HiFT); both build their generator from :class:`ConvNe
 
 Tensors are channels-first ``[1, C, T]`` or, with ``conv2d``, ``[1, C, 1, T]`` with ``1 x k``
 kernels: onnxruntime's blocked NCHWc conv kernels only take 2-D convs, and at HiFi-GAN's sizes
-they beat its 1-D path on the 2-core AVX2 EPYC this project is measured on.
+they beat its 1-D path on the project's 2-core AVX2 CPU (docs/benchmarks.md#kokoro-backends-busy).
 
 The long same-padded convs of a generator's resblocks can run as overlap-save FFT convolutions
-(:meth:`ConvNet.conv_fft`, Kokoro's decoder does): at 128-256 channels, 1.1-2.6x faster than
-onnxruntime's direct conv here (:data:`FFT_BLOCK`), within 4e-7 of it.
+(:meth:`ConvNet.conv_fft`, Kokoro's decoder does): at 128-256 channels, faster than
+onnxruntime's direct conv (:data:`FFT_BLOCK`; docs/benchmarks.md#kokoro-fft-conv-per-conv), within 4e-7 of it.
 
 Snake (``y + sin^2(a y) / a``) is emitted as ``(u + sin^2 u) / a`` with ``u = a y``: whoever
 makes ``y`` (a norm's projection, a conv's weight) makes ``u`` instead, and the ``1 / a`` moves
@@ -25,10 +25,10 @@ import numpy as np
 from .graph import Builder
 
 
-# Block length of the FFT convolution per (kernel size, dilation); the rest stay direct convs. On
-# this CPU (scripts/bench_fft_conv.py, 128 x 41,000 and 256 x 6,800): k=11 1.8-2.6x at dilation 1
-# and 1.1-1.7x at 3, k=7 1.2-1.7x; k=3 loses (0.5x). k=11 at dilation 5 (block 128) and k=7 at 3
-# (block 64) gain 1.05-1.7x too, but in Kokoro they would add ~180 MB of mixing matrices for ~3%.
+# Block length of the FFT convolution per (kernel size, dilation); the rest stay direct convs:
+# the cases where the FFT form won clearly (docs/benchmarks.md#code-comment-figures). k=3 loses; k=11 at dilation 5
+# (block 128) and k=7 at 3 (block 64) gain too, but in Kokoro they would add ~180 MB of mixing
+# matrices for a few percent.
 FFT_BLOCK = {(7, 1): 32, (11, 1): 64, (11, 3): 64}
 
 

@@ -19,8 +19,8 @@ Two caches, both owned by the caller:
   ``reprime_frames`` frames: re-running only the stack's input would rebuild layer l's keys from
   frames whose own context was cut away, and the output at frame i depends on inputs as far
   back as ``layers*(window-1)`` frames, more than 256 slots hold for the released model
-  (measured with random weights at the released dimensions: rms error 0.097 on a 0.236-rms
-  signal when 24 input frames were re-run). Per layer, ``reprime_frames >= window - 1``
+  (with random weights at the released dimensions the error was of the order of the signal
+  itself; docs/benchmarks.md#reprime-real-dims). Per layer, ``reprime_frames >= window - 1``
   rebuilds exactly the keys/values a sliding-window decode attends to, so a re-primed stream
   equals the one-shot decode; fewer frames would change the audio and are refused.
 """

@@ -6,13 +6,13 @@ which calls :class:`OnnxEstimator` in place of its MLX estimator when one is att
 graph is built with the ``onnx`` package from the same weights the MLX estimator holds (names
 as in the checkpoint below ``flow.decoder.estimator.``), float32, dynamic batch and time axes.
 
-Why: on the 2-core AMD EPYC (AVX2) one estimator call at the real size (CFG's 2 rows x 300
-frames, random weights) took 3.5 s median under onnxruntime (2 threads) against 13.1 s on MLX
-with MKL, in one process at load 6-7 (README, Chatterbox). Layout is channels-last ``[B, T, C]``
+Why: on the project's 2-core AVX2 CPU one estimator call at the real size (CFG's 2 rows x 300
+frames) runs several times faster under onnxruntime than on MLX with MKL
+(docs/benchmarks.md#cb-cpu-flow-onnx). Layout is channels-last ``[B, T, C]``
 as in flow.py: a causal k3 conv is one GEMM over the three shifted copies of its left-padded
-input (im2col), so no transformer block needs a transpose; in the same run ``Conv`` on
-``[B, C, T]`` with transposes around it took 3.5 s and the 2-D form ``[B, C, 1, T]`` (the
-blocked NCHWc kernels) 4.1 s. Attention is onnxruntime's fused ``MultiHeadAttention``,
+input (im2col), so no transformer block needs a transpose; ``Conv`` on ``[B, C, T]`` with
+transposes around it was no faster and the 2-D form ``[B, C, 1, T]`` (the blocked NCHWc
+kernels) slower (same entry). Attention is onnxruntime's fused ``MultiHeadAttention``,
 LayerNorm its fused kernel, GELU its erf ``Gelu``.
 
 Where the graphs live: built from a checkpoint, in ttscli's cache

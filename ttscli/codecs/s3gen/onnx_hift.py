@@ -9,9 +9,8 @@ graph is built from the MLX model's float32 weights (names as in s3gen.safetenso
 (:mod:`ttscli.backends.onnx.vocoder`): ``[1, C, 1, T]`` tensors, ``1 x k`` 2-D convs, Snake's
 multiplies folded into the convs.
 
-Why: on the 2-core AMD EPYC (AVX2) decode of 290 mel frames (5.8 s of audio, random weights at
-the real size, the same mel and source) took 2.15 s under onnxruntime (2 threads) against 5.79 s
-on MLX (2.7x), medians of 3 in one process, load 0.3 -> 1.1; within 1.7e-4 of MLX's output there.
+Why: on the project's 2-core AVX2 CPU the decode runs well over twice as fast under onnxruntime
+as on MLX, within 1.7e-4 of MLX's output (docs/benchmarks.md#cb-cpu-hift-alone).
 
 Where the graph lives: built from a checkpoint, in ttscli's cache
 (``paths.converted_dir(MODEL, "onnx-hift-float32")``), found by the sha256 of

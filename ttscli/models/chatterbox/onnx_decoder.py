@@ -1,9 +1,9 @@
 """T3 on onnxruntime as Chatterbox's code decoder (``--code-decoder-backend onnx[-f32|-int8|-int4]``).
 
 Classifier-free guidance's two rows (same length: only the text embeddings differ) run as one
-batch of two, each row its own slice of the KV buffers: on this project's 2-core CPU one run
-of two rows took 0.47-0.65x the time of two one-row runs at real width (int8 and float32;
-README, "CPU backend"), since a decode step reads the weights once either way. The prefill
+batch of two, each row its own slice of the KV buffers: one run of two rows takes well under
+the time of two one-row runs (docs/benchmarks.md#cb-onnx-cfg), since a decode step reads the
+weights once either way. The prefill
 runs on onnxruntime too; T3's embeddings and its sampler stay on MLX, so a step hands MLX
 arrays in and gets MLX logits back.
 """

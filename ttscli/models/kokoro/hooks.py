@@ -56,11 +56,11 @@ def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = N
 
 
 BACKEND_ENV = "TTSCLI_KOKORO_BACKEND"
-# Where the model runs by default, measured with `ttscli bench kokoro-82m --code-decoder-backend
-# mlx,onnx --peer onnxruntime -n 2` on the 2-core AMD EPYC (AVX2, no AVX-512; shared, load 2.9 -> 6.2
-# during the run), default text (8.55 s of speech): MLX float32 (MKL) 42.4 s, our float32 graphs on
-# onnxruntime 20.0 s, the published int8 graph 23.6 s (with only the decoder on onnxruntime, load
-# 6.2-6.7: 28.8 / 15.6 / 15.8 s). Elsewhere on Linux (unmeasured) onnx too; on macOS MLX (Metal GPU).
+# Where the model runs by default, from `ttscli bench kokoro-82m --code-decoder-backend mlx,onnx
+# --peer onnxruntime` on the project's AMD CPU (AVX2, no AVX-512): our float32 graphs on
+# onnxruntime about twice as fast as MLX float32, and faster than the published int8 graph
+# (docs/benchmarks.md#kokoro-backends-busy). Elsewhere on Linux (not benchmarked) onnx too; on
+# macOS MLX (Metal GPU).
 MEASURED_DEFAULT = {("linux", "AuthenticAMD"): "onnx", ("darwin", ""): "mlx"}
 
 

@@ -96,8 +96,8 @@ def _norm_snake(x: mx.array, mean: mx.array, rstd: mx.array, gamma: mx.array, be
                 alpha: mx.array) -> mx.array:
     # AdaIN1d's normalisation and style affine, then Snake: one pass over x instead of ~8 (the
     # generator runs 48 on [120F, 128] and [20F, 256] arrays). Bounded, not shapeless: MLX's CPU
-    # kernel for a shapeless trace indexes every element generically (measured [17640, 128]:
-    # spectral.snake alone 41 ms shapeless, this whole function 18 ms compiled per shape)
+    # kernel for a shapeless trace indexes every element generically: this whole function
+    # compiled per shape takes less than half of Snake alone shapeless (docs/benchmarks.md#kokoro-mlx-busy)
     return snake((1 + gamma) * ((x - mean) * rstd) + beta, alpha)
 
 

@@ -14,9 +14,9 @@ reference's inputs (teacher forcing) and the alignment stays one numpy ``repeat`
   audio ``[600F]`` at torch.istft's level (ours, not the published graph's 1.5x).
 
 The decoder's tensors are ``[1, C, 1, T]`` and its convs 2-D convs with a ``1 x k`` kernel:
-onnxruntime's blocked NCHWc conv kernels only take 2-D convs. On the 2-core AMD EPYC (AVX2, load
-4.3-4.9 from other jobs) source + decoder of the default bench text (8.55 s of speech) took
-13.2-15.0 s as 2-D convs, 14.4-17.3 s as 1-D (``conv2d=False``), three runs each.
+onnxruntime's blocked NCHWc conv kernels only take 2-D convs, which made source + decoder
+faster than 1-D convs (``conv2d=False``) on the project's AVX2 CPU
+(docs/benchmarks.md#kokoro-backends-busy).
 
 Every op keeps the MLX code's float32 order where a rounding would be amplified: the source's
 phase (up to ~1e6 rad) is integrated, scaled and interpolated exactly as SineGen does.
@@ -49,8 +49,8 @@ RSQRT2 = 1.0 / math.sqrt(2.0)
 class _Net(ConvNet):
     """The shared generator ops (:class:`~ttscli.backends.onnx.vocoder.ConvNet`) and Kokoro's
     style-conditioned blocks, on ``[1, C, T]`` or, with ``conv2d``, ``[1, C, 1, T]`` tensors.
-    The generator's k=7/k=11 convs at 128 and 256 channels run as FFT convolutions (README,
-    Kokoro: the decoder ~1.3x faster)."""
+    The generator's k=7/k=11 convs at 128 and 256 channels run as FFT convolutions, which make
+    the decoder faster (docs/benchmarks.md#kokoro-fft-conv-bench)."""
 
     fft_min_channels = 128
 

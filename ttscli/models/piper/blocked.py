@@ -71,8 +71,8 @@ class _Worker:
 class _BlasThreads:
     """The BLAS (OpenBLAS or MKL, see ttscli/_blas.py) single-threaded inside a block
     (process-wide while it lasts): while our two threads each run GEMMs, its pool only added
-    threads competing for the same two cores (OpenBLAS: decoder measured 507 ms vs 552 ms with
-    its 2 threads, 557 ms unsplit)."""
+    threads competing for the same two cores (the decoder was faster with the BLAS on one
+    thread than on its two)."""
 
     def __init__(self, n: int):
         self.n, self.prev = n, None
@@ -157,8 +157,8 @@ def blocked(fn, x: mx.array, halo: int, block: int, scale: int = 1, min_split: i
             ) -> mx.array:
     """``fn`` over overlapping time blocks (axis 1 of ``x``); exact when ``halo`` covers fn's
     receptive field. Blocks are evaluated one by one: one lazy graph of all blocks ran
-    breadth-first (MLX's eval order) with every block's temporaries alive at once, measured
-    ~1.5x slower.
+    breadth-first (MLX's eval order) with every block's temporaries alive at once, and was
+    slower.
 
     With two cores and at least ``min_split`` frames (default ``8 * halo``) this thread and
     ``_Worker`` take blocks from one queue; each block's arithmetic is unchanged.
@@ -192,8 +192,8 @@ def blocked_chain(stages: list[tuple], x: mx.array) -> mx.array:
     the blocks of stage i that it reads are done, so at a stage's end neither thread idles
     while the other finishes its last block, and stage outputs stay in pieces (only the last
     stage's are concatenated). Each block's arithmetic is ``blocked``'s, so the result is too.
-    Decoder A/B in one process on 241 + 452 frames: 242.7 -> 235.1 ms best-of-9 (270.4 ->
-    256.7 in a second run); with stage-by-stage queues the cores idled ~17% of stages 0-1.
+    A few percent faster for the decoder than stage-by-stage queues, with which the cores
+    idled during the first two stages (docs/benchmarks.md#code-comment-figures).
     """
     ts = [x.shape[1]]
     for _, _, _, scale in stages:

@@ -38,7 +38,7 @@ def _gate(a: mx.array, b: mx.array) -> mx.array:
     """WaveNet's tanh(a) * sigmoid(b), with sigmoid(b) = 1/2 + tanh(b/2) / 2.
 
     Three compiled kernels: each tanh is as deep as MLX fuses into one CPU kernel, and one
-    graph of all of it split badly (measured at [452, 192]: 0.68 -> 0.27 ms)."""
+    graph of all of it split badly (the three kernels take less than half its time)."""
     return _gate_product(_tanh(a), _tanh(b, 0.5, 0.5))
 
 
@@ -63,8 +63,8 @@ class WN(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         """``x [1, T, C]`` -> skip sum ``[1, T, C]``. The in-layer convs run as one GEMM per
-        tap, accumulated (``Conv1d.accumulate``); flow A/B on 241 + 452 frames against one
-        im2col GEMM per conv: 67.4 -> 59.2 ms best-of-25 (the output-side form was slower still)."""
+        tap, accumulated (``Conv1d.accumulate``): faster for the flow than one im2col GEMM per
+        conv, and the output-side form was slower still."""
         n = self.hidden
         x = x[0]
         out = None
@@ -181,8 +181,8 @@ class Generator(nn.Module):
     def _stage_cf(self, i: int, x: mx.array) -> mx.array:
         """Mean of the stage's resblocks on channels-first ``x [C, T]``. Their first convs all
         read ``leaky_relu(x)``, so they run as one GEMM ``W [K*Cout, Cin] @ x`` (one activation
-        pass, one pad, wider product), each tap a band of contiguous rows (measured ~1.3x
-        faster than channels-last at 32-64 channels)."""
+        pass, one pad, wider product), each tap a band of contiguous rows (faster than
+        channels-last at 32-64 channels)."""
         nk = self.num_kernels
         blocks = self.resblocks[i * nk:(i + 1) * nk]
         firsts = [b.first() for b in blocks]
@@ -254,8 +254,8 @@ class Generator(nn.Module):
         """``[1, T, C]`` latent frames -> ``[1, T * prod(upsample_rates)]`` audio in [-1, 1].
 
         Each upsampling and its resblock stage (long, few channels, memory-bound) run together
-        in overlapping time blocks so their activations stay in cache: measured ~1.4x less CPU
-        time for the decoder at 450 frames. Each block carries a halo as wide as the receptive
+        in overlapping time blocks so their activations stay in cache, which saves the decoder a
+        good part of its CPU time. Each block carries a halo as wide as the receptive
         field, so the result equals the unblocked one exactly.
         """
         # the latents first, with the BLAS's own threads (the flow's GEMMs use both cores);
@@ -264,16 +264,15 @@ class Generator(nn.Module):
         mx.eval(x)
         with _BlasThreads(1):
             # channels-first [C, T] (the GEMMs are W @ x, each conv tap a band of contiguous
-            # rows); conv_pre (accumulated per-tap GEMMs: 2.8 -> 2.5 ms at 452 frames, one
-            # thread) is read as a transposed view
+            # rows); conv_pre (accumulated per-tap GEMMs, the faster form on one thread) is
+            # read as a transposed view
             x = nn.leaky_relu(self.conv_pre.accumulate(x[0]).T, 0.1)
             self._warm_caches()
             stages = []
             for i, up in enumerate(self.ups):
                 # ``block`` output samples per block at 64 channels, in inverse proportion to
                 # the channels elsewhere: a block's GEMM outputs must stay in L2 (2 MiB a core
-                # here); measured per sample at 128 ch: 2048-sample blocks 18.7 us, 1024 8.0 us;
-                # at 32 ch 8192 2.6 us, 4096 0.9 us)
+                # on the project's CPU; blocks that overflow it cost a multiple per sample)
                 blk = max(1, block * _BLOCK_CHANNELS // up.bias.shape[0])
                 stages.append((lambda v, inner, i=i: self._up_stage(i, v, inner), self._up_halo(i),
                                max(1, blk // up.stride), up.stride))

@@ -103,10 +103,10 @@ def random_model(args: ModelArgs | None = None, seed: int = 0) -> Vits:
 
 
 BACKEND_ENV = "TTSCLI_PIPER_BACKEND"
-# Measured with `ttscli bench piper-joe --peer piper-tts` (README, "CPU backend"): on the 2-core
-# AMD EPYC (Zen 3) the published graph on onnxruntime ran 1.07-1.34x faster than piper-tts in the
-# same run, our MLX VITS 1.5x slower; on Apple silicon MLX runs on the GPU. Elsewhere on Linux
-# (unmeasured) onnxruntime too: it is the graph piper-tts itself runs.
+# From `ttscli bench piper-joe --peer piper-tts` (docs/benchmarks.md#piper-workers): on the
+# project's AMD CPU (Zen 3) the published graph on onnxruntime ran faster than piper-tts in the
+# same run, our MLX VITS slower; on Apple silicon MLX runs on the GPU. Elsewhere on Linux
+# (not benchmarked) onnxruntime too: it is the graph piper-tts itself runs.
 MEASURED_DEFAULT = {("linux", "AuthenticAMD"): "onnx", ("darwin", ""): "mlx"}
 
 

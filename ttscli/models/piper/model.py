@@ -98,7 +98,7 @@ class Vits(nn.Module):
         """
         frames = np.maximum(frames, 0)
         # the std per phoneme, before the expansion to frames (~2x fewer exps; MLX's CPU exp
-        # is a scalar loop: prior sample at 448 frames 3.3 -> 2.5 ms)
+        # is a scalar loop)
         std = _std(logs_p, noise_scale)
         if frames.sum() == 0:
             # as the original: at least one frame, with an all-zero alignment

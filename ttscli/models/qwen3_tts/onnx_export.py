@@ -39,10 +39,9 @@ HEAD_INPUT = "head"
 GRAPH_LAYOUT = 2
 TALKER_POSITIONS = 16384      # RoPE table length: a 4096-token prompt plus 8192 frames fit
 PREFILL_ENV = "TTSCLI_ONNX_PREFILL"
-# onnxruntime's prefill against an MLX batched prefill with the cache handed over, 200 tokens at
-# 0.6B on the 2-core AMD EPYC (MKL; README, "CPU backend"): onnxruntime 8.6 s vs MLX 16.1 s at
-# float32, 11.9-14.4 s vs 15.7-20.2 s at int8 (the machine was shared). TTSCLI_ONNX_PREFILL=mlx
-# picks the other.
+# onnxruntime's prefill against an MLX batched prefill with the cache handed over: onnxruntime
+# was faster at float32 and about even at int8 (docs/benchmarks.md#qwen3-cpu-backends-before).
+# TTSCLI_ONNX_PREFILL=mlx picks the other.
 DEFAULT_PREFILL = "onnx"
 
 

@@ -5,11 +5,11 @@ venv's python (ttscli is imported from the repo checkout):
 
     python3 -m venv /tmp/mavenv && /tmp/mavenv/bin/pip install mlx==<same as .venv> \
         huggingface_hub mlx-lm scipy && /tmp/mavenv/bin/pip install --no-deps mlx-audio==0.6.2
-    /tmp/mavenv/bin/python scripts/bench_qwen3_peer.py [--preset 0.6B-Base] [--frames 8] [--rounds 3]
-    /tmp/mavenv/bin/python scripts/bench_qwen3_peer.py --batch 1,4,16,64   # batched generation, both
+    /tmp/mavenv/bin/python benchmarks/bench_qwen3_peer.py [--preset 0.6B-Base] [--frames 8] [--rounds 3]
+    /tmp/mavenv/bin/python benchmarks/bench_qwen3_peer.py --batch 1,4,16,64   # batched generation, both
 
 The BLAS both use is ttscli's choice (ttscli/_blas.py; the mavenv has no ``mkl`` wheel, so
-point TTSCLI_BLAS at ours: ``TTSCLI_BLAS=/work/main/.venv/lib/libmkl_rt.so.3``). ``--only
+point TTSCLI_BLAS at ours: ``TTSCLI_BLAS=.venv/lib/libmkl_rt.so.3``). ``--only
 mlx-audio`` with ``TTSCLI_BLAS=none`` times mlx-audio as its own install runs it on Linux (the
 ``mlx[cpu]`` wheel's BLAS); ``--only ours`` times ttscli alone.
 

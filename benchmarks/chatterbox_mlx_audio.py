@@ -1,10 +1,14 @@
-"""``ttscli bench chatterbox --peer mlx-audio``: mlx-audio 0.6.2's Chatterbox timed on the same text.
+"""Chatterbox, ttscli beside mlx-audio 0.6.2: the same text, token count and conditionals.
 
-mlx-audio is not a ttscli dependency and must not share its environment (it pins its own
-packages), so it runs in a subprocess with another interpreter: ``TTSCLI_MLX_AUDIO_PYTHON``
-names a Python whose environment has ``mlx-audio==0.6.2`` (and the same ``mlx`` as ttscli).
-This file is also the script that interpreter runs: below ``bench_peer`` it imports only numpy,
-mlx and mlx_audio.
+    TTSCLI_MLX_AUDIO_PYTHON=/tmp/mavenv/bin/python PYTHONPATH=. .venv/bin/python \\
+        benchmarks/chatterbox_mlx_audio.py [--frames 50] [--repeats 1] [--json]
+
+ttscli's side is ``ttscli bench chatterbox --random-weights --max-frames N``; mlx-audio's side
+runs in a subprocess under another interpreter, since mlx-audio is not a ttscli dependency and
+must not share its environment (it pins its own packages): ``TTSCLI_MLX_AUDIO_PYTHON`` names a
+Python whose environment has ``mlx-audio==0.6.2`` (and the same ``mlx`` as ttscli). This file
+is also the script that interpreter runs (``--peer``): that part imports only numpy, mlx and
+mlx_audio. The report is ``ttscli bench``'s, with mlx-audio as one more variant.
 
 What the peer runs: mlx-audio's ``Model.generate`` (T3 with CFG as a batch of two, then S3Gen
 with its 10 Euler steps and HiFT) on the text ttscli benches, with the same random conditionals
@@ -12,11 +16,12 @@ with its 10 Euler steps and HiFT) on the text ttscli benches, with the same rand
 Weights are random at the published shapes (fan-in-scaled normals, as ttscli's
 ``--random-weights``): the cost does not depend on their values. Random weights never draw the
 stop token on purpose, so, as ttscli's bench does, the stop token is masked out and exactly
-``max_frames`` tokens are generated. The subprocess loads the BLAS library ttscli loaded, so
+``--frames`` tokens are generated. The subprocess loads the BLAS library ttscli loaded, so
 both sides differ only in model code (``blas`` in the figures says which).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -33,32 +38,61 @@ def _text_ids(text: str, vocab: int = 704) -> list[int]:
     return [1 + ord(c) % (vocab - 1) for c in text]
 
 
-def bench_peer(spec, checkpoint, text: str, repeats: int, max_frames: int | None = None,
-               random_weights: bool = False) -> dict:
-    """Run this file under ``$TTSCLI_MLX_AUDIO_PYTHON``; its JSON figures (the bench's keys)."""
+def bench_peer(text: str, repeats: int, max_frames: int = DEFAULT_FRAMES) -> dict:
+    """Run this file under ``$TTSCLI_MLX_AUDIO_PYTHON``; its JSON figures (``ttscli bench``'s keys)."""
     import subprocess
 
     from ttscli import _blas
     from ttscli.errors import UsageError
 
-    if not random_weights:
-        raise UsageError("--peer mlx-audio runs with --random-weights only (mlx-audio's own checkpoint "
-                         "conversion is not part of ttscli)")
     python = os.environ.get(ENV)
     if not python:
-        raise UsageError(f"--peer mlx-audio: set {ENV} to a Python with mlx-audio 0.6.2 installed in its own "
-                         "environment (python3 -m venv /tmp/mavenv && /tmp/mavenv/bin/pip install mlx-audio==0.6.2)")
-    args = {"text": text, "frames": max_frames or DEFAULT_FRAMES, "repeats": repeats, "blas": _blas.loaded or ""}
+        raise UsageError(f"set {ENV} to a Python with mlx-audio 0.6.2 installed in its own environment "
+                         "(python3 -m venv /tmp/mavenv && /tmp/mavenv/bin/pip install mlx-audio==0.6.2)")
+    args = {"text": text, "frames": max_frames, "repeats": repeats, "blas": _blas.loaded or ""}
     try:
-        proc = subprocess.run([python, os.path.abspath(__file__), json.dumps(args)], capture_output=True,
-                              text=True, check=False)
+        proc = subprocess.run([python, os.path.abspath(__file__), "--peer", json.dumps(args)],
+                              capture_output=True, text=True, check=False)
     except OSError as e:
-        raise UsageError(f"--peer mlx-audio: cannot run {python} ({e.strerror})") from None
+        raise UsageError(f"mlx-audio: cannot run {python} ({e.strerror})") from None
     last = proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []
     if proc.returncode != 0 or not last:
         why = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UsageError(f"--peer mlx-audio failed under {python}: {why}")
-    return json.loads(last[0])
+        raise UsageError(f"mlx-audio failed under {python}: {why}")
+    try:
+        return json.loads(last[0])
+    except json.JSONDecodeError:
+        raise UsageError(f"mlx-audio under {python} printed no figures: {last[0][:200]}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """ttscli's bench of Chatterbox with random weights, mlx-audio's figures added as a variant."""
+    from ttscli.bench import DEFAULT_TEXT, BenchRequest, ratios, render, run_bench
+    from ttscli.errors import UsageError
+    from ttscli.registry import load_registry
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--frames", type=int, default=DEFAULT_FRAMES, help="T3 tokens generated on each side")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--text", default=DEFAULT_TEXT)
+    ap.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    a = ap.parse_args(argv)
+    try:
+        peer = bench_peer(a.text, a.repeats, a.frames)     # first: a missing peer fails before the long run
+        report = run_bench(BenchRequest(model="chatterbox", random_weights=True, text=a.text, repeats=a.repeats,
+                                        max_frames=a.frames, backends=[]), load_registry())
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    report["variants"]["mlx-audio"] = peer
+    report["ratios"] = ratios(report["variants"])
+    if a.json:
+        print(json.dumps(report, indent=1))
+    else:
+        from rich.console import Console
+
+        Console().print(render(report))
+    return 0
 
 
 # ----------------------------------------------------------------------------- the subprocess
@@ -189,4 +223,7 @@ class _Timed:
 
 
 if __name__ == "__main__":
-    print(json.dumps(_run(json.loads(sys.argv[1]))))
+    if sys.argv[1:2] == ["--peer"]:
+        print(json.dumps(_run(json.loads(sys.argv[2]))))
+    else:
+        raise SystemExit(main())

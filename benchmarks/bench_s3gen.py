@@ -1,19 +1,19 @@
 """S3Gen speed, in process: seconds of compute per second of audio, flow and HiFT apart.
 
-    .venv/bin/python -m ttscli.codecs.s3gen.bench [--seconds 4] [--prompt 4] [--steps 10]
+    .venv/bin/python benchmarks/bench_s3gen.py [--seconds 4] [--prompt 4] [--steps 10]
 
-Without a checkpoint it builds the real-size S3Gen with random weights (the cost does not depend
-on the values). ``bench_s3gen`` is what a family's ``bench_components`` can call.
+It builds the real-size S3Gen with random weights (the cost does not depend on the values).
 """
 from __future__ import annotations
 
 import argparse
 import time
 
+import ttscli  # noqa: F401  (loads the BLAS before mlx)
 import mlx.core as mx
 import numpy as np
 
-from . import S3Gen, load_s3gen
+from ttscli.codecs.s3gen import S3Gen, load_s3gen
 
 
 def bench_s3gen(s3: S3Gen | None = None, *, audio_seconds: float = 4.0, prompt_seconds: float = 4.0,

@@ -4,10 +4,10 @@ On a shared machine wall-clock figures of two runs made minutes apart measure th
 than the code; this times each component of both implementations back to back in one process
 and reports the CPU seconds of this process (all its threads) as well as wall seconds.
 mlx-audio is NOT a dependency: run this file with the python of a scratch venv holding it
-(ttscli is imported from the checkout; see ttscli/models/chatterbox/mlx_audio_peer.py):
+(ttscli is imported from the checkout; see benchmarks/chatterbox_mlx_audio.py):
 
-    TTSCLI_BLAS=/work/main/.venv/lib/libmkl_rt.so.3 PYTHONPATH=. /tmp/mavenv/bin/python \\
-        scripts/bench_chatterbox_peer.py [--tokens 50] [--steps 8] [--rounds 2]
+    TTSCLI_BLAS=.venv/lib/libmkl_rt.so.3 PYTHONPATH=. /tmp/mavenv/bin/python \\
+        benchmarks/bench_chatterbox_peer.py [--tokens 50] [--steps 8] [--rounds 2]
 
 Components: a T3 decode step (CFG batch of two, 30-layer Llama-520M, float32), the S3Gen flow
 (encoder + 10 Euler steps of the CFM with CFG) on ``--tokens`` tokens after a 100-token prompt,
@@ -43,7 +43,7 @@ def main() -> None:
 
     from ttscli.lm.decoder import MLXCodeDecoder
     from ttscli.models.chatterbox.load import load_t3
-    from ttscli.models.chatterbox.mlx_audio_peer import _randomize
+    from chatterbox_mlx_audio import _randomize   # this folder, on sys.path as the script's own
     from ttscli.codecs.s3gen import load_s3gen
 
     theirs = Model(ModelConfig())

@@ -1,6 +1,6 @@
 """Talker-side speed at real dimensions with random weights (no downloads).
 
-    .venv/bin/python scripts/bench_qwen3_talker.py [--preset 0.6B-Base] [--prompt 200] [--frames 10]
+    .venv/bin/python benchmarks/bench_qwen3_talker.py [--preset 0.6B-Base] [--prompt 200] [--frames 10]
 
 Prints: batched vs one-position-per-call prefill of a ``--prompt``-token prompt, talker step ms,
 code-predictor frame ms (15 steps, compiled, on-device sampling), full frame ms through the real

@@ -5,8 +5,8 @@ frames) into a front (text encoder, durations, prior sample, flow) and the decod
 (HiFi-GAN); our model runs the same two halves. Both run the bench text sentence by
 sentence, alternated run by run, best of ``--rounds``, with one or two threads:
 
-    .venv/bin/python scripts/piper_stage_times.py --threads 2
-    .venv/bin/python scripts/piper_stage_times.py --threads 1
+    .venv/bin/python benchmarks/piper_stage_times.py --threads 2
+    .venv/bin/python benchmarks/piper_stage_times.py --threads 1
 
 ``--threads 1`` gives each side one core (our decoder's block queue off, BLAS on one thread;
 onnxruntime's intra-op pool of one), which shows per-core efficiency; ``--threads 2`` is how

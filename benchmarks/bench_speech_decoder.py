@@ -1,6 +1,6 @@
 """Speech-decoder speed at the released dimensions with random weights.
 
-    .venv/bin/python scripts/bench_speech_decoder.py [--frames 50] [--chunk 25] [--repeat 3] [--json]
+    .venv/bin/python benchmarks/bench_speech_decoder.py [--frames 50] [--chunk 25] [--repeat 3] [--json]
 
 Reports ms per 80 ms frame and the decoder-only real-time factor (compute seconds per second of
 audio; < 1 is faster than real time) for a streamed decode (first chunk, then ``--chunk``)
@@ -38,10 +38,10 @@ def macs_per_frame(dec: SpeechDecoder) -> int:
     for m in dec.decoder:
         if isinstance(m, Sequential):
             t = m.block[1]
-            cin = t.conv.weight.shape[0]
-            total += steps * cin * t.blocks * t.stride * t.out_channels
+            cin, cout = t.conv.weight.shape[:2]                    # PyTorch layout [in, out, K]
+            total += steps * cin * t.blocks * t.stride * cout
             steps *= t.stride
-            total += steps * 3 * 8 * t.out_channels * t.out_channels
+            total += steps * 3 * 8 * cout * cout
     return total
 
 

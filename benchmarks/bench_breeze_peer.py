@@ -6,19 +6,19 @@ venv's python (ttscli is imported from the repo checkout):
     python3 -m venv /tmp/mavenv && /tmp/mavenv/bin/pip install mlx==<same as .venv> numpy \
         safetensors tokenizers huggingface_hub rich typer && \
         /tmp/mavenv/bin/pip install --no-deps mlx-audio==0.6.2
-    /tmp/mavenv/bin/python scripts/bench_breeze_peer.py [--frames 12] [--rounds 3] [--prompt 120]
-    /tmp/mavenv/bin/python scripts/bench_breeze_peer.py --layers 4 --frames 6 --rounds 2  # quick, CPU
-    /tmp/mavenv/bin/python scripts/bench_breeze_peer.py --tiny --frames 6 --rounds 1        # smoke test
+    /tmp/mavenv/bin/python benchmarks/bench_breeze_peer.py [--frames 12] [--rounds 3] [--prompt 120]
+    /tmp/mavenv/bin/python benchmarks/bench_breeze_peer.py --layers 4 --frames 6 --rounds 2  # quick, CPU
+    /tmp/mavenv/bin/python benchmarks/bench_breeze_peer.py --tiny --frames 6 --rounds 1        # smoke test
 
 mlx-audio's Breeze port imports only mlx, numpy and huggingface_hub (its package __init__):
 no torch, transformers or scipy, so a ``--no-deps`` install suffices and nothing is stubbed.
 ``--only ours`` runs in ttscli's own venv without mlx-audio. On a Linux CPU point both at
-ttscli's BLAS (``TTSCLI_BLAS=/work/main/.venv/lib/libmkl_rt.so.3``; a scratch venv has no
-``mkl`` wheel). On the lent H200 (../shared/gpu/README.md: the mlx and mlx-cuda-13 wheels
-and ``mlx_audio-0.6.2-py3-none-any.whl`` installed ``--no-deps --target /root/site``):
+ttscli's BLAS (``TTSCLI_BLAS=.venv/lib/libmkl_rt.so.3``; a scratch venv has no
+``mkl`` wheel). On an NVIDIA GPU (the mlx and mlx-cuda-13 wheels and
+``mlx_audio-0.6.2-py3-none-any.whl`` installed ``--no-deps --target /root/site``):
 
-    PYTHONPATH=/root/site:$PWD python3 scripts/bench_breeze_peer.py --frames 24 --rounds 3 \
-        --out $OUT/breeze_peer.json
+    PYTHONPATH=/root/site:$PWD python3 benchmarks/bench_breeze_peer.py --frames 24 --rounds 3 \
+        --out breeze_peer.json
 
 What is timed, per side, each driven with its own modules and sampler as its own generate
 loop calls them:
