@@ -81,9 +81,10 @@ def declaration_problems(family: Family, all_families: list[Family] = ()) -> lis
     for row in family.bench_rows:
         if len(row) != 3 or not all(isinstance(x, str) for x in row):
             out.append(f"bench row {row!r} is not (key, label, format)")
-    unknown_batched = set(family.batched) - {"synthesize_many", "stream_many", "bench_batch"}
-    if unknown_batched:
-        out.append(f"batched declares unknown entry points {sorted(unknown_batched)}")
+    if family.bench_batch is not None and not callable(family.bench_batch):
+        out.append("bench_batch is not callable")
+    if family.bench_batch is not None and not family.batches:
+        out.append("bench_batch is declared but the family does not batch (batches=False)")
     if family.parity_against and family.parity_checks is None:
         out.append("parity_against is declared but parity_checks is missing")
     return out
