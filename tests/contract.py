@@ -109,6 +109,19 @@ def check_audio(chunks: list, sample_rate: int, spec) -> list[str]:
     return out
 
 
+def rows_problems(pipe, family, request, spec) -> list[str]:
+    """A pipeline that generates rows (Pipeline.rows()) is declared so, and its rows speak."""
+    if pipe.rows() is None:
+        return []
+    from ttscli.batching import synthesize_many
+
+    out = [] if family.batches else ["the pipeline generates rows but the family does not declare batches=True"]
+    (_, got), = synthesize_many(pipe, [(0, request)], max_batch=2)
+    if isinstance(got, BaseException):
+        return out + [f"rows: {got}"]
+    return out + check_audio([got], pipe.sample_rate, spec)
+
+
 def run_contract(case: Case) -> list[str]:
     """load -> speak -> bench -> parity, as the engine runs them; problems found, in order."""
     from ttscli import api, synthesize
@@ -139,6 +152,7 @@ def run_contract(case: Case) -> list[str]:
     if out:
         return out            # bench and parity of a family that yields bad audio prove nothing
     out += check_audio(list(synthesize(pipe, case.request)), pipe.sample_rate, spec)
+    out += rows_problems(pipe, family, case.request, spec)
     numeric = [k.name for k in family.knobs if k.type in (int, float)]
     for bad in [{"no_such_knob_xyz": 1}] + [{name: "not-a-number"} for name in numeric[:1]]:
         try:
