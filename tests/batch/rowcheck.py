@@ -65,10 +65,12 @@ def streamed(pipe, reqs, arrivals: dict[int, list[int]], max_batch: int) -> tupl
     return pieces, errors, stats
 
 
-def served_together(pipe, reqs) -> tuple[list[list], int]:
-    """Submit the requests at once to the server's worker for this pipeline: each request's
-    answer (chunks then DONE or an exception) and the most rows the worker stepped together."""
-    w = ModelWorker("m", lambda: pipe, None, max_queue=8, batched=batched_stream, max_batch=8)
+def served_together(load, reqs) -> tuple[list[list], int]:
+    """Submit the requests at once to the server's worker for the pipeline ``load()`` makes (on
+    the worker's thread, as ``ttscli serve`` loads it: MLX arrays belong to the thread that made
+    them): each request's answer (chunks then DONE or an exception) and the most rows the worker
+    stepped together."""
+    w = ModelWorker("m", load, None, max_queue=8, batched=batched_stream, max_batch=8)
     w.start()
 
     async def read(job):
@@ -81,7 +83,8 @@ def served_together(pipe, reqs) -> tuple[list[list], int]:
 
     async def go():
         loop = asyncio.get_running_loop()
-        jobs = [w.submit(r, loop) for r in reqs]
+        with w._cond:  # both queued before the worker may take either: they arrive together
+            jobs = [w.submit(r, loop) for r in reqs]
         return await asyncio.gather(*(read(j) for j in jobs))
 
     try:

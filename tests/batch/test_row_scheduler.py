@@ -203,7 +203,8 @@ def test_serve_runs_two_concurrent_requests_as_rows_of_one_batch():
 
     async def go():
         loop = asyncio.get_running_loop()
-        jobs = [w.submit(REQUESTS[0], loop), w.submit(REQUESTS[2], loop)]
+        with w._cond:  # both queued before the worker may take either: they arrive together
+            jobs = [w.submit(REQUESTS[0], loop), w.submit(REQUESTS[2], loop)]
         out = []
         for job in jobs:
             items = []

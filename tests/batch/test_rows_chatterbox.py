@@ -19,11 +19,15 @@ from ttscli.serve.worker import DONE
 TINY = Path(__file__).resolve().parents[1] / "fixtures" / "chatterbox" / "tiny"
 
 
-@pytest.fixture(scope="module")
-def pipe():
+def load():
     p = api.load("chatterbox", model_dir=TINY)
     p.max_chunk_chars = 24
     return p
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    return load()
 
 
 def requests() -> list[Request]:
@@ -54,7 +58,7 @@ def test_streamed_rows_joining_late_equal_alone(pipe):
 
 def test_serve_runs_two_concurrent_requests_as_rows_of_one_batch(pipe):
     reqs = requests()[:2]
-    answers, largest = served_together(pipe, reqs)
+    answers, largest = served_together(load, reqs)
     assert largest == 2
     assert all(a[-1] is DONE for a in answers)
     check_equal_alone(pipe, reqs, {k: np.concatenate(a[:-1]) for k, a in enumerate(answers)}, {})
