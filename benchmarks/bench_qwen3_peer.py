@@ -136,15 +136,19 @@ def peer_batch_steps(talker, x, n_frames: int, B: int):
 
 def our_batch_steps(model, x, n_frames: int, B: int):
     """ttscli's batched frame (ttscli.models.qwen3_tts.batched) for ``B`` rows; seconds per step."""
-    from ttscli.models.qwen3_tts.batched import Item, generate_batched
+    from ttscli.lm import KeyStream
+    from ttscli.models.qwen3_tts.batched import TalkerBatch, TalkerRow
 
     cfg = LoopConfig.from_generation_config(GenerationConfig(), max_frames=n_frames)
     cfg.ignore_eos = True
-    stats: dict = {}
-    items = [Item(key=i, prompt=Prompt(x, x[:, :0], x[:, :1]), cfg=cfg, seed=i) for i in range(B)]
-    for _ in generate_batched(model.talker, items, max_batch=B, stats=stats):
-        pass
-    return stats["step_s"]
+    batch = TalkerBatch(model.talker)
+    batch.join([TalkerRow(Prompt(x, x[:, :0], x[:, :1]), cfg, KeyStream(i)) for i in range(B)])
+    times = []
+    while batch.rows:
+        t0 = time.perf_counter()
+        batch.step()
+        times.append(time.perf_counter() - t0)
+    return times
 
 
 def our_frames(model, x, n_frames: int):
@@ -167,7 +171,7 @@ def main():
                     help="bfloat16: mlx-audio as the mlx-community *-bf16 conversions run it (ours stays float32)")
     ap.add_argument("--only", choices=["both", "ours", "mlx-audio"], default="both")
     ap.add_argument("--batch", default=None,
-                    help="e.g. 1,4,16,64: batched frames (ours: generate_batched; mlx-audio: batch_generate's step)")
+                    help="e.g. 1,4,16,64: batched frames (ours: TalkerBatch; mlx-audio: batch_generate's step)")
     a = ap.parse_args()
     cfg = preset_config(a.preset)
     cfg.pop("speaker_encoder_config", None)

@@ -81,9 +81,10 @@ def declaration_problems(family: Family, all_families: list[Family] = ()) -> lis
     for row in family.bench_rows:
         if len(row) != 3 or not all(isinstance(x, str) for x in row):
             out.append(f"bench row {row!r} is not (key, label, format)")
-    unknown_batched = set(family.batched) - {"synthesize_many", "stream_many", "bench_batch"}
-    if unknown_batched:
-        out.append(f"batched declares unknown entry points {sorted(unknown_batched)}")
+    if family.bench_batch is not None and not callable(family.bench_batch):
+        out.append("bench_batch is not callable")
+    if family.bench_batch is not None and not family.batches:
+        out.append("bench_batch is declared but the family does not batch (batches=False)")
     if family.parity_against and family.parity_checks is None:
         out.append("parity_against is declared but parity_checks is missing")
     return out
@@ -106,6 +107,19 @@ def check_audio(chunks: list, sample_rate: int, spec) -> list[str]:
     if chunks and sum(len(c) for c in chunks if hasattr(c, "__len__")) == 0:
         out.append("zero samples")
     return out
+
+
+def rows_problems(pipe, family, request, spec) -> list[str]:
+    """A pipeline that generates rows (Pipeline.rows()) is declared so, and its rows speak."""
+    if pipe.rows() is None:
+        return []
+    from ttscli.batching import synthesize_many
+
+    out = [] if family.batches else ["the pipeline generates rows but the family does not declare batches=True"]
+    (_, got), = synthesize_many(pipe, [(0, request)], max_batch=2)
+    if isinstance(got, BaseException):
+        return out + [f"rows: {got}"]
+    return out + check_audio([got], pipe.sample_rate, spec)
 
 
 def run_contract(case: Case) -> list[str]:
@@ -138,6 +152,7 @@ def run_contract(case: Case) -> list[str]:
     if out:
         return out            # bench and parity of a family that yields bad audio prove nothing
     out += check_audio(list(synthesize(pipe, case.request)), pipe.sample_rate, spec)
+    out += rows_problems(pipe, family, case.request, spec)
     numeric = [k.name for k in family.knobs if k.type in (int, float)]
     for bad in [{"no_such_knob_xyz": 1}] + [{name: "not-a-number"} for name in numeric[:1]]:
         try:

@@ -359,10 +359,10 @@ BATCH_ROWS = (("step_ms_p50", "batched frame step, p50 (ms)", "{:.1f}"),
 
 
 def bench_batches(spec, req: BenchRequest, text: str, registry, console=None) -> dict:
-    """--batch 1,4,16: the family's batched generator (``Family.batched["bench_batch"]``) side by side."""
+    """--batch 1,4,16: the family's batched frames (``Family.bench_batch``) side by side."""
     import mlx.core as mx
 
-    bench_batch = family_of(spec).batched.get("bench_batch")
+    bench_batch = family_of(spec).bench_batch
     if bench_batch is None:
         raise UsageError(f"{spec.id} has no batched generation; drop --batch")
     if any(b < 1 for b in req.batch):

@@ -601,8 +601,9 @@ def serve(
     max_queue: int = typer.Option(16, "--max-queue", min=1, help="Requests waiting per model; more get 503."),
     max_batch: int = typer.Option(16, "--max-batch", min=1,
                                   help="Requests in progress at once per model: rows of one batch (Qwen3-TTS, "
-                                       "MLX), else generations taking turns a chunk each, a new one first, so a "
-                                       "short request is not stuck behind a long one (1: one at a time)."),
+                                       "Chatterbox, Breeze on MLX), else generations taking turns a chunk each, "
+                                       "a new one first, so a short request is not stuck behind a long one "
+                                       "(1: one at a time)."),
     max_input_chars: int = typer.Option(4096, "--max-input-chars", min=1,
                                         help="Longest `input` in characters (OpenAI's limit); longer gets 400. "
                                              "The 32,768-byte text limit applies as well."),
@@ -673,7 +674,8 @@ def batch(
                                     "on 127.0.0.1 that ends with the command)."),
     ray_workers: int = typer.Option(2, "--ray-workers", min=1, help="Ray actors, one model each."),
     batch_size: int = typer.Option(16, "--batch-size", min=1,
-                                   help="Rows generated at once by models with batched generation (Qwen3-TTS, MLX)."),
+                                   help="Rows generated at once by models with batched generation "
+                                        "(Qwen3-TTS, Chatterbox, Breeze on MLX)."),
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
     dtype: Optional[str] = Dtype,
     registry: Optional[List[Path]] = Registry,

@@ -55,39 +55,60 @@ def mel_filterbank(sr: int, n_fft: int, n_mels: int, fmin: float = 0.0, fmax: fl
 CROSSFADE_S = 0.02                   # seconds of crossfade between the audio of two text chunks
 
 
-def crossfade_join(pieces: Iterator[tuple[int, np.ndarray]], n_fade: int) -> Iterator[np.ndarray]:
-    """Join audio of consecutive text chunks with an equal-power crossfade of n_fade samples.
+class Crossfade:
+    """The equal-power crossfade of consecutive text chunks, fed one piece at a time.
 
-    `pieces` yields (chunk_index, samples) in order; within a chunk, samples pass straight through
-    except the last n_fade, which are held back to blend with the start of the next chunk.
+    ``push(chunk_index, samples)`` returns the samples that are final now: within a chunk they
+    pass straight through except the last ``n_fade``, which are held back to blend with the start
+    of the next chunk; ``finish()`` returns what is still held. Push-style so that the engine's
+    row scheduler, which gets a request's audio between other rows' frames, joins chunks with the
+    same arithmetic as :func:`crossfade_join`.
     """
-    held = np.zeros(0, np.float32)       # tail of the previous chunk, not yet emitted
-    current = -1
-    head_needed = 0                      # samples of the new chunk still to blend into `held`
-    fade_in = np.sin(np.linspace(0, np.pi / 2, n_fade, dtype=np.float32)) ** 2 if n_fade else None
-    for idx, x in pieces:
+
+    def __init__(self, n_fade: int):
+        self.n_fade = n_fade
+        self.held = np.zeros(0, np.float32)     # tail of the previous chunk, not yet emitted
+        self.current = -1
+        self.head_needed = 0                    # samples of the new chunk still to blend into `held`
+        self.fade_in = np.sin(np.linspace(0, np.pi / 2, n_fade, dtype=np.float32)) ** 2 if n_fade else None
+
+    def push(self, idx: int, x: np.ndarray) -> list[np.ndarray]:
         x = np.asarray(x, np.float32)
         if x.ndim != 1:  # a family bug: flattening would interleave channels into noise
             raise TypeError(f"a pipeline yielded audio of shape {x.shape}; the family contract is mono (1-D)")
-        if idx != current:
-            current = idx
-            head_needed = len(held)
-        if head_needed:
-            k = min(head_needed, len(x))
-            start = len(held) - head_needed
-            w = (fade_in[start:start + k] if len(held) == n_fade
-                 else np.linspace(0, 1, len(held), dtype=np.float32)[start:start + k])
+        out = []
+        if idx != self.current:
+            self.current = idx
+            self.head_needed = len(self.held)
+        if self.head_needed:
+            held, n = self.held, len(self.held)
+            k = min(self.head_needed, len(x))
+            start = n - self.head_needed
+            w = (self.fade_in[start:start + k] if n == self.n_fade
+                 else np.linspace(0, 1, n, dtype=np.float32)[start:start + k])
             held[start:start + k] = held[start:start + k] * (1 - w) + x[:k] * w
-            head_needed -= k
+            self.head_needed -= k
             x = x[k:]
-            if head_needed:
-                continue
-            yield held
-            held = np.zeros(0, np.float32)
-        buf = np.concatenate([held, x]) if len(held) else x
-        keep = min(n_fade, len(buf))
+            if self.head_needed:
+                return out
+            out.append(held)
+            self.held = np.zeros(0, np.float32)
+        buf = np.concatenate([self.held, x]) if len(self.held) else x
+        keep = min(self.n_fade, len(buf))
         if len(buf) > keep:
-            yield buf[: len(buf) - keep]
-        held = buf[len(buf) - keep:].copy()
-    if len(held):
-        yield held
+            out.append(buf[: len(buf) - keep])
+        self.held = buf[len(buf) - keep:].copy()
+        return out
+
+    def finish(self) -> list[np.ndarray]:
+        out, self.held = ([self.held] if len(self.held) else []), np.zeros(0, np.float32)
+        return out
+
+
+def crossfade_join(pieces: Iterator[tuple[int, np.ndarray]], n_fade: int) -> Iterator[np.ndarray]:
+    """Join audio of consecutive text chunks with an equal-power crossfade of n_fade samples
+    (:class:`Crossfade`); `pieces` yields (chunk_index, samples) in order."""
+    join = Crossfade(n_fade)
+    for idx, x in pieces:
+        yield from join.push(idx, x)
+    yield from join.finish()

@@ -140,8 +140,10 @@ def synthesize(
 ) -> Iterator[np.ndarray]:
     """Split request.text into the pipeline's sentence chunks and yield audio in order.
 
-    `workers` > 1 runs chunks concurrently; callers must pass 1 for pipelines that share decoder
-    state (MLX), see `effective_workers`. `on_chunk(done, total)` reports progress.
+    `workers` > 1 runs chunks concurrently: as rows of one batch where the pipeline generates
+    rows (``Pipeline.rows()``, see ttscli.batching), else on threads; callers must pass 1 for
+    other pipelines that share decoder state (MLX), see `effective_workers`. `on_chunk(done,
+    total)` reports progress.
     """
     from ttscli.memory import release_memory_if_grown
     from ttscli.models import family_of
@@ -150,6 +152,15 @@ def synthesize(
     spec = pipeline.spec
     if spec is not None:
         request = check_request(spec, family_of(spec), request)
+    rows = pipeline.rows() if workers > 1 else None
+    if rows is not None:  # chunks as rows of one batch: one forward per frame for all of them
+        from ttscli.batching import synthesize_rows
+
+        try:
+            yield from synthesize_rows(pipeline, rows, request, workers, on_chunk, crossfade_s)
+        finally:
+            release_memory_if_grown()
+        return
     chunks = chunk_text(request.text, pipeline.max_chunk_chars)
     reqs = chunk_requests(request, chunks)
 
@@ -172,7 +183,7 @@ def effective_workers(pipeline, requested: int) -> tuple[int, str | None]:
     """Workers actually used, and a note when the request was reduced."""
     if requested <= 1:
         return 1, None
-    if not pipeline.concurrent_safe:
+    if not pipeline.concurrent_safe and pipeline.rows() is None:
         why = ("concurrent chunks must not share an MLX decoder's KV cache"
                if pipeline.backends.get("code_decoder", "mlx") == "mlx"
                else "its MLX components cannot run concurrently")

@@ -1,114 +1,149 @@
-"""Batched Qwen3-TTS frames (ttscli.lm.batch + qwen3_tts/batched.py): every row's codes equal the
-same request run alone with the same seed, while rows of different prompt lengths, sampling
-settings and stops leave the batch and others join it."""
+"""Batched Qwen3-TTS (ttscli.lm.batch + qwen3_tts/batched.py under the engine's row scheduler,
+ttscli.batching): every request's audio equals the same request run alone with the same seed,
+while rows of different prompt lengths, sampling settings, chunks and stops leave the batch and
+others join it. "Equal" is exact here: a row's codes equal the lone run's (batched matmuls on
+the CPU round alike at these sizes) and each row has its own speech decoder stream."""
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 import pytest
 
-from ttscli.errors import GenerationError
-from ttscli.lm import KVCache, MLXCodeDecoder, SamplingParams
+from ttscli import api
+from ttscli.batching import BatchStats, feed, run_rows, stream_many, synthesize_many
+from ttscli.generate import synthesize
+from ttscli.lm import KVCache, SamplingParams
 from ttscli.lm.batch import BatchKVCache, RowBatch, merge, select
-from ttscli.models.qwen3_tts.batched import Item, generate_batched
-from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer
-from ttscli.models.qwen3_tts.loop import LoopConfig, generate_frames
-from ttscli.models.qwen3_tts.prompt import prepare
+from ttscli.models.base import Request
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "qwen3_e2e"))
 from e2e_fixture import build
 
-TEXTS = ["Hi.", "A somewhat longer sentence for the second row.", "Third one, medium length.",
-         "The fourth row joins late.", "Five."]
+CV = "qwen3-tts-1.7b-customvoice"
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def pipe(tmp_path_factory):
     # the e2e checkpoint: its EOS row is scaled so that sampling stops within a few dozen frames
     ckpt = build("customvoice", tmp_path_factory.mktemp("batched") / "cv", eos_gain=3.0)
-    m, gen = load_model(ckpt)
-    return m, gen, load_tokenizer(ckpt)
+    p = api.load(CV, model_dir=ckpt)
+    p.max_chunk_chars = 32    # short chunks: most requests below are several chunks
+    return p
 
 
-def alone(m, item):
+def requests() -> list[Request]:
+    """Different prompt lengths, voices, sampling settings, chunk counts and stops."""
+    return [
+        Request("Hi.", voice="serena", seed=100, max_frames=40),
+        Request("A somewhat longer sentence for the second row.", voice="ryan", seed=101, max_frames=40,
+                knobs={"temperature": 0.7, "top_k": 20, "subtalker_temperature": 0.5}),
+        Request("Third one, medium length. And a second sentence in it.", voice="serena", seed=102,
+                max_frames=40, knobs={"do_sample": False, "subtalker_do_sample": False}),
+        Request("The fourth row runs to its limit.", voice="ryan", seed=103, max_frames=13, ignore_eos=True),
+        Request("Five.", voice="serena", seed=104, max_frames=2),       # too few frames: fails alone
+        Request("Streamed in small pieces.", voice="ryan", seed=105, max_frames=40, stream=True,
+                first_chunk_frames=2, chunk_frames=3),
+    ]
+
+
+def alone(pipe, r: Request):
+    """The request through the sequential engine path: (audio, None) or (None, error text)."""
     try:
-        return list(generate_frames(m.talker, MLXCodeDecoder(m.talker), item.prompt, item.cfg, seed=item.seed)), None
-    except GenerationError as e:
+        return np.concatenate(list(synthesize(pipe, r))), None
+    except Exception as e:  # noqa: BLE001 - the error text is what the batched row must repeat
         return None, str(e)
 
 
-def items(m, gen, tok):
-    out = []
-    for i, text in enumerate(TEXTS):
-        p = prepare(m.talker, m.args, tok, text, speaker="ryan" if i % 2 else "serena")
-        cfg = LoopConfig.from_generation_config(gen, {}, max_frames=40)
-        if i == 1:
-            cfg = LoopConfig.from_generation_config(gen, {"temperature": 0.7, "top_k": 20,
-                                                          "subtalker_temperature": 0.5}, max_frames=40)
-        if i == 2:
-            cfg = LoopConfig.from_generation_config(gen, {"do_sample": False, "subtalker_do_sample": False},
-                                                    max_frames=40)
-        if i == 3:  # runs to its limit without stopping: leaves by ignore_eos
-            cfg = replace(cfg, ignore_eos=True, max_frames=13)
-        if i == 4:  # too few frames allowed: an overrun error for this row only
-            cfg = replace(cfg, max_frames=2)
-        out.append(Item(key=i, prompt=p, cfg=cfg, seed=100 + i))
-    return out
+def check_equal_alone(pipe, reqs, got: dict, errors: dict) -> None:
+    for k, r in enumerate(reqs):
+        want, err = alone(pipe, r)
+        if err is not None:
+            assert errors.get(k) == err, (k, errors.get(k), err)
+            continue
+        assert k not in errors, errors[k]
+        assert got[k].shape == want.shape, (k, got[k].shape, want.shape)
+        np.testing.assert_array_equal(got[k], want, err_msg=f"request {k}")
 
 
-def run_batched(m, its, join_late: dict[int, int], max_batch: int):
-    """Rows in ``join_late`` (key -> step) are offered only from that step on."""
-    queue = [it for it in its if it.key not in join_late]
-    late = {it.key: it for it in its if it.key in join_late}
-    step = {"n": 0}
+@pytest.mark.parametrize("max_batch", [8, 3])
+def test_whole_requests_as_rows_equal_alone(pipe, max_batch):
+    """ttscli batch's path: every chunk of every request a row; with 3 slots the later rows are
+    admitted as earlier ones end."""
+    reqs = requests()
+    got, errors = {}, {}
+    for k, x in synthesize_many(pipe, list(enumerate(reqs)), max_batch=max_batch):
+        if isinstance(x, BaseException):
+            errors[k] = str(x)
+        else:
+            got[k] = x
+    assert set(got) | set(errors) == set(range(len(reqs)))
+    check_equal_alone(pipe, reqs, got, errors)
+    assert len({len(x) for x in got.values()}) > 1     # rows of different lengths
+
+
+def test_streamed_rows_join_late_and_equal_alone(pipe):
+    """serve's path: requests arrive while others run (one at the first step, the rest later),
+    each request's chunks run one after another, audio streams as it is decoded."""
+    reqs = requests()
+    arrivals = {1: [0, 2], 4: [1, 3, 5], 9: [4]}    # step -> requests that arrive then
+    calls = {"n": 0}
+    waiting: list = []
 
     def source(n):
-        step["n"] += 1
-        for k, s in join_late.items():
-            if step["n"] >= s and k in late:
-                queue.insert(0, late.pop(k))
-        take = queue[:n]
-        del queue[:n]
+        calls["n"] += 1
+        waiting.extend((k, reqs[k]) for k in arrivals.pop(calls["n"], []))
+        take = waiting[:n]
+        del waiting[:n]
+        if not take and arrivals and calls["n"] < 100:
+            return source(n) if not waiting and calls["n"] + 1 in arrivals else []
         return take
 
-    got = {it.key: [] for it in its}
-    errors = {}
-    ended = set()
-    stats = {}
-    for key, x in generate_batched(m.talker, source, max_batch=max_batch, stats=stats):
-        assert key not in ended
-        if x is None:
-            ended.add(key)
-        elif isinstance(x, Exception):
-            errors[key] = str(x)
-            ended.add(key)
+    pieces: dict = {}
+    errors, done = {}, set()
+    stats = BatchStats()
+    for k, x in stream_many(pipe, source, drop=lambda k: False, max_batch=4, stats=stats):
+        assert k not in done and k not in errors
+        if isinstance(x, BaseException):
+            errors[k] = str(x)
+        elif isinstance(x, np.ndarray):
+            pieces.setdefault(k, []).append(x)
         else:
-            got[key].append(x)
-    return got, errors, ended, stats
+            done.add(k)
+    assert done | set(errors) == set(range(len(reqs)))
+    assert 1 < stats.largest <= 4
+    assert len(pieces[5]) > 2                          # the streamed request came in pieces
+    check_equal_alone(pipe, reqs, {k: np.concatenate(v) for k, v in pieces.items()}, errors)
 
 
-@pytest.mark.parametrize("max_batch,join_late", [(8, {3: 4}), (2, {})])
-def test_rows_equal_alone(model, max_batch, join_late):
-    m, gen, tok = model
-    its = items(m, gen, tok)
-    got, errors, ended, stats = run_batched(m, its, join_late, max_batch)
-    assert ended == {it.key for it in its}
-    assert 1 < max(stats["rows_per_step"]) <= max_batch
-    for it in its:
-        frames, err = alone(m, it)
-        if err is not None:
-            assert errors.get(it.key) == err, it.key
-            continue
-        assert it.key not in errors, errors
-        assert len(got[it.key]) == len(frames), (it.key, len(got[it.key]), len(frames))
-        for a, b in zip(got[it.key], frames):
-            np.testing.assert_array_equal(a, b)
-    # rows had different lengths: some left while others went on
-    assert len(set(map(len, got.values()))) > 1
+def test_speak_workers_runs_chunks_as_rows(pipe):
+    """speak --workers 3: a request's sentence chunks as rows at once, the audio in order and
+    equal to --workers 1's."""
+    r = Request("One sentence first. Then a second one. A third sentence, too. And a fourth!",
+                voice="ryan", seed=5, max_frames=40)
+    seen = []
+    many = np.concatenate(list(synthesize(pipe, r, workers=3, on_chunk=lambda d, t: seen.append((d, t)))))
+    one = np.concatenate(list(synthesize(pipe, r)))
+    np.testing.assert_array_equal(many, one)
+    assert seen[-1] == (4, 4) and len(seen) == 4
+
+
+def test_a_dropped_request_leaves_and_the_others_finish(pipe):
+    reqs = requests()[:3]
+    gone = set()
+    got: dict = {}
+    for k, x in run_rows(pipe, pipe.rows(), feed(list(enumerate(reqs))), max_batch=3,
+                         drop=lambda k: k in gone):
+        if isinstance(x, np.ndarray):
+            got.setdefault(k, []).append(x)
+            gone.add(1)
+        else:
+            assert k != 1 and not isinstance(x, BaseException)
+            got.setdefault(k, [])
+    assert 1 not in got or len(got[1]) == 0
+    check_equal_alone(pipe, [reqs[0]], {0: np.concatenate(got[0])}, {})
 
 
 def test_cache_merge_and_select_keep_each_rows_attention():
@@ -147,34 +182,23 @@ def test_cache_merge_and_select_keep_each_rows_attention():
     assert isinstance(own[0][0], KVCache) and SamplingParams().greedy is False
 
 
-def test_rows_joining_together_with_one_prompt_length_are_prefilled_as_one_batch(model):
-    """Same prompt, different seeds and params: one prefill forward for the group, each row
+def test_rows_joining_together_with_one_prompt_length_are_prefilled_as_one_batch(pipe):
+    """Same text, different seeds and params: one prefill forward for the group, each row
     still equal to its request alone."""
-    m, gen, tok = model
-    p = prepare(m.talker, m.args, tok, TEXTS[0], speaker="serena")
-    cfgs = [LoopConfig.from_generation_config(gen, {}, max_frames=40),
-            LoopConfig.from_generation_config(gen, {"temperature": 0.7, "top_k": 20}, max_frames=40),
-            replace(LoopConfig.from_generation_config(gen, {}, max_frames=40), ignore_eos=True, max_frames=9)]
-    its = [Item(key=i, prompt=p, cfg=cfgs[i % 3], seed=7 + i) for i in range(5)]
+    reqs = [Request("Hi.", voice="serena", seed=7 + i, max_frames=40,
+                    knobs=[{}, {"temperature": 0.7, "top_k": 20}][i % 2]) for i in range(5)]
     calls = []
-    forward = m.talker.__class__.__call__
+    talker = pipe.model.talker
+    forward = talker.__class__.__call__
 
     def counting(self, embeds, cache=None):
         calls.append(embeds.shape[0])
         return forward(self, embeds, cache)
 
-    m.talker.__class__.__call__ = counting
+    talker.__class__.__call__ = counting
     try:
-        got, errors, ended, _ = run_batched(m, its, {}, max_batch=5)
+        out = dict(synthesize_many(pipe, list(enumerate(reqs)), max_batch=5))
     finally:
-        m.talker.__class__.__call__ = forward
+        talker.__class__.__call__ = forward
     assert calls == [5]          # one prefill forward for the five rows
-    assert ended == {it.key for it in its}
-    for it in its:
-        frames, err = alone(m, it)
-        assert errors.get(it.key) == err
-        if err is None:
-            assert len(got[it.key]) == len(frames)
-            for a, b in zip(got[it.key], frames):
-                np.testing.assert_array_equal(a, b)
-    assert len({len(v) for v in got.values()}) > 1
+    check_equal_alone(pipe, reqs, out, {})

@@ -44,11 +44,11 @@ class RecordingS3Gen:
         self.calls.append(("tokenize", len(wav16k), max_tokens))
         return np.arange(min(max_tokens, len(wav16k) // 640)) % 6561
 
-    def generate(self, tokens, ref, times=None):
+    def generate(self, tokens, ref, times=None, key=None):
         self.calls.append(("generate", np.asarray(tokens).tolist(), ref))
         return np.repeat(np.asarray(tokens, np.float32), 960)
 
-    def stream(self, chunks, ref, times=None):
+    def stream(self, chunks, ref, times=None, key=None):
         for c, last in chunks:
             self.calls.append(("stream", np.asarray(c).tolist(), last))
             yield np.repeat(np.asarray(c, np.float32), 960)

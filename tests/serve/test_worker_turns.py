@@ -168,8 +168,8 @@ async def first_request(w: ModelWorker, request) -> list:
     return await read_all(w.submit(request, asyncio.get_running_loop()))
 
 
-def fake_stream_many(pipeline, source, drop, max_batch):
-    """The batched-generation contract (``Family.batched["stream_many"]``) over stand-in rows:
+def fake_stream_many(pipeline, source, drop, max_batch, stats):
+    """The batched-generation contract (``ttscli.batching.stream_many``) over stand-in rows:
     every step drops what ``drop`` says, takes new rows while there is room, and yields one
     chunk per row; a row ``(name, n)`` ends after n chunks (never for None)."""
     rows: dict = {}

@@ -179,13 +179,13 @@ def attempt(pipe, row: Row, job: BatchJob) -> tuple[bool, dict]:
 
 
 def batched_synthesis(pipe):
-    """The family's ``synthesize_many`` (``Family.batched``: several requests through one batched
-    generator) when it has one and this pipeline's code decoder is MLX; else None (rows go one at a time)."""
-    from ttscli.models import family_of
-
-    if pipe.spec is None or pipe.backends.get("code_decoder") != "mlx":
+    """The engine's ``synthesize_many`` (ttscli.batching: several requests as rows of one batch)
+    when the pipeline generates rows (``Pipeline.rows()``); else None (rows go one at a time)."""
+    if pipe.rows() is None:
         return None
-    return family_of(pipe.spec).batched.get("synthesize_many")
+    from ttscli.batching import synthesize_many
+
+    return synthesize_many
 
 
 def run_local(pending: list[Row], job: BatchJob, pipe=None) -> Iterator[tuple[bool, dict]]:

@@ -3,7 +3,7 @@
 A Ray Data actor pool: each actor loads the model once (one model per actor, a GPU each where
 the cluster has GPUs) and runs the batches of rows Ray hands it through
 :func:`ttscli.batch.run_local`, exactly as the local engine does: a family with batched
-generation (``Family.batched["synthesize_many"]``) generates a batch's rows together, others
+generation (``Family.batches``: its pipelines generate rows) generates a batch's rows together, others
 one after another; files go into the shared output folder and the driver only records what
 comes back. Ray restarts a killed actor and retries its batch (a file is renamed into place
 only when complete, so a retried row replaces nothing half-written), and the driver records a
@@ -128,7 +128,7 @@ def rows_per_call(job, rows: int, workers: int) -> int:
     from ttscli.registry import load_registry
 
     spec = load_registry(job.ref.registry_files).resolve(job.ref.model)
-    if job.max_batch <= 1 or "synthesize_many" not in family_of(spec).batched:
+    if job.max_batch <= 1 or not family_of(spec).batches:
         return 1
     return max(1, min(job.max_batch, -(-rows // workers)))
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
 
 from ttscli.lm.cache import KVCache
 from ttscli.lm.model import DecoderLM
@@ -188,3 +189,31 @@ def _keys(keys, rows: list[int], take: mx.array | None) -> mx.array | None:
             raise ValueError("sample_rows: give every row of a params group a key, or none")
         return None
     return mx.stack(got)
+
+
+class RowAudio:
+    """A row's speech decoder stream (``push(codes) -> [samples]``, ``flush() -> samples | None``)
+    and the audio it made that the engine has not taken yet.
+
+    A streamed request hands its audio over as each decoder chunk is ready; any other request
+    only once its row is done, as ``Pipeline.generate`` yields a one-shot chunk whole."""
+
+    def __init__(self, decoder, stream: bool):
+        self.decoder = decoder
+        self.stream = stream
+        self.pieces: list[np.ndarray] = []
+
+    def push(self, codes: np.ndarray) -> None:
+        self.pieces += self.decoder.push(codes)
+
+    def flush(self) -> None:
+        tail = self.decoder.flush()
+        if tail is not None and len(tail):
+            self.pieces.append(tail)
+
+    def take(self, done: bool) -> np.ndarray | None:
+        if not self.pieces or not (self.stream or done):
+            return None
+        out = np.concatenate(self.pieces) if len(self.pieces) > 1 else self.pieces[0]
+        self.pieces = []
+        return np.asarray(out, np.float32)

@@ -19,7 +19,13 @@ What the engine calls, all through :class:`Family`:
   family's figures; ``peers[name](spec, checkpoint, text, repeats) -> dict`` for ``--peer``.
 - ``parity_checks(spec, checkpoint, *, golden, against, frames, backend) -> list[Check]`` and
   ``parity_against``, the names ``--against`` accepts.
-- ``batched[...]``: continuous batching for ``ttscli batch``, ``serve`` and ``bench --batch``.
+- ``bench_batch(pipeline, sizes, frames, text, seed, warmup) -> dict``: ``bench --batch``
+  figures of a family whose pipelines generate rows (below); ``batches`` says that they may.
+
+A pipeline that can generate several requests as rows of one batch (continuous batching: one
+forward per frame for all of them) returns a :class:`RowGenerator` from ``Pipeline.rows()``;
+the engine (``ttscli.batching``) owns everything else: splitting text into chunks, admitting
+rows when a slot is free, crossfading a request's chunks, streaming, cancelling.
 
 What the engine reads from a pipeline is the :class:`Pipeline` base class below; every
 family's pipeline subclasses it. What passes between them is contract too: a :class:`Request`
@@ -30,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -76,8 +82,8 @@ class Request:
 def chunk_requests(request: Request, chunks: list[str]) -> list[Request]:
     """One request per text chunk; seeds derive from the base seed so workers cannot change the audio.
 
-    The engine's scheduler and a family's batched generator both split requests with this, so
-    a chunk gets the same seed whichever of them runs it."""
+    The engine's chunk scheduler and its row scheduler (``ttscli.batching``) both split requests
+    with this, so a chunk gets the same seed whichever of them runs it."""
     out = []
     for i, text in enumerate(chunks):
         r = request.for_chunk(text)
@@ -101,6 +107,41 @@ class Stats:
     frames: int = 0
     first_audio_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)      # family figures (numbers only reach bench)
+
+
+@dataclass(eq=False)
+class Row:
+    """One chunk request generated as a row of a batch: the handle a :class:`RowGenerator`
+    returns from ``start`` and the engine hands back to ``step``, ``take`` and ``drop``."""
+
+    request: Request
+    state: Any = None                        # the family's own: caches, key stream, decoder stream
+    done: bool = False                       # generation ended (its stop, its limit or an error)
+    error: BaseException | None = None       # why it ended, when that was a failure
+
+
+class RowGenerator(Protocol):
+    """Several chunk requests generated together, one frame per ``step`` for all of them.
+
+    The engine calls ``start`` for a request when a slot is free (the request is checked, one
+    text chunk, seeded by :func:`chunk_requests`); ``step(rows)`` with every started row that is
+    neither done nor dropped, in any order: rows not yet stepped are prefilled first, then each
+    row gains one frame (a row that reaches its stop or limit is marked ``done``, with ``error``
+    on failure); ``take(row)`` returns the row's audio finished since the last ``take`` (None:
+    none yet), all of it once the row is done; ``drop(row)`` ends a row early or releases a done
+    one. Each row must equal the same request run alone through ``Pipeline.generate`` with the
+    same seed, up to the rounding of batched matmuls: its own positions, sampling key stream,
+    penalties and stop, and a streamed request's chunks of ``first_chunk_frames`` then
+    ``chunk_frames``.
+    """
+
+    def start(self, request: Request) -> Row: ...
+
+    def step(self, rows: Sequence[Row]) -> None: ...
+
+    def take(self, row: Row) -> np.ndarray | None: ...
+
+    def drop(self, row: Row) -> None: ...
 
 
 @dataclass
@@ -195,11 +236,11 @@ class Family:
     peers: Mapping[str, Callable[..., dict[str, float]]] = field(default_factory=dict)
     parity_checks: Callable[..., list] | None = None
     parity_against: tuple[str, ...] = ()
-    # continuous batching (several requests through one forward per frame), by name:
-    #   synthesize_many(pipe, requests, max_batch) (ttscli batch), stream_many(pipe, source, drop, ...)
-    #   (ttscli serve), bench_batch(pipe, sizes, frames, text, seed, warmup) (ttscli bench --batch);
-    #   the requests they get are already checked (ttscli.generate.check_request), as generate's are
-    batched: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    # continuous batching: True when the family's pipelines may return a RowGenerator from
+    # Pipeline.rows() (read before loading, e.g. by the Ray engine to size its calls)
+    batches: bool = False
+    # ttscli bench --batch: bench_batch(pipe, sizes, frames, text, seed, warmup) -> {variant: figures}
+    bench_batch: Callable[..., dict[str, dict[str, float]]] | None = None
     # what the request may carry besides text, and which common fields the family honours
     honours: frozenset[str] = frozenset()    # of: voice, instruct, language, speed, ref_audio, stream,
     #                                          max_frames, save_voice (the engine refuses the rest)
@@ -261,6 +302,12 @@ class Pipeline:
 
     def clear_cache(self) -> None:
         """Called after each text chunk; a family that keeps per-chunk buffers drops them here."""
+
+    def rows(self) -> "RowGenerator | None":
+        """A fresh :class:`RowGenerator` over this pipeline (continuous batching), or None when
+        this pipeline (its family, or the backends it was loaded with) generates one request at
+        a time."""
+        return None
 
     def reset_stats(self) -> Stats:
         self.stats = Stats()

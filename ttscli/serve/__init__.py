@@ -71,13 +71,13 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def batched_stream(pipeline):
-    """The family's batched streaming generator for this pipeline (``Family.batched["stream_many"]``,
-    MLX code decoder only), else None: requests then run one at a time."""
-    from ttscli.models import family_of
-
-    if pipeline.spec is None or pipeline.backends.get("code_decoder") != "mlx":
+    """The engine's batched streaming loop (``ttscli.batching.stream_many``) for a pipeline that
+    generates rows (``Pipeline.rows()``), else None: requests then take turns or run one at a time."""
+    if pipeline.rows() is None:
         return None
-    return family_of(pipeline.spec).batched.get("stream_many")
+    from ttscli.batching import stream_many
+
+    return stream_many
 
 
 def interleaves(pipeline) -> bool:

@@ -2,12 +2,13 @@
 
 MLX must not evaluate one decoder from two threads, so each served model gets a single thread
 that loads it and then runs its requests, taken from a bounded queue. Up to ``max_batch``
-requests are in progress at once: for a family with batched generation (Qwen3-TTS on MLX) as
-rows of one continuous batch that requests join as they arrive and leave when they end or their
-client goes away; for the others as generations that take turns on the thread, one chunk of
-audio each (a sentence, or a stream chunk of frames), a newly admitted request first. A short
-request that arrives while a long one runs therefore gets its first audio after at most the
-chunk in progress, instead of after the whole long request. Turns are taken only where the
+requests are in progress at once: for a pipeline that generates rows (``Pipeline.rows()``:
+Qwen3-TTS, Chatterbox and Breeze on MLX) as rows of one continuous batch (ttscli.batching) that
+requests join as they arrive and leave when they end or their client goes away; for the others
+as generations that take turns on the thread, one chunk of audio each (a sentence, or a stream
+chunk of frames), a newly admitted request first. A short request that arrives while a long one
+runs therefore gets its first audio after at most the chunk in progress, instead of after the
+whole long request. Turns are taken only where the
 pipeline says its generations are independent (``Pipeline.independent_generations``: each
 keeps its caches and stream state in its own generator); elsewhere requests run one at a time.
 
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ttscli import memory
+from ttscli.batching import BatchStats
 from ttscli.errors import TTSError
 
 DONE = object()          # end of a job's audio
@@ -98,7 +100,7 @@ class ModelWorker:
         self.model_id = model_id
         self._load = load
         self._run = run          # (pipeline, request) -> iterator of float32 chunks
-        self._batched = batched  # pipeline -> the family's stream_many, or None
+        self._batched = batched  # pipeline -> the engine's stream_many, or None
         self._interleave = interleave
         self.max_queue = max_queue
         self.max_batch = max_batch
@@ -111,6 +113,7 @@ class ModelWorker:
         self._load_error: BaseException | None = None
         self.active: set[Job] = set()
         self.counts = {"served": 0, "failed": 0, "cancelled": 0, "timed_out": 0, "refused": 0}
+        self.batch_stats = BatchStats()   # rows per step of the batched loop (how full it ran)
         self._job_s = 1.0        # moving average of a job's time, for Retry-After
         self._thread = threading.Thread(target=self._main, name=f"ttscli-serve-{model_id}", daemon=True)
 
@@ -309,7 +312,7 @@ class ModelWorker:
     def _batched_pass(self, many, source, drop, started) -> None:
         import numpy as np
 
-        for job, x in many(self.pipeline, source, drop, self.max_batch):
+        for job, x in many(self.pipeline, source, drop, self.max_batch, self.batch_stats):
             if isinstance(x, np.ndarray):
                 if not job.cancelled.is_set():
                     job.put(x)

@@ -187,56 +187,76 @@ class S3Gen:
         emitted before later tokens arrived differs (later tokens reach them through attention),
         which ``tests/codecs/s3gen/test_s3gen_model.py`` bounds.
         """
-        a = self.mel2wav.a
-        hop = a.upsample_scale
-        k1, k2 = mx.random.split(key) if key is not None else (None, None)
-        n_prompt = int(np.asarray(ref["prompt_token"]).size)
-        noise_buf = None if noise is None else np.asarray(noise, np.float32).reshape(80, -1)
-        tokens = np.zeros(0, np.int64)
-        mel = np.zeros((0, 80), np.float32)
-        draws = source_draws
-        done = 0          # mel frames already vocoded and yielded
-        fade = trim_fade()
+        st = S3GenStream(self, ref, n_timesteps=n_timesteps, noise=noise, key=key, source_draws=source_draws,
+                         times=times)
         for chunk, last in _marked(token_chunks):
-            t0 = time.perf_counter()
-            tokens = np.concatenate([tokens, chunk])
-            total = 2 * (n_prompt + tokens.size)
-            if noise_buf is None or noise_buf.shape[1] < total:
-                extra = total - (0 if noise_buf is None else noise_buf.shape[1])
-                k1, sub = mx.random.split(k1) if k1 is not None else (None, None)
-                fresh = np.array(mx.random.normal((80, extra), key=sub), np.float32)
-                noise_buf = fresh if noise_buf is None else np.concatenate([noise_buf, fresh], axis=1)
-            if not last and tokens.size <= self.flow.a.pre_lookahead_len:
-                continue
-            new = np.array(self.mel(tokens, ref, n_timesteps=n_timesteps, noise=noise_buf[:, :total],
-                                    finalize=last))
-            mel = np.concatenate([mel, new[mel.shape[0]:]])
-            t1 = time.perf_counter()
-            if times is not None:
-                times.flow_s += t1 - t0
-                times.passes += 1
-            end = mel.shape[0] if last else max(done, mel.shape[0] - VOC_CONTEXT)
-            if end <= done:
-                continue
-            if draws is None or draws.noise.shape[0] < mel.shape[0] * hop:
-                k2, sub = mx.random.split(k2) if k2 is not None else (None, None)
-                grown = SourceDraws.draw(mel.shape[0] * hop + (0 if last else 64 * hop), a.nb_harmonics + 1, sub)
-                draws = grown if draws is None else SourceDraws(
-                    draws.phase, mx.concatenate([draws.noise, grown.noise[draws.noise.shape[0]:]]))
-            mel_mx = mx.array(mel)
-            _, source = self.mel2wav.source(mel_mx, SourceDraws(draws.phase, draws.noise[: mel.shape[0] * hop]))
-            lo = max(0, done - VOC_CONTEXT)
-            hi = min(mel.shape[0], end + (0 if last else VOC_CONTEXT))
-            wav = self.mel2wav.decode(mel_mx[lo:hi], source[lo * hop: hi * hop])
-            piece = np.array(wav[(done - lo) * hop: (end - lo) * hop], np.float32)
-            start = done * hop
-            if start < fade.size:
-                n = min(fade.size - start, piece.size)
-                piece[:n] *= fade[start: start + n]
-            done = end
-            if times is not None:
-                times.hift_s += time.perf_counter() - t1
-            yield piece
+            piece = st.push(chunk, last)
+            if piece is not None:
+                yield piece
+
+
+class S3GenStream:
+    """:meth:`S3Gen.stream` fed one chunk at a time: ``push(tokens, last)`` runs that chunk's
+    pass and returns its audio piece (None when the pass yields none). Push-style so that a
+    caller that gets tokens between other work (rows of a batch) streams with the same passes."""
+
+    def __init__(self, s3: S3Gen, ref: dict, *, n_timesteps: int = 10, noise: np.ndarray | None = None,
+                 key: mx.array | None = None, source_draws: SourceDraws | None = None,
+                 times: S3GenTimes | None = None):
+        self.s3, self.ref, self.n_timesteps, self.times = s3, ref, n_timesteps, times
+        self.k1, self.k2 = mx.random.split(key) if key is not None else (None, None)
+        self.n_prompt = int(np.asarray(ref["prompt_token"]).size)
+        self.noise_buf = None if noise is None else np.asarray(noise, np.float32).reshape(80, -1)
+        self.tokens = np.zeros(0, np.int64)
+        self.mel = np.zeros((0, 80), np.float32)
+        self.draws = source_draws
+        self.done = 0          # mel frames already vocoded and returned
+        self.fade = trim_fade()
+
+    def push(self, chunk: np.ndarray, last: bool) -> np.ndarray | None:
+        s3, a = self.s3, self.s3.mel2wav.a
+        hop = a.upsample_scale
+        t0 = time.perf_counter()
+        self.tokens = np.concatenate([self.tokens, np.asarray(chunk).reshape(-1)])
+        total = 2 * (self.n_prompt + self.tokens.size)
+        if self.noise_buf is None or self.noise_buf.shape[1] < total:
+            extra = total - (0 if self.noise_buf is None else self.noise_buf.shape[1])
+            self.k1, sub = mx.random.split(self.k1) if self.k1 is not None else (None, None)
+            fresh = np.array(mx.random.normal((80, extra), key=sub), np.float32)
+            self.noise_buf = fresh if self.noise_buf is None else np.concatenate([self.noise_buf, fresh], axis=1)
+        if not last and self.tokens.size <= s3.flow.a.pre_lookahead_len:
+            return None
+        new = np.array(s3.mel(self.tokens, self.ref, n_timesteps=self.n_timesteps,
+                              noise=self.noise_buf[:, :total], finalize=last))
+        mel = self.mel = np.concatenate([self.mel, new[self.mel.shape[0]:]])
+        t1 = time.perf_counter()
+        if self.times is not None:
+            self.times.flow_s += t1 - t0
+            self.times.passes += 1
+        done = self.done
+        end = mel.shape[0] if last else max(done, mel.shape[0] - VOC_CONTEXT)
+        if end <= done:
+            return None
+        draws = self.draws
+        if draws is None or draws.noise.shape[0] < mel.shape[0] * hop:
+            self.k2, sub = mx.random.split(self.k2) if self.k2 is not None else (None, None)
+            grown = SourceDraws.draw(mel.shape[0] * hop + (0 if last else 64 * hop), a.nb_harmonics + 1, sub)
+            draws = self.draws = grown if draws is None else SourceDraws(
+                draws.phase, mx.concatenate([draws.noise, grown.noise[draws.noise.shape[0]:]]))
+        mel_mx = mx.array(mel)
+        _, source = s3.mel2wav.source(mel_mx, SourceDraws(draws.phase, draws.noise[: mel.shape[0] * hop]))
+        lo = max(0, done - VOC_CONTEXT)
+        hi = min(mel.shape[0], end + (0 if last else VOC_CONTEXT))
+        wav = s3.mel2wav.decode(mel_mx[lo:hi], source[lo * hop: hi * hop])
+        piece = np.array(wav[(done - lo) * hop: (end - lo) * hop], np.float32)
+        start = done * hop
+        if start < self.fade.size:
+            n = min(self.fade.size - start, piece.size)
+            piece[:n] *= self.fade[start: start + n]
+        self.done = end
+        if self.times is not None:
+            self.times.hift_s += time.perf_counter() - t1
+        return piece
 
 
 def _marked(chunks: Iterable) -> Iterator[tuple[np.ndarray, bool]]:

@@ -22,6 +22,7 @@ FAMILY = Family(
                 ("depth_frame_ms", "depth decoder, 15 codebooks (ms)", "{:.2f}")),
     parity_checks=hook("ttscli.models.breeze_tts.parity:parity_checks"),
     parity_against=("onnx", "onnx-f32", "onnx-int8", "onnx-int4"),
+    batches=True,
     honours=frozenset({"voice", "instruct", "ref_audio", "save_voice", "max_frames", "stream"}),
     # the 12 Hz decoder is causal and streams exactly from one frame: first audio after frame 1
     first_chunk_frames=1,

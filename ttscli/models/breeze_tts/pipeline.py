@@ -116,6 +116,17 @@ class BreezePipeline(Pipeline):
         return generate_frames(self.model, self.code_decoder, cond, uncond, scale, cfg, seed=r.seed,
                                stats=self.stats)
 
+    def rows(self):
+        """Requests as rows of one backbone batch (ttscli.models.breeze_tts.rows): an MLX
+        backbone only (a converted one takes one row per call)."""
+        from ttscli.lm.decoder import MLXCodeDecoder
+
+        if not isinstance(self.code_decoder, MLXCodeDecoder) or hasattr(self.code_decoder, "depth_frame"):
+            return None
+        from ttscli.models.breeze_tts.rows import BreezeRows
+
+        return BreezeRows(self)
+
     def generate(self, request: Request) -> Iterator[np.ndarray]:
         from ttscli.codecs.qwen3_12hz.streaming import StreamingDecoder, decode_timed
 

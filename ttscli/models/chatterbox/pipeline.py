@@ -41,6 +41,17 @@ def speech_tokens(tokens: list[int]) -> np.ndarray:
     return t[t < SPEECH_CODES]
 
 
+def s3gen_key(r: Request):
+    """The key of S3Gen's random draws (the CFM's noise, HiFT's source) for a seeded request,
+    derived from its seed apart from T3's key stream: a seeded request's audio is then the same
+    whether it runs alone or as a row of a batch. None (no seed): MLX's global generator."""
+    if r.seed is None:
+        return None
+    import mlx.core as mx
+
+    return mx.random.split(mx.random.key(r.seed), 3)[2]
+
+
 def perth_watermarker():
     """Resemble's Perth watermarker, as upstream applies it to every output.  It is a PyTorch
     model (resemble-perth ships its weights and runs offline, but needs torch and librosa), so
@@ -151,13 +162,22 @@ class ChatterboxPipeline(Pipeline):
             return
         toks = speech_tokens(list(self.tokens(request)))
         times = S3GenTimes()
-        wav = np.asarray(self.s3gen.generate(toks, conds.gen, times=times), np.float32)
+        wav = np.asarray(self.s3gen.generate(toks, conds.gen, key=s3gen_key(request), times=times), np.float32)
         self._add_times(times)
         self.stats.decoder_frames += len(toks)
         if watermarker is not None:
             wav = np.asarray(watermarker.apply_watermark(wav, sample_rate=SAMPLE_RATE), np.float32)
         self.stats.first_audio_s = self.stats.first_audio_s or time.perf_counter() - t_start
         yield wav
+
+    def rows(self):
+        """Requests as rows of one T3 batch (ttscli.models.chatterbox.rows): an MLX T3 only
+        (a converted one takes one row per call)."""
+        if self.backends.get("code_decoder") != "mlx" or self.decoder is not None:
+            return None
+        from ttscli.models.chatterbox.rows import ChatterboxRows
+
+        return ChatterboxRows(self)
 
     def first_chunk(self, r: Request) -> int:
         """Speech tokens in the first streamed chunk: the request's, or (None) the fewest from
@@ -205,7 +225,7 @@ class ChatterboxPipeline(Pipeline):
             yield np.asarray(buf, np.int64), True
 
         try:
-            for piece in self.s3gen.stream(chunks(), conds.gen, times=times):
+            for piece in self.s3gen.stream(chunks(), conds.gen, key=s3gen_key(r), times=times):
                 if self.stats.first_audio_s is None and len(piece):
                     self.stats.first_audio_s = time.perf_counter() - t_start
                 yield np.asarray(piece, np.float32)

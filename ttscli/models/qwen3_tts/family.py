@@ -25,8 +25,8 @@ FAMILY = Family(
                 ("code_predictor_one_kernel", "code predictor as one CUDA kernel (1: yes, 0: no)", "{:.0f}")),
     parity_checks=hook("ttscli.models.qwen3_tts.parity:parity_checks"),
     parity_against=("mlx", "coreml", "onnx", "onnx-f32", "onnx-int8", "onnx-int4"),
-    batched={name: hook(f"ttscli.models.qwen3_tts.batched:{name}")
-             for name in ("synthesize_many", "stream_many", "bench_batch")},
+    batches=True,
+    bench_batch=hook("ttscli.models.qwen3_tts.batched:bench_batch"),
     honours=frozenset({"voice", "instruct", "language", "ref_audio", "save_voice", "max_frames", "stream"}),
     # the 12 Hz decoder is causal and streams exactly from one frame: first audio after frame 1
     first_chunk_frames=1,

@@ -146,6 +146,15 @@ class Qwen3TTSPipeline(Pipeline):
                              seed=r.seed, stats=self.stats)
         return it, voice
 
+    def rows(self):
+        """Chunk requests as rows of one talker batch (ttscli.models.qwen3_tts.batched); the
+        batch is one MLX forward, so an MLX talker only."""
+        if self.backends["code_decoder"] != "mlx":
+            return None
+        from ttscli.models.qwen3_tts.batched import Qwen3Rows
+
+        return Qwen3Rows(self)
+
     def speech_stream(self, voice: VoicePrompt | None, first_frames: int = 50, chunk_frames: int = 50):
         """The speech decoder for one chunk's frames (a ``StreamingDecoder``: exact, bounded
         chunks); an in-context voice's reference frames are already its left context (upstream
