@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Builds the throwaway PyTorch reference environment used only to regenerate test goldens.
-# Never a dependency of ttscli. Usage: scripts/reference-venv.sh [VENV_DIR]   (default: ../refvenv)
+# Builds the throwaway PyTorch reference environment used only to regenerate test goldens
+# (scripts/goldens/README.md). Never a dependency of ttscli.
+# Usage: scripts/reference-venv.sh [VENV_DIR]   (default: ../refvenv)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv=${1:-$here/../refvenv}
-shared=${TTSCLI_SHARED:-$here/../shared}
 python3 -m venv "$venv"
 . "$venv/bin/activate"
 pip install -q -U pip
+# the exact pin: a looser spec lets pip pick a CUDA build where a CPU wheel is not first in line
 pip install -q torch==2.13.0
-pip install -q --no-deps qwen-tts==0.1.1 chatterbox-tts==0.1.7
+# upstream packages whose own pins clash with each other (transformers, torch): their code only
+pip install -q --no-deps qwen-tts==0.1.1 chatterbox-tts==0.1.7 kokoro==0.9.4
 pip install -q -r "$here/scripts/reference-requirements.txt"
-pip install -q --no-deps torchaudio==2.11.1
+pip install -q --no-deps torchaudio==2.11.1       # only its pure-Python parts are used
 pip install -q --no-deps conformer==0.3.2 diffusers==0.29.0 s3tokenizer==0.3.0
-echo "reference venv ready: $venv  (import scripts/reference_stubs.py before qwen_tts / chatterbox)"
+echo "reference venv ready: $venv  (generators import scripts/reference_stubs.py before upstream packages)"

@@ -43,7 +43,7 @@ CASES = {
                               random_weights=True, golden=FIX / "parity" / "piper-joe.npz"),
     "qwen3_tts": _qwen3_case,
     "kokoro": lambda tmp: Case("kokoro-82m", Request(text="Hello there. A second sentence.", seed=0),
-                               random_weights=True, golden=FIX / "kokoro" / "en1_float_twin.npz"),
+                               random_weights=True, golden=FIX / "kokoro" / "en1_kmodel.npz"),
     # the tiny checkpoint in the published layout (T3 + voice encoder + S3Gen fixtures); parity on
     # the T3 / voice-encoder goldens of chatterbox-tts 0.1.7
     "chatterbox": lambda tmp: Case("chatterbox", Request(text="Hello there. A second sentence.", seed=0, max_frames=8,

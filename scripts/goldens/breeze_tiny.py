@@ -1,8 +1,8 @@
 """Tiny Breeze TTS 2 checkpoint in the published layout + goldens from the upstream code.
 
-Rerun (from the repo root, with the reference venv of ../shared/reference/README.md):
+Rerun (from the repo root, with the reference venv of scripts/goldens/README.md):
 
-    BREEZE_UPSTREAM=/tmp/breeze_ref /tmp/refvenv/bin/python scripts/goldens/breeze_tiny.py
+    BREEZE_UPSTREAM=/tmp/breeze_ref REFVENV/bin/python scripts/goldens/breeze_tiny.py
 
 ``BREEZE_UPSTREAM`` is a folder holding the upstream breeze-tts inference code, which is not a
 package on any index: ``t5gemma2_compat.py`` (upstream models/t5gemma2_compat.py), ``breeze_min.py``

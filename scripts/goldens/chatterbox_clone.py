@@ -4,7 +4,7 @@ reference wave -> conditionals (ChatterboxTTS.prepare_conditionals) -> T3 greedy
 Rerun from the repo root in the reference venv, after chatterbox_t3.py and chatterbox_s3gen.py
 (it loads their tiny files from tests/fixtures/chatterbox/tiny/ into the upstream classes):
 
-    /tmp/refvenv/bin/python scripts/goldens/chatterbox_clone.py
+    REFVENV/bin/python scripts/goldens/chatterbox_clone.py
 
 Writes tests/fixtures/chatterbox/clone_goldens.npz: the 24 kHz reference (written as a float WAV
 and read back by upstream's librosa.load), the conditionals, the raw T3 tokens (temperature 1e-6,

@@ -1,8 +1,8 @@
 """Goldens for Chatterbox's S3Gen side, computed by upstream ``chatterbox-tts`` 0.1.7.
 
-Run with the throwaway reference venv (../shared/reference/README.md), from the repo root:
+Run with the throwaway reference venv (scripts/goldens/README.md), from the repo root:
 
-    /tmp/refvenv/bin/python scripts/goldens/chatterbox_s3gen.py
+    REFVENV/bin/python scripts/goldens/chatterbox_s3gen.py
 
 Writes tests/fixtures/chatterbox/s3gen/:
 
@@ -26,8 +26,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "fixtures" / "chatterbox" / "s3gen"
-sys.path.insert(0, str(ROOT.parent / "shared" / "reference"))
-import stubs  # noqa: F401  (torchaudio extension + perth shims, before chatterbox)
+sys.path.insert(0, str(ROOT / "scripts"))
+import reference_stubs  # noqa: F401  (torchaudio extension + perth shims, before chatterbox)
 import torch
 from chatterbox.models.s3gen import hifigan
 from chatterbox.models.s3gen.f0_predictor import ConvRNNF0Predictor

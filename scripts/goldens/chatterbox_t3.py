@@ -1,8 +1,8 @@
 """Tiny Chatterbox checkpoint (T3 side) + goldens from the upstream reference (chatterbox-tts 0.1.7).
 
-Rerun from the repo root, in the throwaway reference venv (../shared/reference/README.md):
+Rerun from the repo root, in the throwaway reference venv (scripts/goldens/README.md):
 
-    /tmp/refvenv/bin/python scripts/goldens/chatterbox_t3.py
+    REFVENV/bin/python scripts/goldens/chatterbox_t3.py
 
 Writes into tests/fixtures/chatterbox/tiny/ the files Engineer A owns, in the published layout
 and under the published names (s3gen.safetensors beside them is written by chatterbox_s3gen.py):
@@ -29,9 +29,9 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "shared" / "reference"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
-import stubs  # noqa: F401  (torchaudio extension + identity watermarker)
+import reference_stubs  # noqa: F401  (torchaudio extension + identity watermarker)
 import torch
 from chatterbox.models.t3 import llama_configs
 from chatterbox.models.t3.modules import cond_enc as cond_enc_mod

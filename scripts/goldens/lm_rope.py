@@ -3,7 +3,7 @@
 Rerun (from the repo root; the reference venv of scripts/reference-venv.sh, or any venv with
 the CPU torch wheel, transformers==4.57.3 and qwen-tts==0.1.1 importable):
 
-    /work/refvenv/bin/python scripts/goldens/lm_rope.py
+    REFVENV/bin/python scripts/goldens/lm_rope.py
 
 Writes tests/fixtures/lm/rope.npz:
 

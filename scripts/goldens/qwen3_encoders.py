@@ -11,7 +11,7 @@ synthetic signal and stores the results:
 
 Rerun (from the repo root; needs the reference venv built by scripts/reference-venv.sh):
 
-    /work/refvenv/bin/python scripts/goldens/qwen3_encoders.py
+    REFVENV/bin/python scripts/goldens/qwen3_encoders.py
 
 The speaker-encoder golden is computed in float32 from the bf16-rounded weights (our MLX code runs
 float32 on upcast weights). The speech-encoder golden goes through the upstream wrapper

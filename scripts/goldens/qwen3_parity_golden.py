@@ -5,7 +5,7 @@ eager attention on one request and saves every array of the Qwen3-TTS goldens fo
 (docs/parity.md): the request (``case/json``), the talker prompt, the prefill logits/hidden,
 greedy frames and a speech-decoder waveform.
 
-    /work/refvenv/bin/python scripts/goldens/qwen3_parity_golden.py --checkpoint DIR --out FILE.npz \
+    REFVENV/bin/python scripts/goldens/qwen3_parity_golden.py --checkpoint DIR --out FILE.npz \
         [--case CASE.json | --case '{"mode": "custom_voice", "text": "Hi.", "speaker": "Ryan"}'] \
         [--frames 20] [--decoder-frames N]
     .venv/bin/ttscli parity MODEL --model-dir DIR --golden FILE.npz

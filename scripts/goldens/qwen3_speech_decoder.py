@@ -7,7 +7,7 @@ float32: the published layout) and records what upstream decodes.
 
 Rerun (from the repository root; needs the throwaway reference venv, scripts/reference-venv.sh):
 
-    /work/refvenv/bin/python scripts/goldens/qwen3_speech_decoder.py
+    REFVENV/bin/python scripts/goldens/qwen3_speech_decoder.py
 
 Writes tests/fixtures/qwen3_tts/tokenizer/{config.json, model.safetensors, golden.npz}.
 

@@ -2,7 +2,7 @@
 
 Rerun (from the repo root; needs the reference venv built by scripts/reference-venv.sh):
 
-    /work/refvenv/bin/python scripts/goldens/qwen3_talker.py
+    REFVENV/bin/python scripts/goldens/qwen3_talker.py
 
 Writes, for each of tiny-base (0.6B-like: talker width == code-predictor width, with a
 speaker encoder), tiny-customvoice (1.7B-like: talker 64 != predictor 32, so

@@ -2,7 +2,7 @@
 
 Rerun (from the repo root, after scripts/reference-venv.sh has built /work/refvenv):
 
-    /work/refvenv/bin/python scripts/goldens/qwen3_tts_coreml.py
+    REFVENV/bin/python scripts/goldens/qwen3_tts_coreml.py
 
 Writes tests/fixtures/coreml/qwen3_tts_tiny/ in the published layout (config.json,
 model.safetensors in bf16 with `talker.*` keys) and tests/fixtures/coreml/goldens.npz (the

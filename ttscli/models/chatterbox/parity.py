@@ -1,5 +1,7 @@
-"""`ttscli parity chatterbox --golden FILE.npz [--code-decoder-backend onnx-f32]`: T3 and the voice
-encoder against goldens exported from the reference (format: docs/parity.md, Chatterbox section);
+"""`ttscli parity chatterbox --golden FILE.npz [--code-decoder-backend onnx-f32]`: T3, the voice
+encoder and S3Gen (flow mel, HiFT F0 / source / waveform with the reference's recorded random
+draws, the S3 tokenizer, CAMPPlus) against goldens exported from the reference (format:
+docs/parity.md, Chatterbox section);
 `--against onnx[-f32|-int8|-int4]`: MLX T3 against its graphs on onnxruntime (and, with float32,
 S3Gen's flow estimator on MLX against its graph)."""
 from __future__ import annotations
@@ -16,6 +18,18 @@ from ttscli.errors import UsageError
 T3_KEYS = ("t3/text", "t3/text_ids", "t3/speaker_emb", "t3/prompt_tokens", "t3/exaggeration", "t3/cfg_weight",
            "t3/cond_emb", "t3/prefill_logits", "t3/greedy_tokens", "t3/repetition_penalty", "t3/min_p", "t3/top_p")
 VE_KEYS = ("ve/wav16k", "ve/embed")
+# each S3Gen check runs when all of its keys are present (docs/parity.md, Chatterbox format)
+S3GEN_FLOW_KEYS = ("s3gen/flow/prompt_token", "s3gen/flow/prompt_feat", "s3gen/flow/embedding",
+                   "s3gen/flow/tokens", "s3gen/flow/noise", "s3gen/flow/mel")
+S3GEN_HIFT_KEYS = ("s3gen/hift/mel", "s3gen/hift/phase", "s3gen/hift/sine_noise", "s3gen/hift/f0",
+                   "s3gen/hift/source", "s3gen/hift/wav")
+S3GEN_TOKENIZER_KEYS = ("s3gen/tokenizer/wav16k", "s3gen/tokenizer/tokens")
+S3GEN_REF_KEYS = ("s3gen/ref/wav", "s3gen/ref/sample_rate", "s3gen/ref/prompt_token", "s3gen/ref/prompt_feat",
+                  "s3gen/ref/embedding")
+S3GEN_KEYS = S3GEN_FLOW_KEYS + S3GEN_HIFT_KEYS + S3GEN_TOKENIZER_KEYS + S3GEN_REF_KEYS
+# max abs on mel, source, waveform, prompt mel and x-vector (F0, in Hz, over its peak): float32
+# on both sides, the bounds the S3Gen tests hold the same stages to
+S3GEN_TOLERANCE = 1e-4
 
 
 def _scalar(g, key: str, default: float) -> float:
@@ -88,10 +102,10 @@ def golden_checks(checkpoint: Path, golden: Path, frames: int, backend: str | No
         g = dict(np.load(golden, allow_pickle=False))
     except (OSError, ValueError) as e:
         raise UsageError(f"{golden}: not a readable .npz of arrays ({e})") from None
-    known = [k for k in g if k in T3_KEYS or k in VE_KEYS]
+    known = [k for k in g if k in T3_KEYS or k in VE_KEYS or k in S3GEN_KEYS]
     if not known:
         raise UsageError(f"{golden}: none of the Chatterbox golden keys (docs/parity.md) is in the file")
-    unknown = sorted(set(g) - set(T3_KEYS) - set(VE_KEYS))
+    unknown = sorted(set(g) - set(T3_KEYS) - set(VE_KEYS) - set(S3GEN_KEYS))
     if unknown:
         warnings.warn(f"{golden}: ignoring unknown keys {', '.join(unknown)}", stacklevel=2)
     decoder = _decoder(backend, checkpoint)
@@ -137,6 +151,77 @@ def golden_checks(checkpoint: Path, golden: Path, frames: int, backend: str | No
         ve = load_voice_encoder(checkpoint)
         checks.append(Check("voice-encoder embedding vs golden (max abs)", max_abs(ve.embed(g["ve/wav16k"]),
                                                                                     g["ve/embed"]), 1e-4, "<="))
+    return checks + s3gen_checks(checkpoint, g)
+
+
+def _has(g: dict, keys: tuple) -> bool:
+    return all(k in g for k in keys)
+
+
+def _max_abs(got, ref, *, over_peak: bool = False) -> float:
+    """Largest absolute difference (over the reference's peak with ``over_peak``); inf when the
+    shapes differ."""
+    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    if got.shape != ref.shape:
+        return float("inf")
+    err = float(np.abs(got - ref).max())
+    return err / max(float(np.abs(ref).max()), 1e-12) if over_peak else err
+
+
+def _shape_note(got, ref) -> str:
+    got, ref = np.asarray(got), np.asarray(ref)
+    return "" if got.shape == ref.shape else f"shape {got.shape}, golden {ref.shape}"
+
+
+def s3gen_checks(checkpoint: Path, g: dict) -> list:
+    """S3Gen (``s3gen.safetensors``, float32 on MLX) against the ``s3gen/*`` goldens: each stage
+    fed the reference's inputs and, where the reference drew random numbers (the CFM's starting
+    noise, SineGen's phases and normals), the values it drew."""
+    if not any(k in g for k in S3GEN_KEYS):
+        return []
+    import mlx.core as mx
+
+    from ttscli.codecs.s3gen import load_s3gen
+    from ttscli.codecs.s3gen.hift import SourceDraws
+    from ttscli.parity import Check
+
+    s3 = load_s3gen(checkpoint / "s3gen.safetensors")
+    checks: list = []
+    if _has(g, S3GEN_FLOW_KEYS):
+        ref = {"prompt_token": g["s3gen/flow/prompt_token"], "prompt_feat": g["s3gen/flow/prompt_feat"],
+               "embedding": g["s3gen/flow/embedding"]}
+        mel = np.array(s3.mel(g["s3gen/flow/tokens"], ref, noise=g["s3gen/flow/noise"])).T
+        want = g["s3gen/flow/mel"]
+        checks.append(Check("S3Gen flow mel vs golden, recorded noise (max abs)", _max_abs(mel, want),
+                            S3GEN_TOLERANCE, "<=", _shape_note(mel, want) or
+                            f"{np.asarray(g['s3gen/flow/tokens']).size} tokens, 10 Euler steps"))
+    if _has(g, S3GEN_HIFT_KEYS):
+        mel = mx.array(np.asarray(g["s3gen/hift/mel"], np.float32).T)
+        draws = SourceDraws(mx.array(np.asarray(g["s3gen/hift/phase"], np.float32)),
+                            mx.array(np.asarray(g["s3gen/hift/sine_noise"], np.float32).T))
+        f0, source = s3.mel2wav.source(mel, draws)
+        wav, _ = s3.mel2wav(mel, draws)
+        for name, got, key in (("F0", f0, "f0"), ("harmonic source", source, "source"), ("waveform", wav, "wav")):
+            want, hz = g[f"s3gen/hift/{key}"], key == "f0"
+            checks.append(Check(f"S3Gen HiFT {name} vs golden, recorded draws (max abs{' / peak' if hz else ''})",
+                                _max_abs(np.array(got), want, over_peak=hz), S3GEN_TOLERANCE, "<=",
+                                _shape_note(np.array(got), want) or f"{mel.shape[0]} mel frames"))
+    if _has(g, S3GEN_TOKENIZER_KEYS):
+        got, want = s3.tokenize(g["s3gen/tokenizer/wav16k"]), np.asarray(g["s3gen/tokenizer/tokens"]).reshape(-1)
+        same = int(np.sum(got == want)) if got.shape == want.shape else 0
+        checks.append(Check("S3 tokenizer tokens vs golden (equal)", same, want.size, "==",
+                            f"ours {got.size} tokens, golden {want.size}"))
+    if _has(g, S3GEN_REF_KEYS):
+        ref = s3.embed_ref(g["s3gen/ref/wav"], int(_scalar(g, "s3gen/ref/sample_rate", 24000)))
+        got, want = ref["prompt_token"].reshape(-1), np.asarray(g["s3gen/ref/prompt_token"]).reshape(-1)
+        same = int(np.sum(got == want)) if got.shape == want.shape else 0
+        checks.append(Check("reference prompt tokens vs golden (equal)", same, want.size, "==",
+                            f"ours {got.size} tokens, golden {want.size}"))
+        checks.append(Check("reference prompt mel vs golden (max abs)",
+                            _max_abs(ref["prompt_feat"][0], g["s3gen/ref/prompt_feat"]), S3GEN_TOLERANCE, "<="))
+        checks.append(Check("CAMPPlus x-vector vs golden (max abs)",
+                            _max_abs(ref["embedding"][0], g["s3gen/ref/embedding"]), S3GEN_TOLERANCE, "<="))
+    mx.clear_cache()
     return checks
 
 
@@ -232,18 +317,34 @@ def hift_check(checkpoint: Path):
                  f"{mel.shape[0]} mel frames, the same source draws")
 
 
-def export(t3_goldens: Path, conds_pt: Path, meta_json: Path, out: Path) -> None:
-    """The committed tiny goldens (scripts/goldens/chatterbox_t3.py) in the parity format."""
+def export(t3_goldens: Path, conds_pt: Path, meta_json: Path, out: Path, s3gen_dir: Path | None = None) -> None:
+    """The committed tiny goldens (scripts/goldens/chatterbox_t3.py, and with ``s3gen_dir``
+    scripts/goldens/chatterbox_s3gen.py's ``flow_tiny``/``hift_tiny``/``s3gen_tiny`` made on the
+    same S3Gen weights) in the parity format."""
     from ttscli.models.chatterbox.conds import Conditionals
 
     g = np.load(t3_goldens)
     meta = json.loads(Path(meta_json).read_text())
     c = Conditionals.from_torch(conds_pt)
-    np.savez_compressed(out, **{
+    arrays = {
         "t3/text": np.array(meta["text"]), "t3/text_ids": g["text_ids"].astype(np.int32),
         "t3/speaker_emb": c.speaker_emb, "t3/prompt_tokens": c.prompt_tokens.astype(np.int32),
         "t3/exaggeration": np.float32(0.5), "t3/cfg_weight": np.float32(meta["cfg_weight"]),
         "t3/cond_emb": g["cond_emb_exag5"], "t3/prefill_logits": g["prefill_logits_exag5"],
         "t3/greedy_tokens": g["greedy_rp12"].astype(np.int32), "t3/repetition_penalty": np.float32(1.2),
         "t3/min_p": np.float32(meta["min_p"]), "t3/top_p": np.float32(meta["top_p"]),
-        "ve/wav16k": g["ve_wav"], "ve/embed": g["ve_embed"]})
+        "ve/wav16k": g["ve_wav"], "ve/embed": g["ve_embed"]}
+    if s3gen_dir is not None:
+        arrays.update(_s3gen_arrays(Path(s3gen_dir)))
+    np.savez_compressed(out, **arrays)
+
+
+def _s3gen_arrays(folder: Path) -> dict[str, np.ndarray]:
+    flow, hift, whole = (np.load(folder / f"{n}_tiny.npz") for n in ("flow", "hift", "s3gen"))
+    out = {f"s3gen/flow/{k}": flow[k] for k in ("prompt_token", "prompt_feat", "embedding", "noise", "mel")}
+    out["s3gen/flow/tokens"] = flow["token"]
+    out.update({f"s3gen/hift/{k}": hift[k] for k in ("mel", "phase", "sine_noise", "f0", "source", "wav")})
+    out.update({"s3gen/tokenizer/wav16k": whole["wav16"], "s3gen/tokenizer/tokens": whole["tokens16"],
+                "s3gen/ref/wav": whole["ref24"], "s3gen/ref/sample_rate": np.int32(24000)})
+    out.update({f"s3gen/ref/{k}": whole[f"ref_{k}"] for k in ("prompt_token", "prompt_feat", "embedding")})
+    return out

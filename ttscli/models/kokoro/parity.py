@@ -184,7 +184,12 @@ def decoder_backends_check(model, onnx_model, voices: dict, vocab: dict, utteran
 
 def golden_checks(model, golden: Path) -> list[Check]:
     """``--golden FILE.npz`` (docs/parity.md): tokens, style [256], speed, audio at torch's level;
-    optional durations, f0, n."""
+    optional durations, f0, n, and har_features (the STFT features of the reference's harmonic
+    source, its random draws in them).
+
+    With ``har_features`` our decoder runs on the golden's durations and those features, so it
+    sees exactly the reference's inputs and is held to the float32 bound sample for sample;
+    the audio is also compared end to end (our source draws none) by log-mel L1."""
     try:
         with np.load(golden, allow_pickle=False) as z:
             g = {k: z[k] for k in z.files}
@@ -195,24 +200,31 @@ def golden_checks(model, golden: Path) -> list[Check]:
         raise UsageError(f"--golden {golden} lacks {', '.join(missing)} (Kokoro format: docs/parity.md)")
     import mlx.core as mx
 
-    tokens = np.asarray(g["tokens"]).reshape(-1).astype(np.int32).tolist()
-    style = np.asarray(g["style"], np.float32).reshape(-1)
+    tokens = mx.array(np.asarray(g["tokens"]).reshape(-1).astype(np.int32))
+    style = mx.array(np.asarray(g["style"], np.float32).reshape(-1))
     speed = float(g.get("speed", 1.0))
-    d, dur = model.durations(mx.array(tokens, dtype=mx.int32), mx.array(style), speed)
+    d, dur = model.durations(tokens, style, speed)
     mx.eval(dur)
+    where = f"{tokens.size} tokens, speed {speed:g}"
     checks = []
     if "durations" in g:
         checks.append(Check("durations equal golden (tokens)",
-                            float(np.sum(np.array(dur) == g["durations"].reshape(-1))), float(len(tokens)), "=="))
+                            float(np.sum(np.array(dur) == g["durations"].reshape(-1))), float(tokens.size), "=="))
         dur = mx.array(np.asarray(g["durations"], np.float32).reshape(-1))
-    p = model.prosody(mx.array(tokens, dtype=mx.int32), mx.array(style), d, np.array(dur))
+    p = model.prosody(tokens, style, d, np.array(dur))
     _, feats = model.source(p.f0)
-    audio = np.array(model.decode(p, mx.array(style), feats))
-    if "f0" in g:
-        checks.append(Check("F0 vs golden (rel L2)", rel_l2(np.array(p.f0), g["f0"]), TWIN["f0"], "<="))
+    for key, name in (("f0", "F0"), ("n", "N")):
+        if key in g:
+            checks.append(Check(f"{name} vs golden (rel L2)", rel_l2(np.array(getattr(p, key)), g[key]),
+                                TWIN[key], "<="))
     ref = np.asarray(g["audio"], np.float32).reshape(-1)
-    checks.append(Check("audio vs golden (log-mel L1)", log_mel_l1(audio, ref), TWIN["logmel"], "<=",
-                        f"{len(tokens)} tokens, speed {speed:g}"))
+    if "har_features" in g:
+        forced = np.array(model.decode(p, style, mx.array(np.asarray(g["har_features"], np.float32).reshape(22, -1).T)))
+        checks.append(Check("decoder on the golden's durations + STFT features vs golden audio (rel L2)",
+                            rel_l2(_inner(forced), _inner(ref)) if forced.size == ref.size else float("inf"),
+                            TWIN["decoder"], "<=", f"{where}; {EDGE} edge samples skipped"))
+    audio = np.array(model.decode(p, style, feats))
+    checks.append(Check("audio vs golden (log-mel L1)", log_mel_l1(audio, ref), TWIN["logmel"], "<=", where))
     return checks
 
 
