@@ -4,7 +4,7 @@ Rerun from the repo root, in the throwaway reference venv (scripts/goldens/READM
 
     REFVENV/bin/python scripts/goldens/chatterbox_t3.py
 
-Writes into tests/fixtures/chatterbox/tiny/ the files Engineer A owns, in the published layout
+Writes into tests/fixtures/chatterbox/tiny/ the T3, voice-encoder and conditionals files, in the published layout
 and under the published names (s3gen.safetensors beside them is written by chatterbox_s3gen.py):
 
     t3_cfg.safetensors   T3 (Llama blocks, llama3 RoPE) at hidden 64 / 2 layers / head_dim 64 (the real RoPE
