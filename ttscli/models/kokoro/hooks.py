@@ -32,7 +32,7 @@ def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = N
         raise UsageError(f"--dtype {options.dtype}: choose float32, float16 or bfloat16")
     if backend == "onnx" and options.dtype not in (None, "float32"):
         raise UsageError(f"--dtype {options.dtype}: the onnxruntime decoder is float32; "
-                         f"set {BACKEND_ENV}=mlx for {options.dtype}")
+                         f"use --backend acoustic=mlx for {options.dtype}")
     checkpoint = _checkpoint(checkpoint)
     info = describe(checkpoint)
     if options.random_weights:
@@ -55,34 +55,9 @@ def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = N
     return pipe
 
 
-BACKEND_ENV = "TTSCLI_KOKORO_BACKEND"
-# Where the model runs by default, measured with `ttscli bench kokoro-82m --code-decoder-backend
-# mlx,onnx --peer onnxruntime -n 2` on the 2-core AMD EPYC (AVX2, no AVX-512; shared, load 2.9 -> 6.2
-# during the run), default text (8.55 s of speech): MLX float32 (MKL) 42.4 s, our float32 graphs on
-# onnxruntime 20.0 s, the published int8 graph 23.6 s (with only the decoder on onnxruntime, load
-# 6.2-6.7: 28.8 / 15.6 / 15.8 s). Elsewhere on Linux (unmeasured) onnx too; on macOS MLX (Metal GPU).
-MEASURED_DEFAULT = {("linux", "AuthenticAMD"): "onnx", ("darwin", ""): "mlx"}
-
-
-def default_backend() -> str:
-    """$TTSCLI_KOKORO_BACKEND, else MLX when its default device is a GPU, else the measured
-    choice for this OS and CPU vendor, else onnx on a Linux CPU when onnxruntime is installed,
-    else mlx."""
-    from ttscli.backends.select import mlx_or_onnx
-
-    return mlx_or_onnx(BACKEND_ENV, MEASURED_DEFAULT)
-
-
 def acoustic_backend(options: LoadOptions) -> str:
-    """Where the model runs: ``options.backends["acoustic"]`` (bench's and parity's
-    --code-decoder-backend), else :func:`default_backend`."""
-    unknown = set(options.backends) - {"acoustic"}
-    if unknown:
-        raise UsageError(f"Kokoro has no {', '.join(sorted(unknown))} component (only acoustic: mlx or onnx)")
-    from ttscli.backends.select import pick_mlx_or_onnx
-
-    return pick_mlx_or_onnx(options.backends.get("acoustic") or None, what="Kokoro", env_name=BACKEND_ENV,
-                            measured=MEASURED_DEFAULT)
+    """Where the model runs: ``options.backends["acoustic"]``, as the engine chose it."""
+    return options.backend("acoustic")
 
 
 def random_model(model, seed: int = 0):
