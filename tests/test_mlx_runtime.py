@@ -5,6 +5,7 @@ is the bindings alone. These tests check the declared dependencies, and run the 
 with ``import mlx.core`` failing as it does without a backend wheel (the same ImportError text): the
 embedded voice still speaks on onnxruntime, and an MLX model says in one line what to install.
 """
+import os
 import sys
 from pathlib import Path
 
@@ -65,7 +66,7 @@ def no_backend(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(NO_BACKEND, encoding="utf-8")
-    return {"PYTHONPATH": str(site)}
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
 
 
 def test_embedded_voice_speaks_without_an_mlx_backend(run_cli, tmp_path, no_backend):

@@ -256,15 +256,15 @@ def backends_asked(backend: Optional[List[str]], code_decoder_backend: Optional[
     return BackendsAsked(asked, labels)
 
 
-def choose_backends(spec, family, asked: BackendsAsked) -> dict:
-    """component -> backend for ``spec``'s model here (checked before anything loads); -v says why."""
+def check_backends(spec, family, asked: BackendsAsked) -> None:
+    """Check what was asked for ``spec``'s model before anything loads, each message naming the
+    option the user typed; -v says where every component runs and why."""
     from ttscli.backends.select import resolve
 
     chosen = resolve(spec, family, asked.backends, labels=asked.labels)
     if State.verbose:
         for c, choice in chosen.items():
             note(f"{c}: {choice.backend} ({choice.why})")
-    return {c: choice.backend for c, choice in chosen.items()}
 
 
 def load_pipeline(reg, spec, model_dir, asked: BackendsAsked, dtype):
@@ -274,7 +274,8 @@ def load_pipeline(reg, spec, model_dir, asked: BackendsAsked, dtype):
 
     if spec.license_notice:
         note(f"note: {spec.license_notice}")
-    options = LoadOptions(dtype=dtype, backends=choose_backends(spec, family_of(spec), asked))
+    check_backends(spec, family_of(spec), asked)
+    options = LoadOptions(dtype=dtype, backends=dict(asked.backends))
     return api.load(spec.id, model_dir=model_dir, registry=reg, options=options)
 
 
@@ -701,7 +702,7 @@ def serve(
         reg, spec, family = resolve_model(name, registry)
         specs[spec.id] = spec
         mine = asked.for_model(spec) if len(names) > 1 else asked
-        choose_backends(spec, family, mine)    # a bad --backend is one line before any model loads
+        check_backends(spec, family, mine)    # a bad --backend is one line before any model loads
         loaders[spec.id] = functools.partial(load_pipeline, reg, spec, model_dir, mine, dtype)
     unused = set(asked.backends) - {c for spec in specs.values() for c in spec.backends}
     if unused:
@@ -760,7 +761,7 @@ def batch(
     if spec.license_notice:
         note(f"note: {spec.license_notice}")
     asked = backends_asked(backend, code_decoder_backend)
-    choose_backends(spec, family, asked)    # a bad --backend is one line here; each worker picks its defaults
+    check_backends(spec, family, asked)    # a bad --backend is one line here; each worker picks its defaults
     ref = ModelRef(model=spec.id, model_dir=model_dir, registry_files=list(registry or []), backends=asked.backends,
                    dtype=dtype)
     job = BatchJob(manifest=manifest, out=output, ref=ref, fmt=fmt.lower(), seed=seed, max_batch=batch_size)

@@ -38,9 +38,14 @@ def split_backend(name: str) -> tuple[str, str]:
 
 
 def mlx_available() -> tuple[bool, str]:
+    """(True, "") when MLX loads here, else (False, why): a missing backend wheel names what to install."""
+    from ttscli import mlx_runtime
+
     try:
         import mlx.core as mx  # noqa: F401
     except Exception as e:  # pragma: no cover  # noqa: BLE001 - optional backend probe: mlx can fail to load in many ways
+        if mlx_runtime.is_missing_backend(e):
+            return False, str(mlx_runtime.unavailable(e))
         return False, f"mlx cannot be imported: {e}"
     return True, ""
 
