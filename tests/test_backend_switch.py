@@ -16,7 +16,7 @@ import ttscli
 from clitools import only_line
 from ttscli.backends import select
 from ttscli.cli import main
-from ttscli.models import register_family, unregister_family
+from ttscli.models import family_names, get_family, register_family, unregister_family
 from ttscli.models.base import Component, Family, Pipeline
 from ttscli.registry import load_registry
 
@@ -145,3 +145,30 @@ def test_serve_and_batch_refuse_a_bad_backend_before_loading(run_cli, tmp_path, 
     p = run_cli(*command, "-m", "piper-joe", "--backend", "vits=tpu", timeout=120)
     assert p.returncode == 2
     assert only_line(p.err) == "error: --backend vits=tpu: piper-joe's vits runs on mlx, onnx, not 'tpu'"
+
+
+@pytest.mark.parametrize("name", sorted(family_names()))
+def test_each_family_declares_its_components_with_several_backends(name):
+    """A registry component that can run on more than one backend has a declared default (the
+    measured table, or the default itself), and the declaration covers what the registry lists."""
+    fam = get_family(name)
+    for spec in load_registry():
+        if spec.family != name:
+            continue
+        for component, listed in spec.backends.items():
+            declared = fam.component(component)
+            if len(listed) > 1:
+                assert declared is not None, f"{spec.id}: {component} runs on {listed} with no declared default"
+            if declared is not None:
+                assert set(listed) <= set(declared.backends), (spec.id, component)
+                assert {declared.default, *declared.measured.values()} <= set(declared.backends), component
+                assert declared.follows is None or fam.component(declared.follows) is not None, component
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(family_names()) if "coreml" in get_family(n).convert])
+def test_the_declared_coreml_capacity_is_the_converters_own(name):
+    import importlib
+    import inspect
+
+    convert = importlib.import_module(f"ttscli.models.{name}.coreml_export").convert_coreml
+    assert get_family(name).coreml_capacity == inspect.signature(convert).parameters["capacity"].default

@@ -309,7 +309,7 @@ def speak(
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
     knobs: Optional[dict] = None,
 ):
-    """Speak text with a model (default: the embedded Piper voice)."""
+    """Speak text with a model (default: the registry's default, an embedded voice)."""
     set_flags(quiet, verbose, debug)
     from ttscli.generate import Request, check_request
     from ttscli.text import MAX_TEXT_BYTES, check_text
@@ -473,7 +473,8 @@ def bench(
              "(`ttscli models MODEL` lists them)."),
     workers: int = Workers,
     prefill_mode: str = typer.Option("batched", "--prefill-mode", help="batched, sequential, or both comma-separated."),
-    peer: Optional[str] = typer.Option(None, "--peer", help="Also time a peer on the same text, e.g. piper-tts."),
+    peer: Optional[str] = typer.Option(
+        None, "--peer", help="Also time a peer on the same text (`ttscli models MODEL` lists them)."),
     stream: bool = typer.Option(False, "--stream", help="Measure time to first audio when streaming."),
     max_frames: Optional[int] = MaxFrames,
     prompt_tokens: int = typer.Option(200, "--prompt-tokens", min=1, help="Prefill length for prefill timing."),
