@@ -296,7 +296,6 @@ ROWS = [
     ("prefill_tokens", "prefill length (tokens)", "{:.0f}"),
     ("frame_ms_p50", "full frame p50 (ms)", "{:.2f}"),
     ("frame_ms_p95", "full frame p95 (ms)", "{:.2f}"),
-    # MLX counts no kernel launches: non-view primitives of the graph after mx.compile fusion
     ("decoder_ms_per_frame", "decoder (ms/frame)", "{:.2f}"),
     ("frames_per_s", "frames/s", "{:.1f}"),
     ("audio_s", "audio (s)", "{:.2f}"),

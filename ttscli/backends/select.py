@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 from ttscli.errors import BackendUnavailableError, UsageError
@@ -146,9 +146,7 @@ def components_of(spec: ModelSpec, family: Family) -> dict[str, Component]:
     out = {}
     for name, listed in spec.backends.items():
         declared = family.component(name) or Component(name, tuple(listed))
-        backends = tuple(b for b in declared.backends if b in listed) or ("mlx",)
-        out[name] = Component(name, backends, declared.default, declared.measured, declared.on_gpu,
-                              declared.why, declared.random_weights, declared.onnx_precision, declared.follows)
+        out[name] = replace(declared, backends=tuple(b for b in declared.backends if b in listed) or ("mlx",))
     return out
 
 

@@ -20,6 +20,9 @@ What the engine calls, all through :class:`Family`:
 - ``parity_checks(spec, checkpoint, *, golden, against, frames, backend) -> list[Check]`` and
   ``parity_against``, the names ``--against`` accepts.
 - ``batched[...]``: continuous batching for ``ttscli batch``, ``serve`` and ``bench --batch``.
+- ``components``: each component that can run on several backends, with its measured default
+  (:class:`Component`); ``ttscli.backends.select.resolve`` turns them, the user's ``--backend``
+  and this machine into one backend per component, handed to ``load`` in ``options.backends``.
 
 What the engine reads from a pipeline is the :class:`Pipeline` base class below; every
 family's pipeline subclasses it. What passes between them is contract too: a :class:`Request`

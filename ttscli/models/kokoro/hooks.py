@@ -27,7 +27,7 @@ def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = N
     from .pipeline import KokoroPipeline
 
     options = options or LoadOptions()
-    backend = acoustic_backend(options)
+    backend = options.backend("acoustic")    # the engine resolved it (ttscli.backends.select)
     if options.dtype not in (None, "float32", "float16", "bfloat16"):
         raise UsageError(f"--dtype {options.dtype}: choose float32, float16 or bfloat16")
     if backend == "onnx" and options.dtype not in (None, "float32"):
@@ -53,11 +53,6 @@ def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = N
         from ttscli.errors import CheckpointError
         raise CheckpointError(f"{spec.id}: registry says {spec.sample_rate} Hz, Kokoro makes {pipe.sample_rate} Hz")
     return pipe
-
-
-def acoustic_backend(options: LoadOptions) -> str:
-    """Where the model runs: ``options.backends["acoustic"]``, as the engine chose it."""
-    return options.backend("acoustic")
 
 
 def random_model(model, seed: int = 0):
