@@ -57,9 +57,9 @@ def test_speed_changes_length(run_cli, tmp_path):
 
 def test_mlx_workers_forced_to_one_same_audio(run_cli, tmp_path):
     text = "First sentence here. Second one follows. A third for good measure."
-    mlx = {"TTSCLI_PIPER_BACKEND": "mlx"}    # Piper's default on a Linux CPU is onnx (concurrent)
-    one = run_cli("speak", text, "-o", "one.wav", "--seed", "5", "--workers", "1", env=mlx)
-    four = run_cli("speak", text, "-o", "four.wav", "--seed", "5", "--workers", "4", env=mlx)
+    mlx = ("--backend", "vits=mlx")    # Piper's default on a Linux CPU is onnx (concurrent)
+    one = run_cli("speak", text, "-o", "one.wav", "--seed", "5", "--workers", "1", *mlx)
+    four = run_cli("speak", text, "-o", "four.wav", "--seed", "5", "--workers", "4", *mlx)
     assert one.returncode == four.returncode == 0
     assert "one at a time" in four.err
     assert np.array_equal(sf.read(str(tmp_path / "one.wav"))[0], sf.read(str(tmp_path / "four.wav"))[0])

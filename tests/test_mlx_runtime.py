@@ -5,6 +5,7 @@ is the bindings alone. These tests check the declared dependencies, and run the 
 with ``import mlx.core`` failing as it does without a backend wheel (the same ImportError text): the
 embedded voice still speaks on onnxruntime, and an MLX model says in one line what to install.
 """
+import os
 import sys
 from pathlib import Path
 
@@ -65,11 +66,11 @@ def no_backend(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(NO_BACKEND, encoding="utf-8")
-    return {"PYTHONPATH": str(site)}
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
 
 
 def test_embedded_voice_speaks_without_an_mlx_backend(run_cli, tmp_path, no_backend):
-    p = run_cli("speak", "Hello without MLX.", "-o", "a.wav", env={**no_backend, "TTSCLI_PIPER_BACKEND": "onnx"})
+    p = run_cli("speak", "Hello without MLX.", "-o", "a.wav", "--backend", "vits=onnx", env=no_backend)
     assert p.returncode == 0, p.err
     import soundfile as sf
 
@@ -80,11 +81,11 @@ def test_embedded_voice_speaks_without_an_mlx_backend(run_cli, tmp_path, no_back
 @pytest.mark.parametrize("args", [
     ["speak", "Hi.", "-m", "qwen3-tts-0.6b-base", "--model-dir", str(ROOT / "tests/fixtures/parity/qwen3-tiny-base"),
      "-o", "q.wav"],
-    ["speak", "Hi.", "-o", "p.wav"],  # with TTSCLI_PIPER_BACKEND=mlx
-    ["bench", "piper-joe", "-n", "1", "--quiet"],
+    ["speak", "Hi.", "-o", "p.wav", "--backend", "vits=mlx"],
+    ["bench", "piper-joe", "-n", "1", "--quiet", "--backend", "vits=mlx"],
 ])
 def test_mlx_model_without_a_backend_names_the_extra(run_cli, tmp_path, no_backend, args):
-    p = run_cli(*args, env={**no_backend, "TTSCLI_PIPER_BACKEND": "mlx"})
+    p = run_cli(*args, env=no_backend)
     line = only_line(p.err)
     assert p.returncode == 1, line
     assert "internal error" not in line

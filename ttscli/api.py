@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from ttscli import hub, mlx_runtime
+from ttscli.backends.select import resolve
 from ttscli.errors import NotImplementedModelError, UsageError
 from ttscli.models import family_of
 from ttscli.models.base import PREFILL_MODES, LoadOptions, Pipeline
@@ -41,7 +43,10 @@ def load(
     options: LoadOptions | None = None,
     **option_kw,
 ) -> Pipeline:
-    """Load a model by id or alias (None: the registry default) and return its pipeline."""
+    """Load a model by id or alias (None: the registry default) and return its pipeline.
+
+    ``options.backends`` (component -> backend) is checked before anything loads; the components
+    it leaves out get their defaults here (:func:`ttscli.backends.select.resolve`)."""
     registry = registry or load_registry()
     spec = registry.resolve(model)
     if not spec.implemented:
@@ -49,12 +54,15 @@ def load(
             f"{spec.id} is in the registry but ttscli does not implement it yet; see `ttscli models`"
         )
     options = options or LoadOptions(**option_kw)
+    family = family_of(spec)
+    chosen = resolve(spec, family, options.backends, random_weights=options.random_weights)
+    options = replace(options, backends={c: choice.backend for c, choice in chosen.items()})
     checkpoint = None if options.random_weights else hub.locate(spec, Path(model_dir) if model_dir else None)
     limit_mlx_cache()
     if options.prefill_mode not in PREFILL_MODES:
         raise UsageError(f"prefill mode {options.prefill_mode!r}: choose {' or '.join(PREFILL_MODES)}")
     try:
-        pipe = family_of(spec).load(spec, checkpoint, options)
+        pipe = family.load(spec, checkpoint, options)
     except ImportError as exc:
         if mlx_runtime.is_missing_backend(exc):
             raise mlx_runtime.unavailable(exc) from exc

@@ -37,6 +37,8 @@ class BenchRequest:
     repeats: int = 3
     warmup: int = 1
     backends: list[str] = field(default_factory=lambda: ["mlx"])   # []: the model's default backend
+    component: str | None = None             # whose backends ``backends`` compares (None: switched_component)
+    fixed_backends: dict[str, str] = field(default_factory=dict)   # other components, one backend each
     prefill_modes: list[str] = field(default_factory=lambda: ["batched"])
     peer: str | None = None
     stream: bool = False
@@ -78,9 +80,11 @@ def pct(xs, q):
     return float(np.percentile(np.asarray(xs) * 1e3, q)) if len(xs) else None
 
 
-def switched_component(spec) -> str | None:
-    """The component --code-decoder-backend switches: the code decoder, else a family's one
-    component with several backends (Piper's ``vits``: mlx or onnx)."""
+def switched_component(spec, req: BenchRequest | None = None) -> str | None:
+    """The component whose backends a run compares: the one ``--backend C=A,B`` names, else the
+    code decoder, else the model's one component with several backends."""
+    if req is not None and req.component:
+        return req.component
     if "code_decoder" in spec.backends:
         return "code_decoder"
     several = [c for c, b in spec.backends.items() if len(b) > 1]
@@ -141,8 +145,8 @@ def run_variant(spec, req: BenchRequest, backend: str, prefill_mode: str, text: 
     import mlx.core as mx
 
     mx.reset_peak_memory()
-    component = switched_component(spec)
-    backends = {component: backend} if component and backend else {}
+    component = switched_component(spec, req)
+    backends = {**req.fixed_backends, **({component: backend} if component and backend else {})}
     options = LoadOptions(dtype=req.dtype, backends=backends, random_weights=req.random_weights,
                           prefill_mode=prefill_mode)
     t0 = time.perf_counter()
@@ -195,19 +199,7 @@ def run_bench(req: BenchRequest, registry: Registry, console=None) -> dict:
         from ttscli.outfile import check_writable
 
         check_writable(req.plot, "--plot")
-    component = switched_component(spec)
-    for b in req.backends:
-        if component is None:
-            if b != "mlx":
-                raise UsageError(f"{spec.id} has no code decoder to put on {b}; drop --code-decoder-backend")
-            continue
-        base = b.split("-", 1)[0] if b.startswith("onnx") else b
-        if base not in spec.backends[component]:
-            raise UsageError(f"--code-decoder-backend {b}: {spec.id} offers {', '.join(spec.backends[component])}")
-        if b != "mlx" and component == "code_decoder":
-            from ttscli.backends.select import choose_code_decoder_backend
-
-            choose_code_decoder_backend(spec, b, req.model_dir)  # clear error when unavailable here
+    check_backends(spec, family, req)
     peer_fn = family.peers.get(req.peer) if req.peer else None
     if req.peer and peer_fn is None:              # refused before the variants' long runs
         have = ", ".join(family.peers) or "none"
@@ -242,6 +234,24 @@ def run_bench(req: BenchRequest, registry: Registry, console=None) -> dict:
     if req.plot:
         plot_frames(variants, req.plot, spec.id)
     return report
+
+
+def check_backends(spec, family, req: BenchRequest) -> None:
+    """Every variant's backends, checked before anything loads (one line for a bad one)."""
+    from ttscli.backends.select import resolve
+
+    component = switched_component(spec, req)
+    flag = f"--backend {component}=" if req.component else "--code-decoder-backend "
+    if component is None:
+        if any(b != "mlx" for b in req.backends):
+            raise UsageError(f"{spec.id} has no code decoder nor one component with several backends; "
+                             "name the component: --backend COMPONENT=A,B (`ttscli models MODEL` lists them)")
+        resolve(spec, family, req.fixed_backends, random_weights=req.random_weights)
+        return
+    for b in req.backends or [None]:
+        asked = {**req.fixed_backends, **({component: b} if b else {})}
+        resolve(spec, family, asked, random_weights=req.random_weights,
+                labels={component: flag + b} if b else None)
 
 
 LOWER_IS_BETTER = ("rtf", "total_s", "first_audio_s", "frame_ms_p50", "decoder_ms_per_frame", "prefill_ms", "load_s")
@@ -279,10 +289,6 @@ ROWS = [
     ("prefill_tokens", "prefill length (tokens)", "{:.0f}"),
     ("frame_ms_p50", "full frame p50 (ms)", "{:.2f}"),
     ("frame_ms_p95", "full frame p95 (ms)", "{:.2f}"),
-    # MLX counts no kernel launches: non-view primitives of the graph after mx.compile fusion
-    ("kernels_per_frame", "kernels per frame (graph primitives)", "{:.0f}"),
-    ("kernels_talker_step", "  of which talker step", "{:.0f}"),
-    ("kernels_code_predictor_frame", "  of which code predictor", "{:.0f}"),
     ("decoder_ms_per_frame", "decoder (ms/frame)", "{:.2f}"),
     ("frames_per_s", "frames/s", "{:.1f}"),
     ("audio_s", "audio (s)", "{:.2f}"),
@@ -367,7 +373,8 @@ def bench_batches(spec, req: BenchRequest, text: str, registry, console=None) ->
         raise UsageError(f"{spec.id} has no batched generation; drop --batch")
     if any(b < 1 for b in req.batch):
         raise UsageError("--batch sizes must be at least 1")
-    backends = {"code_decoder": (req.backends or ["mlx"])[0]} if "code_decoder" in spec.backends else {}
+    component = switched_component(spec, req)
+    backends = {**req.fixed_backends, **({component: req.backends[0]} if component and req.backends else {})}
     pipe = load(spec.id, model_dir=req.model_dir, registry=registry,
                 options=LoadOptions(dtype=req.dtype, backends=backends, random_weights=req.random_weights))
     variants = bench_batch(pipe, req.batch, req.max_frames or 20, text, req.seed, req.warmup)

@@ -6,6 +6,7 @@ import inspect
 import json
 import sys
 import time
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import List, Optional
@@ -61,8 +62,13 @@ Verbose = typer.Option(False, "-v", "--verbose", help="Print timings and setting
 Debug = typer.Option(False, "--debug", help="Show tracebacks on errors.")
 CodeDecoderBackend = typer.Option(
     None, "--code-decoder-backend", case_sensitive=False,
-    help="Backend of the talker (code decoder): mlx, coreml, or onnx (int8; onnx-f32, onnx-int4)."
+    help="The same as --backend code_decoder=NAME: the model's language model on mlx, coreml, or onnx "
+         "(int8; onnx-f32, onnx-int4)."
 )
+BackendChoice = typer.Option(
+    None, "--backend", metavar="COMPONENT=NAME",
+    help="Where a component of the model runs, e.g. code_decoder=onnx-int4 (repeatable). `ttscli models MODEL` "
+         "lists its components, their backends and the default here.")
 # generation options shared by speak and clone
 Format = typer.Option(None, "--format", help="wav, flac, ogg, mp3, or pcm (raw s16le, with -o -).")
 Play = typer.Option(False, "--play", help="Play through the default output device.")
@@ -72,7 +78,7 @@ MaxFrames = typer.Option(None, "--max-frames", min=1, help="Frame limit per chun
 Stream = typer.Option(False, "--stream", help="Emit audio while generating.")
 FirstChunkFrames = typer.Option(None, "--first-chunk-frames", min=1, show_default=False,
                                 help="Frames before the first streamed audio (default: the model's; "
-                                     "1 for Qwen3-TTS and Breeze, 8 for Chatterbox, else 3).")
+                                     "`ttscli models MODEL` shows it).")
 ChunkFrames = typer.Option(25, "--chunk-frames", min=1, help="Frames per streamed chunk after the first.")
 Workers = typer.Option(1, "--workers", "--concurrent-worker-count", min=1, help="Chunks generated at once.")
 Dtype = typer.Option(None, "--dtype", help="float32, float16 or bfloat16.")
@@ -221,25 +227,56 @@ def resolve_model(model, registry):
     return reg, spec, family_of(spec)
 
 
-def load_pipeline(reg, spec, model_dir, backend, dtype):
+@dataclass(frozen=True)
+class BackendsAsked:
+    """What --backend (and its alias --code-decoder-backend) asked for: component -> backend, and
+    how each was given, so that a message names the option the user typed."""
+
+    backends: dict = field(default_factory=dict)
+    labels: dict = field(default_factory=dict)
+
+    def for_model(self, spec) -> "BackendsAsked":
+        """Only the components ``spec``'s model has (serve: several models share the options)."""
+        keep = {c: b for c, b in self.backends.items() if c in spec.backends}
+        return BackendsAsked(keep, {c: v for c, v in self.labels.items() if c in keep})
+
+
+def backends_asked(backend: Optional[List[str]], code_decoder_backend: Optional[Backend] = None) -> BackendsAsked:
+    from ttscli.backends.select import parse_backend_options
+
+    asked = parse_backend_options(backend)
+    labels = {}
+    if code_decoder_backend is not None:
+        value = code_decoder_backend.value
+        if asked.get("code_decoder", value) != value:
+            raise UsageError(f"--code-decoder-backend {value} and --backend code_decoder={asked['code_decoder']} "
+                             "disagree; give one")
+        asked["code_decoder"] = value
+        labels["code_decoder"] = f"--code-decoder-backend {value}"
+    return BackendsAsked(asked, labels)
+
+
+def check_backends(spec, family, asked: BackendsAsked) -> None:
+    """Check what was asked for ``spec``'s model before anything loads, each message naming the
+    option the user typed; -v says where every component runs and why."""
+    from ttscli.backends.select import resolve
+
+    chosen = resolve(spec, family, asked.backends, labels=asked.labels)
+    if State.verbose:
+        for c, choice in chosen.items():
+            note(f"{c}: {choice.backend} ({choice.why})")
+
+
+def load_pipeline(reg, spec, model_dir, asked: BackendsAsked, dtype):
     from ttscli import api
+    from ttscli.models import family_of
     from ttscli.models.base import LoadOptions
 
     if spec.license_notice:
         note(f"note: {spec.license_notice}")
-    backends = {}
-    if "code_decoder" in spec.backends:
-        backends["code_decoder"] = resolve_backend(spec, backend, model_dir)
-    elif backend is not None and backend.value != "mlx":
-        raise UsageError(f"{spec.id} has no code decoder to put on {backend.value}; drop --code-decoder-backend")
-    options = LoadOptions(dtype=dtype, backends=backends)
+    check_backends(spec, family_of(spec), asked)
+    options = LoadOptions(dtype=dtype, backends=dict(asked.backends))
     return api.load(spec.id, model_dir=model_dir, registry=reg, options=options)
-
-
-def resolve_backend(spec, backend: Optional[Backend], model_dir) -> str:
-    from ttscli.backends.select import choose_code_decoder_backend
-
-    return choose_code_decoder_backend(spec, backend.value if backend else None, model_dir)
 
 
 # ---- commands -------------------------------------------------------------------------------
@@ -264,6 +301,7 @@ def speak(
     stream: bool = Stream,
     first_chunk_frames: Optional[int] = FirstChunkFrames,
     chunk_frames: int = ChunkFrames,
+    backend: Optional[List[str]] = BackendChoice,
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
     workers: int = Workers,
     dtype: Optional[str] = Dtype,
@@ -271,7 +309,7 @@ def speak(
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
     knobs: Optional[dict] = None,
 ):
-    """Speak text with a model (default: the embedded Piper voice)."""
+    """Speak text with a model (default: the registry's default, an embedded voice)."""
     set_flags(quiet, verbose, debug)
     from ttscli.generate import Request, check_request
     from ttscli.text import MAX_TEXT_BYTES, check_text
@@ -286,7 +324,7 @@ def speak(
         max_frames=max_frames, stream=stream, first_chunk_frames=first_chunk_frames, chunk_frames=chunk_frames,
         knobs=knobs or {},
     ))
-    pipe = load_pipeline(reg, spec, model_dir, code_decoder_backend, dtype)
+    pipe = load_pipeline(reg, spec, model_dir, backends_asked(backend, code_decoder_backend), dtype)
     run_synthesis(pipe, request, output, fmt, play, workers)
 
 
@@ -312,6 +350,7 @@ def clone(
     stream: bool = Stream,
     first_chunk_frames: Optional[int] = FirstChunkFrames,
     chunk_frames: int = ChunkFrames,
+    backend: Optional[List[str]] = BackendChoice,
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
     workers: int = Workers,
     dtype: Optional[str] = Dtype,
@@ -350,7 +389,7 @@ def clone(
         first_chunk_frames=first_chunk_frames, chunk_frames=chunk_frames,
         knobs=knobs,
     ))
-    pipe = load_pipeline(reg, spec, model_dir, code_decoder_backend, dtype)
+    pipe = load_pipeline(reg, spec, model_dir, backends_asked(backend, code_decoder_backend), dtype)
     rate = pipe.ref_sample_rate or sr
     request = replace(request, ref_audio=resample(mono, sr, rate), ref_sample_rate=rate)
     run_synthesis(pipe, request, output, fmt, play, workers)
@@ -396,7 +435,7 @@ def convert(
     dtype: Optional[str] = typer.Option(None, "--dtype", help="float16, bfloat16 or float32 for unquantized tensors."),
     capacity: Optional[int] = typer.Option(None, "--capacity", show_default=False,
                                            help="Core ML KV-cache positions of the code decoder (default: the "
-                                                "model's; 256 for Qwen3-TTS, 1024 for Chatterbox and Breeze)."),
+                                                "model's; `ttscli models MODEL` shows it)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output folder."),
     model_dir: Optional[Path] = ModelDir,
     registry: Optional[List[Path]] = Registry,
@@ -426,11 +465,16 @@ def bench(
     warmup: int = typer.Option(1, "--warmup", min=0),
     code_decoder_backend: str = typer.Option(
         "", "--code-decoder-backend", show_default=False,
-        help="One or more, comma-separated, e.g. mlx,onnx-f32,onnx,onnx-int4 (Piper: its VITS, mlx,onnx); "
-             "default: the model's default."),
+        help="One or more, comma-separated, e.g. mlx,onnx-f32,onnx,onnx-int4, for the model's code decoder, or "
+             "its one component with several backends; default: the model's default."),
+    backend: Optional[List[str]] = typer.Option(
+        None, "--backend", metavar="COMPONENT=NAME[,NAME..]",
+        help="Where a component runs (repeatable); one component may list several backends to compare "
+             "(`ttscli models MODEL` lists them)."),
     workers: int = Workers,
     prefill_mode: str = typer.Option("batched", "--prefill-mode", help="batched, sequential, or both comma-separated."),
-    peer: Optional[str] = typer.Option(None, "--peer", help="Also time a peer on the same text, e.g. piper-tts."),
+    peer: Optional[str] = typer.Option(
+        None, "--peer", help="Also time a peer on the same text (`ttscli models MODEL` lists them)."),
     stream: bool = typer.Option(False, "--stream", help="Measure time to first audio when streaming."),
     max_frames: Optional[int] = MaxFrames,
     prompt_tokens: int = typer.Option(200, "--prompt-tokens", min=1, help="Prefill length for prefill timing."),
@@ -450,8 +494,19 @@ def bench(
     from ttscli.bench import BenchRequest, run_bench
 
     body = read_text(text, file) if (text is not None or file is not None) else None
+    from ttscli.backends.select import parse_backend_options
+
+    fixed, compared, component = {}, [b.strip() for b in code_decoder_backend.split(",") if b.strip()], None
+    for c, names in parse_backend_options(backend).items():
+        several = [b.strip() for b in names.split(",") if b.strip()]
+        if len(several) == 1:
+            fixed[c] = several[0]
+        elif compared:
+            raise UsageError(f"--backend {c}={names}: compare the backends of one component at a time")
+        else:
+            compared, component = several, c
     req = BenchRequest(model=model, random_weights=random_weights, text=body, repeats=repeats, warmup=warmup,
-                       backends=[b.strip() for b in code_decoder_backend.split(",") if b.strip()],
+                       backends=compared, component=component, fixed_backends=fixed,
                        prefill_modes=[m.strip() for m in prefill_mode.split(",") if m.strip()],
                        peer=peer, stream=stream, max_frames=max_frames, prompt_tokens=prompt_tokens,
                        model_dir=model_dir, dtype=dtype, plot=plot, quality=quality, workers=workers)
@@ -600,10 +655,10 @@ def serve(
                                              "or gets 503 when all have a request in progress."),
     max_queue: int = typer.Option(16, "--max-queue", min=1, help="Requests waiting per model; more get 503."),
     max_batch: int = typer.Option(16, "--max-batch", min=1,
-                                  help="Requests in progress at once per model: rows of one batch (Qwen3-TTS, "
-                                       "Chatterbox, Breeze on MLX), else generations taking turns a chunk each, "
-                                       "a new one first, so a short request is not stuck behind a long one "
-                                       "(1: one at a time)."),
+                                  help="Requests in progress at once per model: rows of one batch where the model "
+                                       "generates in batches (`ttscli models MODEL` says), else generations taking "
+                                       "turns a chunk each, a new one first, so a short request is not stuck behind "
+                                       "a long one (1: one at a time)."),
     max_input_chars: int = typer.Option(4096, "--max-input-chars", min=1,
                                         help="Longest `input` in characters (OpenAI's limit); longer gets 400. "
                                              "The 32,768-byte text limit applies as well."),
@@ -614,6 +669,7 @@ def serve(
                                                "incomplete. 0: no limit."),
     voices_dir: Optional[Path] = typer.Option(None, "--voices-dir", file_okay=False,
                                               help="Saved voices (NAME.safetensors) that `voice` can name."),
+    backend: Optional[List[str]] = BackendChoice,
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
     dtype: Optional[str] = Dtype,
     registry: Optional[List[Path]] = Registry,
@@ -641,11 +697,18 @@ def serve(
     names = list(dict.fromkeys(model or [None]))
     if model_dir is not None and len(names) > 1:
         raise UsageError("--model-dir goes with one -m; serve several local checkouts from separate servers")
+    asked = backends_asked(backend, code_decoder_backend)
     loaders, specs, reg = {}, {}, None
     for name in names:
-        reg, spec, _ = resolve_model(name, registry)
+        reg, spec, family = resolve_model(name, registry)
         specs[spec.id] = spec
-        loaders[spec.id] = functools.partial(load_pipeline, reg, spec, model_dir, code_decoder_backend, dtype)
+        mine = asked.for_model(spec) if len(names) > 1 else asked
+        check_backends(spec, family, mine)    # a bad --backend is one line before any model loads
+        loaders[spec.id] = functools.partial(load_pipeline, reg, spec, model_dir, mine, dtype)
+    unused = set(asked.backends) - {c for spec in specs.values() for c in spec.backends}
+    if unused:
+        raise UsageError(f"--backend {sorted(unused)[0]}: no served model has that component "
+                         "(`ttscli models MODEL` lists them)")
     if not is_loopback(host) and not api_key:
         note(f"note: listening on {host} without --api-key: anyone who can reach it can use it")
     try:
@@ -674,8 +737,9 @@ def batch(
                                     "on 127.0.0.1 that ends with the command)."),
     ray_workers: int = typer.Option(2, "--ray-workers", min=1, help="Ray actors, one model each."),
     batch_size: int = typer.Option(16, "--batch-size", min=1,
-                                   help="Rows generated at once by models with batched generation "
-                                        "(Qwen3-TTS, Chatterbox, Breeze on MLX)."),
+                                   help="Rows generated at once by models with batched generation (`ttscli models "
+                                        "MODEL` says which)."),
+    backend: Optional[List[str]] = BackendChoice,
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
     dtype: Optional[str] = Dtype,
     registry: Optional[List[Path]] = Registry,
@@ -694,11 +758,13 @@ def batch(
 
         cluster = choose_cluster(ray_address)
         note(cluster.describe())  # the first line: where the rows will run, and who can reach it
-    _, spec, _ = resolve_model(model, registry)
+    _, spec, family = resolve_model(model, registry)
     if spec.license_notice:
         note(f"note: {spec.license_notice}")
-    ref = ModelRef(model=spec.id, model_dir=model_dir, registry_files=list(registry or []),
-                   code_decoder_backend=code_decoder_backend.value if code_decoder_backend else None, dtype=dtype)
+    asked = backends_asked(backend, code_decoder_backend)
+    check_backends(spec, family, asked)    # a bad --backend is one line here; each worker picks its defaults
+    ref = ModelRef(model=spec.id, model_dir=model_dir, registry_files=list(registry or []), backends=asked.backends,
+                   dtype=dtype)
     job = BatchJob(manifest=manifest, out=output, ref=ref, fmt=fmt.lower(), seed=seed, max_batch=batch_size)
     if engine == "ray":
         def run_engine(rows, job):

@@ -103,6 +103,7 @@ def describe(registry: Registry, spec) -> dict:
 
     row = next(r for r in inventory(registry) if r["id"] == spec.id)
     row["knobs"], row["honours"], row["converts_to"], row["peers"], row["parity_against"] = [], [], [], [], []
+    row["components"], row["first_chunk_frames"], row["batched"], row["coreml_capacity"] = [], None, [], None
     if spec.family in family_names():
         fam = get_family(spec.family)
         for k in fam.knobs:
@@ -116,7 +117,21 @@ def describe(registry: Registry, spec) -> dict:
         row["converts_to"] = sorted(fam.convert)
         row["peers"] = sorted(fam.peers)
         row["parity_against"] = list(fam.parity_against)
+        row["components"] = components(spec, fam)
+        row["first_chunk_frames"] = fam.first_chunk_frames if "stream" in fam.honours else None
+        row["batched"] = sorted(fam.batched)
+        row["coreml_capacity"] = fam.coreml_capacity if "coreml" in fam.convert else None
     return row
+
+
+def components(spec, family) -> list[dict]:
+    """Each component of the model: the backends it can run on, where it runs here by default and why."""
+    from ttscli.backends.select import components_of, resolve
+
+    declared = components_of(spec, family)
+    chosen = resolve(spec, family)
+    return [{"name": c, "backends": list(comp.backends), "default": chosen[c].backend, "why": chosen[c].why,
+             "onnx_precision": comp.onnx_precision} for c, comp in declared.items()]
 
 
 def render_details(info: dict):
@@ -139,12 +154,28 @@ def render_details(info: dict):
     t.add_row("options",
               ", ".join("--" + h.replace("_", "-").replace("ref-audio", "ref") for h in info["honours"]) or "-")
     t.add_row("backends", "; ".join(f"{c}: {', '.join(b) or '-'}" for c, b in info["backends_usable"].items()) or "-")
+    if info["first_chunk_frames"] is not None:
+        t.add_row("--stream", f"first audio after {info['first_chunk_frames']} frame(s) (--first-chunk-frames)")
+    t.add_row("batched", "yes: serve --max-batch, batch --batch-size, bench --batch" if info["batched"] else "no")
     t.add_row("convert --to", ", ".join(info["converts_to"]) or "-")
+    if info["coreml_capacity"] is not None:
+        t.add_row("convert --capacity", f"{info['coreml_capacity']} positions (Core ML)")
     t.add_row("bench --peer", ", ".join(info["peers"]) or "-")
     t.add_row("parity --against", ", ".join(info["parity_against"]) or "--golden only")
     t.add_row("license", info["license"] + (f" ({info['license_notice']})" if info["license_notice"] else ""))
+    parts = [t]
+    if info["components"]:
+        c = Table(title="components (--backend COMPONENT=NAME)", box=box.SIMPLE_HEAD, pad_edge=False)
+        for col in ("component", "backends", "default here", "why"):
+            c.add_column(col, overflow="fold")
+        for comp in info["components"]:
+            names = ", ".join(comp["backends"])
+            if comp["onnx_precision"]:
+                names += " (onnx-f32, onnx-int8, onnx-int4)"
+            c.add_row(comp["name"], names, comp["default"], comp["why"])
+        parts.append(c)
     if not info["knobs"]:
-        return t
+        return Group(*parts)
     k = Table(title="knobs", box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("option", "type", "default", "help"):
         k.add_column(col, overflow="fold")
@@ -158,4 +189,4 @@ def render_details(info: dict):
             rng = f" {lo}..{hi}"
         only = "" if set(kn["commands"]) == {"speak", "clone"} else f" ({', '.join(kn['commands'])} only)"
         k.add_row(kn["flag"], kn["type"] + rng, "-" if kn["default"] is None else str(kn["default"]), kn["help"] + only)
-    return Group(t, k)
+    return Group(*parts, k)

@@ -25,7 +25,7 @@ from ttscli.backends.onnx.manifest import read_manifest
 from ttscli.errors import BackendUnavailableError, UsageError
 from ttscli.codecs.s3gen import onnx_flow
 from ttscli.codecs.s3gen.onnx_flow import (
-    BACKEND_ENV, PREFIX, OnnxEstimator, attach, choose_backend, export_estimator, find_or_build,
+    PREFIX, OnnxEstimator, attach, export_estimator, find_or_build,
 )
 
 flow, golden = flow_cases.flow, flow_cases.golden        # module-scoped fixtures, reused
@@ -134,24 +134,24 @@ def test_random_weights_build_is_cached(flow):
 
 
 def test_choice(monkeypatch):
-    monkeypatch.setenv(BACKEND_ENV, "MLX")
-    assert choose_backend() == "mlx"
-    monkeypatch.setenv(BACKEND_ENV, "onnx")
-    assert choose_backend() == "onnx"
-    monkeypatch.setenv(BACKEND_ENV, "coreml")
-    with pytest.raises(UsageError, match="choose mlx or onnx"):
-        choose_backend()
-    monkeypatch.delenv(BACKEND_ENV)
+    from ttscli.backends.select import resolve
+    from ttscli.models import family_of
+    from ttscli.registry import load_registry
+
+    spec = load_registry().resolve("chatterbox")
+    fam = family_of(spec)
+    assert resolve(spec, fam, {"flow_estimator": "MLX"})["flow_estimator"].backend == "mlx"
+    assert resolve(spec, fam, {"flow_estimator": "onnx"})["flow_estimator"].backend == "onnx"
+    with pytest.raises(UsageError, match="runs on mlx, onnx, not 'coreml'"):
+        resolve(spec, fam, {"flow_estimator": "coreml"})
     expect = "onnx" if sys.platform.startswith("linux") and mx.default_device() == mx.cpu else "mlx"
-    assert choose_backend() == expect
+    assert resolve(spec, fam)["flow_estimator"].backend == expect
     import ttscli.backends.onnx as onnx_pkg
 
     monkeypatch.setattr(onnx_pkg, "onnx_available", lambda: (False, "onnxruntime is not installed"))
-    assert choose_backend() == "mlx"
-    monkeypatch.setenv(BACKEND_ENV, "onnx")
+    assert resolve(spec, fam)["flow_estimator"].backend == "mlx"
     with pytest.raises(BackendUnavailableError, match="not installed"):
-        choose_backend()
-
+        resolve(spec, fam, {"flow_estimator": "onnx"})
 
 def test_float16_estimator_is_refused(flow):
     from ttscli.codecs.s3gen.flow import CausalMaskedDiffWithXvec
@@ -163,12 +163,11 @@ def test_float16_estimator_is_refused(flow):
 
 
 @pytest.mark.parametrize("backend", ["mlx", "onnx"])
-def test_pipeline_reports_the_flow_backend(backend, monkeypatch):
+def test_pipeline_reports_the_flow_backend(backend):
     from ttscli.models.base import LoadOptions
     from ttscli.models.chatterbox.load import load_pipeline
 
-    monkeypatch.setenv(BACKEND_ENV, backend)
-    pipe = load_pipeline(None, TINY, LoadOptions())
+    pipe = load_pipeline(None, TINY, LoadOptions(backends={"flow_estimator": backend}))
     assert pipe.backends["flow_estimator"] == backend
     assert isinstance(pipe.s3gen.flow.decoder.external_estimator, OnnxEstimator) == (backend == "onnx")
     from ttscli.models.chatterbox.family import FAMILY

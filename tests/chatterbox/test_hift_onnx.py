@@ -25,7 +25,7 @@ from ttscli.errors import BackendUnavailableError, UsageError
 from ttscli.codecs.s3gen import onnx_hift
 from ttscli.codecs.s3gen.hift import SourceDraws
 from ttscli.codecs.s3gen.onnx_hift import (
-    BACKEND_ENV, PREFIX, OnnxDecode, attach, choose_backend, export_decode, find_or_build,
+    PREFIX, OnnxDecode, attach, export_decode, find_or_build,
 )
 
 hift, golden = hift_cases.hift, hift_cases.golden      # module-scoped fixtures, reused
@@ -127,26 +127,24 @@ def test_random_weights_build_is_cached(hift):
 
 
 def test_choice(monkeypatch):
-    monkeypatch.setenv(BACKEND_ENV, "MLX")
-    assert choose_backend() == "mlx"
-    monkeypatch.setenv(BACKEND_ENV, "onnx")
-    assert choose_backend() == "onnx"
-    monkeypatch.setenv(BACKEND_ENV, "coreml")
-    with pytest.raises(UsageError, match="choose mlx or onnx"):
-        choose_backend()
-    with pytest.raises(UsageError, match="choose mlx or onnx"):
-        choose_backend("coreml")
-    monkeypatch.delenv(BACKEND_ENV)
+    from ttscli.backends.select import resolve
+    from ttscli.models import family_of
+    from ttscli.registry import load_registry
+
+    spec = load_registry().resolve("chatterbox")
+    fam = family_of(spec)
+    assert resolve(spec, fam, {"vocoder": "MLX"})["vocoder"].backend == "mlx"
+    assert resolve(spec, fam, {"vocoder": "onnx"})["vocoder"].backend == "onnx"
+    with pytest.raises(UsageError, match="runs on mlx, onnx, not 'coreml'"):
+        resolve(spec, fam, {"vocoder": "coreml"})
     expect = "onnx" if sys.platform.startswith("linux") and mx.default_device() == mx.cpu else "mlx"
-    assert choose_backend() == expect
+    assert resolve(spec, fam)["vocoder"].backend == expect
     import ttscli.backends.onnx as onnx_pkg
 
     monkeypatch.setattr(onnx_pkg, "onnx_available", lambda: (False, "onnxruntime is not installed"))
-    assert choose_backend() == "mlx"
-    monkeypatch.setenv(BACKEND_ENV, "onnx")
+    assert resolve(spec, fam)["vocoder"].backend == "mlx"
     with pytest.raises(BackendUnavailableError, match="not installed"):
-        choose_backend()
-
+        resolve(spec, fam, {"vocoder": "onnx"})
 
 def test_float16_weights_are_refused(hift):
     from ttscli.codecs.s3gen.hift import HiFTGenerator
@@ -158,13 +156,12 @@ def test_float16_weights_are_refused(hift):
 
 
 @pytest.mark.parametrize("backend", ["mlx", "onnx"])
-def test_pipeline_reports_the_vocoder_backend(backend, monkeypatch):
+def test_pipeline_reports_the_vocoder_backend(backend):
     from ttscli.models.base import LoadOptions
     from ttscli.models.chatterbox.family import FAMILY
     from ttscli.models.chatterbox.load import load_pipeline
 
-    monkeypatch.setenv(BACKEND_ENV, backend)
-    pipe = load_pipeline(None, TINY, LoadOptions())
+    pipe = load_pipeline(None, TINY, LoadOptions(backends={"vocoder": backend}))
     assert pipe.backends["vocoder"] == backend
     assert isinstance(pipe.s3gen.mel2wav.external_decode, OnnxDecode) == (backend == "onnx")
     assert FAMILY.bench_components(pipe, None)["s3gen_hift_onnx"] == float(backend == "onnx")

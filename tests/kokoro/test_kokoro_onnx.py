@@ -141,29 +141,27 @@ def test_conversion_is_found_by_source_hash_and_rebuilt_when_stale(kokoro_model,
 
 
 def test_backend_choice(monkeypatch):
+    from ttscli.backends.select import resolve
     from ttscli.errors import UsageError
-    from ttscli.models.base import LoadOptions
-    from ttscli.models.kokoro import hooks
+    from ttscli.models import family_of
+    from ttscli.registry import load_registry
 
-    monkeypatch.setenv(hooks.BACKEND_ENV, "mlx")
-    assert hooks.acoustic_backend(LoadOptions()) == "mlx"
-    assert hooks.acoustic_backend(LoadOptions(backends={"acoustic": "onnx"})) == "onnx"
-    monkeypatch.setenv(hooks.BACKEND_ENV, "onnx")
-    assert hooks.acoustic_backend(LoadOptions()) == "onnx"
-    monkeypatch.setenv(hooks.BACKEND_ENV, "tpu")
-    with pytest.raises(UsageError, match="choose mlx or onnx"):
-        hooks.acoustic_backend(LoadOptions())
-    with pytest.raises(UsageError, match="no code_decoder component"):
-        hooks.acoustic_backend(LoadOptions(backends={"code_decoder": "onnx"}))
-    monkeypatch.delenv(hooks.BACKEND_ENV)
+    spec = load_registry().resolve("kokoro-82m")
+    fam = family_of(spec)
+    assert resolve(spec, fam, {"acoustic": "MLX"})["acoustic"].backend == "mlx"
+    assert resolve(spec, fam, {"acoustic": "onnx"})["acoustic"].backend == "onnx"
+    with pytest.raises(UsageError, match="kokoro-82m's acoustic runs on mlx, onnx, not 'tpu'"):
+        resolve(spec, fam, {"acoustic": "tpu"})
+    with pytest.raises(UsageError, match="kokoro-82m has no component 'code_decoder'"):
+        resolve(spec, fam, {"code_decoder": "onnx"})
     monkeypatch.setattr(mx, "default_device", lambda: mx.Device(mx.DeviceType.gpu, 0))
-    assert hooks.default_backend() == "mlx"                   # the graphs are CPU graphs
+    chosen = resolve(spec, fam)["acoustic"]                   # the graphs are CPU graphs
+    assert (chosen.backend, chosen.why) == ("mlx", "MLX runs on the GPU here")
 
 
 def test_source_noise_on_onnx_is_one_line(run_cli, kokoro_model, tmp_path):
     out = tmp_path / "x.wav"
-    p = run_cli("speak", "Hello.", "-m", "kokoro", "--source-noise", "-o", out,
-                env={"TTSCLI_KOKORO_BACKEND": "onnx"})
+    p = run_cli("speak", "Hello.", "-m", "kokoro", "--source-noise", "-o", out, "--backend", "acoustic=onnx")
     assert p.returncode != 0
-    assert "TTSCLI_KOKORO_BACKEND=mlx" in only_line(p.err)
+    assert "--backend acoustic=mlx" in only_line(p.err)
     assert not out.exists()

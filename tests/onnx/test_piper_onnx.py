@@ -55,22 +55,18 @@ def test_speed_and_knobs(pipe):
     assert np.abs(quiet).max() <= 0.5 + 1e-6
 
 
-def test_backend_choice(monkeypatch):
+def test_backend_choice():
     from ttscli.errors import UsageError
-    from ttscli.models.piper.load import default_vits_backend, vits_backend
+    from ttscli.models.piper.load import vits_backend
 
-    monkeypatch.setenv("TTSCLI_PIPER_BACKEND", "mlx")
-    assert default_vits_backend() == "mlx"
-    assert type(ttscli.load("piper-joe")).__name__ == "PiperPipeline"
-    monkeypatch.setenv("TTSCLI_PIPER_BACKEND", "tpu")
-    with pytest.raises(UsageError, match="choose mlx or onnx"):
-        default_vits_backend()
-    monkeypatch.delenv("TTSCLI_PIPER_BACKEND")
-    assert vits_backend(LoadOptions(random_weights=True)) == "mlx"
+    assert ttscli.load("piper-joe", backends={"vits": "MLX"}).backends == {"vits": "mlx"}
+    with pytest.raises(UsageError, match="piper-joe's vits runs on mlx, onnx, not 'tpu'"):
+        ttscli.load("piper-joe", backends={"vits": "tpu"})
+    assert ttscli.load("piper-joe", random_weights=True).backends == {"vits": "mlx"}
     with pytest.raises(UsageError, match="random weights"):
         vits_backend(LoadOptions(backends={"vits": "onnx"}, random_weights=True))
-    with pytest.raises(UsageError, match="no code_decoder component"):
-        vits_backend(LoadOptions(backends={"code_decoder": "onnx"}))
+    with pytest.raises(UsageError, match="piper-joe has no component 'code_decoder'"):
+        ttscli.load("piper-joe", backends={"code_decoder": "onnx"})
 
 
 def test_cli_workers_and_env(run_cli, tmp_path):
@@ -84,6 +80,6 @@ def test_cli_workers_and_env(run_cli, tmp_path):
     a, _ = sf.read(tmp_path / "a.wav")
     b, _ = sf.read(tmp_path / "b.wav")
     np.testing.assert_array_equal(a, b)
-    bad = run_cli("speak", "hi", "-o", tmp_path / "c.wav", env={"TTSCLI_PIPER_BACKEND": "gpu"})
-    assert bad.returncode != 0 and "Traceback" not in bad.err and "TTSCLI_PIPER_BACKEND" in bad.err
+    bad = run_cli("speak", "hi", "-o", tmp_path / "c.wav", "--backend", "vits=gpu")
+    assert bad.returncode == 2 and "Traceback" not in bad.err and "--backend vits=gpu" in bad.err
     assert not (tmp_path / "c.wav").exists()

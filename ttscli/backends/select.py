@@ -1,4 +1,9 @@
-"""Which backend each component runs on, on this machine.
+"""Which backend each component runs on, on this machine: :func:`resolve`, the one place.
+
+A model's components are its registry entry's ``backends`` keys; its family declares, per
+component, the backends and the measured default (:class:`ttscli.models.base.Component`). The
+user asks with ``--backend COMPONENT=NAME`` (``LoadOptions.backends`` in the library); what is
+not asked for gets the declared default, with the reason ``ttscli models MODEL`` shows.
 
 A backend name may carry a variant after a dash: ``onnx-int8`` is the ``onnx`` backend at int8
 (``onnx`` alone: int8, the default on CPU; ``onnx-f32`` / ``onnx-float32``, ``onnx-int4``).
@@ -6,7 +11,13 @@ The registry lists base names only.
 """
 from __future__ import annotations
 
+import os
+import sys
+from dataclasses import dataclass, replace
+from typing import Mapping
+
 from ttscli.errors import BackendUnavailableError, UsageError
+from ttscli.models.base import Component, Family
 from ttscli.registry import ModelSpec
 
 ONNX_VARIANTS = {"": "int8", "int8": "int8", "int4": "int4", "f32": "float32", "float32": "float32",
@@ -27,9 +38,14 @@ def split_backend(name: str) -> tuple[str, str]:
 
 
 def mlx_available() -> tuple[bool, str]:
+    """(True, "") when MLX loads here, else (False, why): a missing backend wheel names what to install."""
+    from ttscli import mlx_runtime
+
     try:
         import mlx.core as mx  # noqa: F401
     except Exception as e:  # pragma: no cover  # noqa: BLE001 - optional backend probe: mlx can fail to load in many ways
+        if mlx_runtime.is_missing_backend(e):
+            return False, str(mlx_runtime.unavailable(e))
         return False, f"mlx cannot be imported: {e}"
     return True, ""
 
@@ -62,75 +78,152 @@ def cpu_vendor() -> str:
     return ""
 
 
-def mlx_or_onnx(env_name: str, measured: dict[tuple[str, str], str], gpu_means_mlx: bool = True) -> str:
-    """The default of a component that runs on MLX or on onnxruntime: ``$env_name`` (mlx or onnx),
-    else MLX when MLX's default device is a GPU and ``gpu_means_mlx`` (the ONNX graphs are CPU
-    graphs), else the choice ``measured`` for this OS and CPU vendor (``(platform, vendor) ->
-    backend``, ``("darwin", "")`` for macOS), else onnx on Linux and MLX elsewhere; onnx only
-    where onnxruntime is installed. ``gpu_means_mlx=False`` never imports MLX (a voice that must
-    speak without an MLX backend installed)."""
-    import os
-    import sys
+def mlx_on_gpu() -> bool:
+    """Whether MLX's default device is a GPU (False where MLX cannot be imported)."""
+    if not mlx_available()[0]:
+        return False
+    import mlx.core as mx
 
-    env = os.environ.get(env_name, "").strip().lower()
-    if env:
-        if env not in ("mlx", "onnx"):
-            raise UsageError(f"{env_name}={env}: choose mlx or onnx")
-        return env
-    if gpu_means_mlx:
-        import mlx.core as mx
+    return mx.default_device().type == mx.DeviceType.gpu
 
-        if mx.default_device().type == mx.DeviceType.gpu:
-            return "mlx"
+
+def this_machine() -> tuple[str, str]:
+    """(platform, CPU vendor) as measured tables key them: ("linux", "AuthenticAMD"), ("darwin", "")."""
     plat = "linux" if sys.platform.startswith("linux") else sys.platform
-    pick = measured.get((plat, cpu_vendor() if plat == "linux" else ""), "onnx" if plat == "linux" else "mlx")
-    if pick == "onnx":
-        from ttscli.backends.onnx import onnx_available
-
-        if not onnx_available()[0]:
-            return "mlx"
-    return pick
+    return plat, cpu_vendor() if plat == "linux" else ""
 
 
-def pick_mlx_or_onnx(asked: str | None, *, what: str, env_name: str, measured: dict[tuple[str, str], str],
-                     gpu_means_mlx: bool = True) -> str:
-    """Where a component that runs on MLX or onnxruntime runs: ``asked`` (a pipeline's backend
-    option, checked), else :func:`mlx_or_onnx`'s default. onnx where onnxruntime is missing is
-    one line naming the way out (choose mlx, or set ``$env_name=mlx``). ``what`` names the
-    component in messages."""
-    if asked is not None:
-        asked = asked.strip().lower()
-        if asked not in ("mlx", "onnx"):
-            raise UsageError(f"{what} runs on mlx or onnx, not {asked!r}: choose mlx or onnx")
-        pick, way_out = asked, "or choose mlx"
-    else:
-        pick, way_out = mlx_or_onnx(env_name, measured, gpu_means_mlx), f"or set {env_name}=mlx"
-    if pick == "onnx":
-        from ttscli.backends.onnx import onnx_available
+@dataclass(frozen=True)
+class Choice:
+    """Where one component runs, and why (shown by ``ttscli models MODEL``)."""
 
-        ok, why = onnx_available()
-        if not ok:
-            raise BackendUnavailableError(f"{what} on onnx: {why}; {way_out}")
-    return pick
+    backend: str
+    why: str
 
 
-def choose_code_decoder_backend(spec: ModelSpec, requested: str | None, model_dir=None) -> str:
-    """--code-decoder-backend checked against the registry and this machine; mlx when not given
-    (Core ML and ONNX are asked for: their graphs come from `ttscli convert`)."""
-    supported = spec.backends.get("code_decoder")
-    if requested is None:
-        return "mlx"
-    requested = requested.lower()
-    base, _ = split_backend(requested)
-    if supported is None:
-        if base != "mlx":
-            raise UsageError(f"{spec.id} has no code decoder to put on {requested}; only mlx applies")
-        return requested
-    if base not in supported:
-        raise UsageError(f"{spec.id}: code decoder backend '{requested}' is not supported "
-                         f"(choose {', '.join(supported)})")
-    ok, why = available(requested)
+# the environment variables that chose a component's backend before --backend; read for one release
+DEPRECATED_ENV = {"TTSCLI_PIPER_BACKEND": "vits", "TTSCLI_KOKORO_BACKEND": "acoustic",
+                  "TTSCLI_FLOW_BACKEND": "flow_estimator", "TTSCLI_HIFT_BACKEND": "vocoder"}
+_warned: set[str] = set()
+
+
+def deprecated_env_backends(components: Mapping[str, Component]) -> dict[str, tuple[str, str]]:
+    """component -> (backend, "VAR=value") from the deprecated variables set for these components;
+    each prints one deprecation line on stderr, once per process."""
+    out = {}
+    for var, component in DEPRECATED_ENV.items():
+        value = os.environ.get(var, "").strip().lower()
+        if not value or component not in components:
+            continue
+        if var not in _warned:
+            _warned.add(var)
+            sys.stderr.write(f"warning: {var} is deprecated and goes in the next release; "
+                             f"use --backend {component}={value}\n")
+            sys.stderr.flush()
+        out[component] = (value, f"{var}={value}")
+    return out
+
+
+def parse_backend_options(values: list[str] | None) -> dict[str, str]:
+    """``["code_decoder=onnx", "vits=mlx"]`` (repeated ``--backend``) -> a component map; a
+    malformed or repeated entry is one UsageError line."""
+    out: dict[str, str] = {}
+    for item in values or []:
+        component, sep, backend = item.partition("=")
+        component, backend = component.strip().lower(), backend.strip().lower()
+        if not sep or not component or not backend:
+            raise UsageError(f"--backend {item!r}: give COMPONENT=BACKEND, e.g. code_decoder=onnx "
+                             "(`ttscli models MODEL` lists the components)")
+        if component in out and out[component] != backend:
+            raise UsageError(f"--backend {component} given twice ({out[component]}, {backend}); give it once")
+        out[component] = backend
+    return out
+
+
+def components_of(spec: ModelSpec, family: Family) -> dict[str, Component]:
+    """The model's components (its registry ``backends`` keys), each with its family's declaration
+    narrowed to the backends the registry lists for this model; an undeclared one runs on mlx."""
+    out = {}
+    for name, listed in spec.backends.items():
+        declared = family.component(name) or Component(name, tuple(listed))
+        out[name] = replace(declared, backends=tuple(b for b in declared.backends if b in listed) or ("mlx",))
+    return out
+
+
+def check_asked(spec: ModelSpec, name: str, backend: str, label: str, components: Mapping[str, Component]) -> str:
+    """``backend`` as asked for component ``name`` (``label`` names how, e.g. ``--backend
+    vits=onnx``), checked against its declaration and this machine."""
+    component = components.get(name)
+    if component is None:
+        have = ", ".join(components) or "none"
+        raise UsageError(f"{label}: {spec.id} has no component {name!r} "
+                         f"(its components: {have}; see `ttscli models {spec.id}`)")
+    try:
+        base, _ = split_backend(backend)
+    except UsageError as e:
+        raise UsageError(f"{label}: {e}") from None
+    if base not in component.backends:
+        raise UsageError(f"{label}: {spec.id}'s {component.name} runs on {', '.join(component.backends)}, "
+                         f"not {backend!r}")
+    if backend != base and not component.onnx_precision:
+        raise UsageError(f"{label}: {spec.id}'s {component.name} takes no precision suffix; choose {base}")
+    ok, why = available(backend)
     if not ok:
-        raise BackendUnavailableError(f"--code-decoder-backend {requested}: {why}")
-    return requested
+        raise BackendUnavailableError(f"{label}: {why}")
+    return backend
 
+
+def default_choice(component: Component, random_weights: bool = False) -> Choice:
+    """Where ``component`` runs here when nothing asks: see :class:`~ttscli.models.base.Component`."""
+    if random_weights and component.random_weights:
+        return Choice(component.random_weights, "random weights run on " + component.random_weights)
+    note = f" ({component.why})" if component.why else ""
+    plat, vendor = this_machine()
+    if component.on_gpu and mlx_on_gpu():
+        pick, why = component.on_gpu, "MLX runs on the GPU here"
+    elif (plat, vendor) in component.measured and vendor:
+        pick, why = component.measured[(plat, vendor)], f"measured default on {plat}/{vendor}{note}"
+    elif (plat, "") in component.measured:
+        pick, why = component.measured[(plat, "")], f"default on {plat}{note}"
+    else:   # a ``why`` without a measured table speaks of the default itself
+        return Choice(component.default, "the default" + ("" if component.measured else note))
+    if pick != component.default:
+        ok, missing = available(pick)
+        if not ok:
+            return Choice(component.default, f"{pick} cannot run here ({missing})")
+    return Choice(pick, why)
+
+
+def follow(component: Component, leader: str) -> Choice:
+    """A component that runs where ``leader``'s backend does, when it can, else on its default."""
+    base = split_backend(leader)[0]
+    if base in component.backends:
+        return Choice(base, f"runs with the {component.follows}")
+    return Choice(component.default, f"the default (the {component.follows} is on {leader})")
+
+
+def resolve(spec: ModelSpec, family: Family, asked: Mapping[str, str] | None = None, *,
+            random_weights: bool = False, labels: Mapping[str, str] | None = None) -> dict[str, Choice]:
+    """Every component of ``spec``'s model -> where it runs and why: ``asked`` (checked: an unknown
+    component, a backend it cannot run or one missing here is one line), else a deprecated
+    environment variable, else :func:`default_choice`. ``labels`` names how each asked entry was
+    given, for messages (default ``--backend COMPONENT=NAME``)."""
+    components = components_of(spec, family)
+    labels = dict(labels or {})
+    given = {c: (b.strip().lower(), labels.get(c, f"--backend {c}={b}")) for c, b in (asked or {}).items()}
+    for c, value in deprecated_env_backends(components).items():
+        given.setdefault(c, value)
+    out = {}
+    for c, (backend, label) in given.items():
+        out[c] = Choice(check_asked(spec, c, backend, label, components), f"asked: {label}")
+    for c, comp in components.items():
+        if c not in out and not comp.follows:
+            out[c] = default_choice(comp, random_weights)
+    for c, comp in components.items():
+        if comp.follows:
+            followed = follow(comp, out[comp.follows].backend if comp.follows in out else "mlx")
+            if c in out and out[c].backend != followed.backend:
+                raise UsageError(f"{given[c][1]}: {spec.id}'s {c} runs where its {comp.follows} does "
+                                 f"({followed.backend} here); choose --backend {comp.follows}=...")
+            out[c] = followed
+    return {c: out[c] for c in components}

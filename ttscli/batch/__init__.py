@@ -43,7 +43,9 @@ class ModelRef:
     model: str                               # registry id
     model_dir: Path | None = None
     registry_files: list[Path] = field(default_factory=list)
-    code_decoder_backend: str | None = None
+    # component -> backend asked for; the others get their defaults where the model loads (a Ray
+    # actor's machine may differ from the driver's)
+    backends: dict[str, str] = field(default_factory=dict)
     dtype: str | None = None
 
     def load(self):
@@ -52,14 +54,8 @@ class ModelRef:
         from ttscli.registry import load_registry
 
         reg = load_registry(self.registry_files)
-        spec = reg.resolve(self.model)
-        backends = {}
-        if "code_decoder" in spec.backends:
-            from ttscli.backends.select import choose_code_decoder_backend
-
-            backends["code_decoder"] = choose_code_decoder_backend(spec, self.code_decoder_backend, self.model_dir)
-        return api.load(spec.id, model_dir=self.model_dir, registry=reg,
-                        options=LoadOptions(dtype=self.dtype, backends=backends))
+        return api.load(self.model, model_dir=self.model_dir, registry=reg,
+                        options=LoadOptions(dtype=self.dtype, backends=dict(self.backends)))
 
 
 @dataclass

@@ -21,6 +21,9 @@ What the engine calls, all through :class:`Family`:
   ``parity_against``, the names ``--against`` accepts.
 - ``bench_batch(pipeline, sizes, frames, text, seed, warmup) -> dict``: ``bench --batch``
   figures of a family whose pipelines generate rows (below); ``batches`` says that they may.
+- ``components``: each component that can run on several backends, with its measured default
+  (:class:`Component`); ``ttscli.backends.select.resolve`` turns them, the user's ``--backend``
+  and this machine into one backend per component, handed to ``load`` in ``options.backends``.
 
 A pipeline that can generate several requests as rows of one batch (continuous batching: one
 forward per frame for all of them) returns a :class:`RowGenerator` from ``Pipeline.rows()``;
@@ -146,7 +149,12 @@ class RowGenerator(Protocol):
 
 @dataclass
 class LoadOptions:
-    """How to build a pipeline. Component names are the registry's ``backends`` keys."""
+    """How to build a pipeline. Component names are the registry's ``backends`` keys.
+
+    ``backends`` holds what the caller asks for; :func:`ttscli.api.load` checks it and fills in
+    every other component's default (:func:`ttscli.backends.select.resolve`), so a family's load
+    hook sees one backend per component. A hook called directly sees "mlx" for a component left out.
+    """
 
     dtype: str | None = None                 # "float32" | "float16" | "bfloat16"; None: the family default
     backends: dict[str, str] = field(default_factory=dict)   # component -> backend; missing: "mlx"
@@ -223,6 +231,34 @@ class Knob:
 
 
 @dataclass(frozen=True)
+class Component:
+    """A part of a family's models that can run on more than one backend, and where it runs by
+    default (``--backend NAME=BACKEND`` chooses; ``ttscli models MODEL`` shows the default here).
+
+    The default, first that applies: ``on_gpu`` when MLX's default device is a GPU (the ONNX graphs
+    are CPU graphs); ``measured[(platform, cpu vendor)]``, then ``measured[(platform, "")]`` for
+    any CPU of that platform (``"darwin"``, ``"linux"``; vendor as /proc/cpuinfo names it);
+    else ``default``. A default that cannot run here (onnxruntime missing) falls back to
+    ``default``. ``why`` says what the table rests on, in words a user reads in `ttscli models`.
+    """
+
+    name: str
+    backends: tuple[str, ...] = ("mlx",)
+    default: str = "mlx"
+    measured: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    on_gpu: str | None = None
+    why: str = ""
+    # where random weights run when nothing is asked (None: as any other run); a backend whose
+    # graphs are built from a checkpoint alone cannot take them
+    random_weights: str | None = None
+    # onnx takes a precision suffix here (onnx-f32, onnx-int8, onnx-int4): a graph of quantized weights
+    onnx_precision: bool = False
+    # a component that runs where another does, never chosen on its own: e.g. a code predictor that
+    # goes to onnxruntime with the code decoder's graph
+    follows: str | None = None
+
+
+@dataclass(frozen=True)
 class Family:
     """Everything the engine needs from a family (see the module docstring)."""
 
@@ -247,6 +283,14 @@ class Family:
     # --stream: frames in the first chunk when the request leaves it open; a decoder that needs
     # lookahead before any audio is final asks for more than a causal codec's 3
     first_chunk_frames: int = 3
+    # the components with more than one backend and their defaults (``ttscli.backends.select.resolve``);
+    # a registry component not declared here runs on mlx
+    components: tuple[Component, ...] = ()
+    # ``ttscli convert --to coreml --capacity``: the code decoder's KV-cache positions when not given
+    coreml_capacity: int | None = None
+
+    def component(self, name: str) -> Component | None:
+        return next((c for c in self.components if c.name == name), None)
 
     def first_chunk(self, requested: int | None) -> int:
         """Frames in a stream's first chunk: the request's, else the family's (at least one)."""

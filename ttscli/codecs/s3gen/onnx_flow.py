@@ -20,8 +20,9 @@ Where the graphs live: built from a checkpoint, in ttscli's cache
 s3gen.safetensors and rebuilt when stale; built from an in-memory model (``--random-weights``),
 under a fingerprint of its weights (ttscli.backends.onnx.convert).
 
-Which runs: ``TTSCLI_FLOW_BACKEND=mlx|onnx``; unset, onnx on a Linux CPU where onnxruntime is
-installed (measured faster there, above), MLX elsewhere (macOS, a GPU).
+Which runs: ``--backend flow_estimator=mlx|onnx``; by default onnx on a Linux CPU where
+onnxruntime is installed (measured faster there, above), MLX elsewhere (macOS, a GPU): the
+chatterbox family declares it (its family.py), ttscli.backends.select resolves it.
 """
 from __future__ import annotations
 
@@ -49,7 +50,6 @@ GRAPH_LAYOUT = 1
 PREFIX = "flow.decoder.estimator."
 INPUTS = ("x", "mu", "t", "spks", "cond")
 OUTPUT = "velocity"
-BACKEND_ENV = "TTSCLI_FLOW_BACKEND"
 FLOAT32 = Quant("float32")
 
 
@@ -275,15 +275,6 @@ class OnnxEstimator:
         return mx.array(self.session.run([OUTPUT], feeds)[0])
 
 
-def choose_backend(asked: str | None = None) -> str:
-    """``asked`` (a pipeline's ``backends["flow_estimator"]``), else ``TTSCLI_FLOW_BACKEND``
-    (``mlx`` or ``onnx``), else onnx on a Linux CPU with onnxruntime installed and MLX elsewhere.
-    Asking for onnx where onnxruntime is missing is one line."""
-    from ttscli.backends.select import pick_mlx_or_onnx
-
-    return pick_mlx_or_onnx(asked or None, what="S3Gen's flow estimator", env_name=BACKEND_ENV, measured={})
-
-
 def attach(flow, checkpoint: Path | None, model_id: str | None = None) -> None:
     """Run ``flow``'s estimator on onnxruntime from now on: the conversion of ``checkpoint``'s
     s3gen.safetensors (a Chatterbox folder), or, with ``checkpoint`` None, of the in-memory
@@ -294,6 +285,7 @@ def attach(flow, checkpoint: Path | None, model_id: str | None = None) -> None:
     dtypes = {v.dtype for _, v in tree_flatten(flow.decoder.estimator.parameters())}
     if dtypes != {mx.float32}:
         raise UsageError(f"S3Gen's flow estimator on onnxruntime computes in float32, not "
-                         f"{', '.join(sorted(str(d).split('.')[-1] for d in dtypes))}; set {BACKEND_ENV}=mlx")
+                         f"{', '.join(sorted(str(d).split('.')[-1] for d in dtypes))}; "
+                         "use --backend flow_estimator=mlx")
     folder = build_from_model(flow) if checkpoint is None else find_or_build(Path(checkpoint), model_id)
     flow.decoder.external_estimator = OnnxEstimator(folder)

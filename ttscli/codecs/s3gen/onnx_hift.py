@@ -17,8 +17,9 @@ Where the graph lives: built from a checkpoint, in ttscli's cache
 s3gen.safetensors and rebuilt when stale; from an in-memory model (``--random-weights``), under
 a fingerprint of its weights (ttscli.backends.onnx.convert).
 
-Which runs: ``TTSCLI_HIFT_BACKEND=mlx|onnx``; unset, onnx on a Linux CPU where onnxruntime is
-installed, MLX elsewhere (macOS, a GPU).
+Which runs: ``--backend vocoder=mlx|onnx``; by default onnx on a Linux CPU where onnxruntime is
+installed, MLX elsewhere (macOS, a GPU): the chatterbox family declares it (its family.py),
+ttscli.backends.select resolves it.
 """
 from __future__ import annotations
 
@@ -44,7 +45,6 @@ GRAPH_LAYOUT = 1
 PREFIX = "mel2wav."
 INPUTS = ("mel", "source")
 OUTPUT = "wav"
-BACKEND_ENV = "TTSCLI_HIFT_BACKEND"
 FLOAT32 = Quant("float32")
 # the F0 predictor and the source's linear layer stay on MLX
 DECODE_PARTS = ("conv_pre.", "ups.", "source_downs.", "source_resblocks.", "resblocks.", "conv_post.")
@@ -201,15 +201,6 @@ class OnnxDecode:
         return mx.array(self.session.run([OUTPUT], feeds)[0])
 
 
-def choose_backend(asked: str | None = None) -> str:
-    """``asked`` (a pipeline's ``backends["vocoder"]``), else ``TTSCLI_HIFT_BACKEND`` (``mlx`` or
-    ``onnx``), else onnx on a Linux CPU with onnxruntime installed and MLX elsewhere. Asking for
-    onnx where onnxruntime is missing is one line."""
-    from ttscli.backends.select import pick_mlx_or_onnx
-
-    return pick_mlx_or_onnx(asked or None, what="S3Gen's HiFT decode", env_name=BACKEND_ENV, measured={})
-
-
 def attach(hift, checkpoint: Path | None, model_id: str | None = None) -> None:
     """Run ``hift.decode`` on onnxruntime from now on: the graph converted from ``checkpoint``'s
     s3gen.safetensors (a Chatterbox folder), or, with ``checkpoint`` None, from the in-memory
@@ -217,6 +208,6 @@ def attach(hift, checkpoint: Path | None, model_id: str | None = None) -> None:
     dtypes = {v.dtype for v in _params(hift).values() if not isinstance(v, np.ndarray)}
     if dtypes:
         raise UsageError(f"S3Gen's HiFT on onnxruntime computes in float32, not "
-                         f"{', '.join(sorted(str(d).split('.')[-1] for d in dtypes))}; set {BACKEND_ENV}=mlx")
+                         f"{', '.join(sorted(str(d).split('.')[-1] for d in dtypes))}; use --backend vocoder=mlx")
     folder = build_from_model(hift) if checkpoint is None else find_or_build(hift, Path(checkpoint), model_id)
     hift.external_decode = OnnxDecode(folder)

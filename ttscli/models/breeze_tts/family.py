@@ -1,7 +1,7 @@
 """The breeze_tts family's declaration (light: heavy imports happen inside the hooks)."""
 from __future__ import annotations
 
-from ttscli.models.base import Family, Knob, hook, sampling_knobs
+from ttscli.models.base import Component, Family, Knob, hook, sampling_knobs
 
 FAMILY = Family(
     name="breeze_tts",
@@ -26,4 +26,10 @@ FAMILY = Family(
     honours=frozenset({"voice", "instruct", "ref_audio", "save_voice", "max_frames", "stream"}),
     # the 12 Hz decoder is causal and streams exactly from one frame: first audio after frame 1
     first_chunk_frames=1,
+    components=(
+        Component("code_decoder", ("mlx", "coreml", "onnx"), onnx_precision=True,
+                  why="Core ML and ONNX graphs come from `ttscli convert`"),
+        Component("code_predictor", ("mlx", "onnx"), follows="code_decoder"),
+    ),
+    coreml_capacity=1024,
 )

@@ -1,7 +1,7 @@
 """The chatterbox family's declaration (light: heavy imports happen inside the hooks)."""
 from __future__ import annotations
 
-from ttscli.models.base import Family, Knob, hook, sampling_knobs
+from ttscli.models.base import Component, Family, Knob, hook, sampling_knobs
 
 
 def _bench_components(pipe, req):
@@ -57,4 +57,15 @@ FAMILY = Family(
     # S3Gen's first pass makes audio from 8 tokens: 3 of the flow's lookahead, 4 of vocoder context
     # (VOC_CONTEXT mel frames), 1 whose frames are then final (S3Gen.first_audio_tokens)
     first_chunk_frames=8,
+    components=(
+        Component("code_decoder", ("mlx", "coreml", "onnx"), onnx_precision=True,
+                  why="Core ML and ONNX graphs come from `ttscli convert`"),
+        # S3Gen on a 2-core AMD EPYC: the flow estimator's float32 graph on onnxruntime ran faster than
+        # MLX on the CPU (ttscli/codecs/s3gen/onnx_flow.py has the figures), as did HiFT's decode
+        Component("flow_estimator", ("mlx", "onnx"), measured={("linux", ""): "onnx"}, on_gpu="mlx",
+                  why="onnxruntime ran S3Gen's flow faster than MLX on a Linux CPU"),
+        Component("vocoder", ("mlx", "onnx"), measured={("linux", ""): "onnx"}, on_gpu="mlx",
+                  why="onnxruntime ran S3Gen's HiFT faster than MLX on a Linux CPU"),
+    ),
+    coreml_capacity=1024,
 )

@@ -109,12 +109,7 @@ def load_pipeline(spec, checkpoint: Path | None, options):
         from ttscli.models.chatterbox.onnx_decoder import check_options
 
         check_options(options)
-    from ttscli.codecs.s3gen.onnx_flow import choose_backend
-
-    from ttscli.codecs.s3gen.onnx_hift import choose_backend as choose_vocoder
-
-    flow_backend = choose_backend(options.backends.get("flow_estimator"))
-    vocoder_backend = choose_vocoder(options.backends.get("vocoder"))
+    flow_backend, vocoder_backend = options.backend("flow_estimator"), options.backend("vocoder")
     dtype = options.dtype or "float32"
     rnd = options.random_weights
     t3 = load_t3(checkpoint, dtype=dtype, random_weights=rnd)

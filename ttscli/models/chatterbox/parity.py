@@ -272,7 +272,7 @@ FLOW_TOLERANCE = 1e-4     # max abs / peak of the mel: float32 summation order o
 
 
 def flow_check(checkpoint: Path):
-    """S3Gen's mel with its flow estimator on MLX vs on onnxruntime (TTSCLI_FLOW_BACKEND), same
+    """S3Gen's mel with its flow estimator on MLX vs on onnxruntime (--backend flow_estimator), same
     tokens (the default voice's prompt tokens), prompt and seeded noise."""
     import mlx.core as mx
 
@@ -296,7 +296,7 @@ HIFT_TOLERANCE = 1e-4     # max abs / peak of the waveform: float32 summation or
 
 
 def hift_check(checkpoint: Path):
-    """S3Gen's waveform with HiFT's decode on MLX vs on onnxruntime (TTSCLI_HIFT_BACKEND), same
+    """S3Gen's waveform with HiFT's decode on MLX vs on onnxruntime (--backend vocoder), same
     mel (the flow on MLX, seeded) and the same source draws."""
     import mlx.core as mx
 

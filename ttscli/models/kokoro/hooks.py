@@ -27,12 +27,12 @@ def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = N
     from .pipeline import KokoroPipeline
 
     options = options or LoadOptions()
-    backend = acoustic_backend(options)
+    backend = options.backend("acoustic")    # the engine resolved it (ttscli.backends.select)
     if options.dtype not in (None, "float32", "float16", "bfloat16"):
         raise UsageError(f"--dtype {options.dtype}: choose float32, float16 or bfloat16")
     if backend == "onnx" and options.dtype not in (None, "float32"):
         raise UsageError(f"--dtype {options.dtype}: the onnxruntime decoder is float32; "
-                         f"set {BACKEND_ENV}=mlx for {options.dtype}")
+                         f"use --backend acoustic=mlx for {options.dtype}")
     checkpoint = _checkpoint(checkpoint)
     info = describe(checkpoint)
     if options.random_weights:
@@ -53,36 +53,6 @@ def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = N
         from ttscli.errors import CheckpointError
         raise CheckpointError(f"{spec.id}: registry says {spec.sample_rate} Hz, Kokoro makes {pipe.sample_rate} Hz")
     return pipe
-
-
-BACKEND_ENV = "TTSCLI_KOKORO_BACKEND"
-# Where the model runs by default, from `ttscli bench kokoro-82m --code-decoder-backend mlx,onnx
-# --peer onnxruntime` on the project's AMD CPU (AVX2, no AVX-512): our float32 graphs on
-# onnxruntime about twice as fast as MLX float32, and faster than the published int8 graph
-# (docs/benchmarks.md#kokoro-backends-busy). Elsewhere on Linux (not benchmarked) onnx too; on
-# macOS MLX (Metal GPU).
-MEASURED_DEFAULT = {("linux", "AuthenticAMD"): "onnx", ("darwin", ""): "mlx"}
-
-
-def default_backend() -> str:
-    """$TTSCLI_KOKORO_BACKEND, else MLX when its default device is a GPU, else the measured
-    choice for this OS and CPU vendor, else onnx on a Linux CPU when onnxruntime is installed,
-    else mlx."""
-    from ttscli.backends.select import mlx_or_onnx
-
-    return mlx_or_onnx(BACKEND_ENV, MEASURED_DEFAULT)
-
-
-def acoustic_backend(options: LoadOptions) -> str:
-    """Where the model runs: ``options.backends["acoustic"]`` (bench's and parity's
-    --code-decoder-backend), else :func:`default_backend`."""
-    unknown = set(options.backends) - {"acoustic"}
-    if unknown:
-        raise UsageError(f"Kokoro has no {', '.join(sorted(unknown))} component (only acoustic: mlx or onnx)")
-    from ttscli.backends.select import pick_mlx_or_onnx
-
-    return pick_mlx_or_onnx(options.backends.get("acoustic") or None, what="Kokoro", env_name=BACKEND_ENV,
-                            measured=MEASURED_DEFAULT)
 
 
 def random_model(model, seed: int = 0):

@@ -15,7 +15,7 @@ import numpy as np
 from ttscli.errors import UsageError
 
 NOISE_ERROR = ("--source-noise runs on MLX only: the onnxruntime decoder's source is the deterministic one; "
-               "set TTSCLI_KOKORO_BACKEND=mlx")
+               "use --backend acoustic=mlx")
 
 
 class OnnxDecoder:

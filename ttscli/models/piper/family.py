@@ -1,7 +1,7 @@
 """The piper family's declaration (light: heavy imports happen inside the hooks)."""
 from __future__ import annotations
 
-from ttscli.models.base import Family, Knob, hook
+from ttscli.models.base import Component, Family, Knob, hook
 
 
 FAMILY = Family(
@@ -24,4 +24,14 @@ FAMILY = Family(
     parity_checks=hook("ttscli.models.piper.parity:parity_checks"),
     parity_against=("onnxruntime", "onnx"),
     honours=frozenset({"speed", "language", "voice"}),
+    components=(
+        # `ttscli bench piper-joe --peer piper-tts` on a 2-core AMD EPYC (Zen 3): the published graph
+        # on onnxruntime ran 1.07-1.34x faster than piper-tts, ttscli's MLX VITS 1.5x slower; on
+        # Apple silicon MLX runs on the GPU. Other Linux CPUs (unmeasured): the graph piper-tts runs.
+        Component("vits", ("mlx", "onnx"), measured={("linux", "AuthenticAMD"): "onnx", ("linux", ""): "onnx",
+                                                     ("darwin", ""): "mlx"},
+                  why="onnxruntime ran the published graph faster than ttscli's MLX VITS on a Linux CPU; "
+                      "MLX uses the GPU on macOS",
+                  random_weights="mlx"),
+    ),
 )

@@ -102,38 +102,11 @@ def random_model(args: ModelArgs | None = None, seed: int = 0) -> Vits:
     return model
 
 
-BACKEND_ENV = "TTSCLI_PIPER_BACKEND"
-# From `ttscli bench piper-joe --peer piper-tts` (docs/benchmarks.md#piper-workers): on the
-# project's AMD CPU (Zen 3) the published graph on onnxruntime ran faster than piper-tts in the
-# same run, our MLX VITS slower; on Apple silicon MLX runs on the GPU. Elsewhere on Linux
-# (not benchmarked) onnxruntime too: it is the graph piper-tts itself runs.
-MEASURED_DEFAULT = {("linux", "AuthenticAMD"): "onnx", ("darwin", ""): "mlx"}
-
-
-def default_vits_backend() -> str:
-    """$TTSCLI_PIPER_BACKEND, else the measured choice for this OS and CPU vendor, else onnx on a
-    Linux CPU (the graph piper-tts runs) when onnxruntime is installed, mlx otherwise. MLX is not
-    imported here: the onnxruntime voice speaks without an MLX backend installed."""
-    from ttscli.backends.select import mlx_or_onnx
-
-    return mlx_or_onnx(BACKEND_ENV, MEASURED_DEFAULT, gpu_means_mlx=False)
-
-
 def vits_backend(options: LoadOptions) -> str:
-    """The VITS backend asked for in ``options.backends["vits"]``, else the default (random
-    weights exist for MLX only)."""
-    unknown = set(options.backends) - {"vits"}
-    if unknown:
-        raise UsageError(f"Piper voices have no {', '.join(sorted(unknown))} component (only vits: mlx or onnx)")
-    from ttscli.backends.select import pick_mlx_or_onnx
-
-    asked = options.backends.get("vits")
-    if asked is None and options.random_weights:
-        return "mlx"
-    pick = pick_mlx_or_onnx(asked, what="Piper's VITS", env_name=BACKEND_ENV, measured=MEASURED_DEFAULT,
-                            gpu_means_mlx=False)
+    """The VITS backend the engine chose (``options.backends["vits"]``); random weights exist for MLX only."""
+    pick = options.backend("vits")
     if pick == "onnx" and options.random_weights:
-        raise UsageError("random weights are an MLX model; use the vits backend mlx")
+        raise UsageError("random weights are an MLX model; use --backend vits=mlx")
     return pick
 
 
