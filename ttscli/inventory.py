@@ -103,7 +103,7 @@ def describe(registry: Registry, spec) -> dict:
 
     row = next(r for r in inventory(registry) if r["id"] == spec.id)
     row["knobs"], row["honours"], row["converts_to"], row["peers"], row["parity_against"] = [], [], [], [], []
-    row["components"], row["first_chunk_frames"], row["batched"], row["coreml_capacity"] = [], None, [], None
+    row["components"], row["first_chunk_frames"], row["batched"], row["coreml_capacity"] = [], None, False, None
     if spec.family in family_names():
         fam = get_family(spec.family)
         for k in fam.knobs:
@@ -119,7 +119,8 @@ def describe(registry: Registry, spec) -> dict:
         row["parity_against"] = list(fam.parity_against)
         row["components"] = components(spec, fam)
         row["first_chunk_frames"] = fam.first_chunk_frames if "stream" in fam.honours else None
-        row["batched"] = sorted(fam.batched)
+        row["batched"] = fam.batches
+        row["bench_batch"] = fam.bench_batch is not None
         row["coreml_capacity"] = fam.coreml_capacity if "coreml" in fam.convert else None
     return row
 
@@ -156,7 +157,8 @@ def render_details(info: dict):
     t.add_row("backends", "; ".join(f"{c}: {', '.join(b) or '-'}" for c, b in info["backends_usable"].items()) or "-")
     if info["first_chunk_frames"] is not None:
         t.add_row("--stream", f"first audio after {info['first_chunk_frames']} frame(s) (--first-chunk-frames)")
-    t.add_row("batched", "yes: serve --max-batch, batch --batch-size, bench --batch" if info["batched"] else "no")
+    t.add_row("batched", ("yes: serve --max-batch, batch --batch-size, speak --workers"
+                          + (", bench --batch" if info.get("bench_batch") else "")) if info["batched"] else "no")
     t.add_row("convert --to", ", ".join(info["converts_to"]) or "-")
     if info["coreml_capacity"] is not None:
         t.add_row("convert --capacity", f"{info['coreml_capacity']} positions (Core ML)")

@@ -60,8 +60,8 @@ FAMILY = Family(
     components=(
         Component("code_decoder", ("mlx", "coreml", "onnx"), onnx_precision=True,
                   why="Core ML and ONNX graphs come from `ttscli convert`"),
-        # S3Gen on a 2-core AMD EPYC: the flow estimator's float32 graph on onnxruntime ran faster than
-        # MLX on the CPU (ttscli/codecs/s3gen/onnx_flow.py has the figures), as did HiFT's decode
+        # S3Gen on a Linux CPU: the flow estimator's float32 graph and HiFT's decode ran faster on
+        # onnxruntime than on MLX (docs/benchmarks.md#cb-cpu-hift-e2e and #cb-cpu-peer-onnx)
         Component("flow_estimator", ("mlx", "onnx"), measured={("linux", ""): "onnx"}, on_gpu="mlx",
                   why="onnxruntime ran S3Gen's flow faster than MLX on a Linux CPU"),
         Component("vocoder", ("mlx", "onnx"), measured={("linux", ""): "onnx"}, on_gpu="mlx",

@@ -24,9 +24,9 @@ FAMILY = Family(
     parity_against=("onnxruntime", "onnx"),
     honours=frozenset({"speed", "language", "voice", "stream"}),
     components=(
-        # `ttscli bench kokoro-82m --code-decoder-backend mlx,onnx --peer onnxruntime -n 2` on a 2-core
-        # AMD EPYC (AVX2, no AVX-512), 8.55 s of speech: MLX float32 42.4 s, ttscli's float32 graphs
-        # on onnxruntime 20.0 s, the published int8 graph 23.6 s. Other Linux CPUs (unmeasured): onnx.
+        # On the project's Linux CPU ttscli's float32 graphs on onnxruntime ran about twice as fast
+        # as MLX float32 and faster than the published int8 graph (docs/benchmarks.md#kokoro-backends-busy).
+        # Other Linux CPUs (unmeasured): onnx too.
         Component("acoustic", ("mlx", "onnx"), measured={("linux", "AuthenticAMD"): "onnx", ("linux", ""): "onnx",
                                                          ("darwin", ""): "mlx"},
                   on_gpu="mlx",

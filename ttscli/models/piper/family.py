@@ -25,9 +25,9 @@ FAMILY = Family(
     parity_against=("onnxruntime", "onnx"),
     honours=frozenset({"speed", "language", "voice"}),
     components=(
-        # `ttscli bench piper-joe --peer piper-tts` on a 2-core AMD EPYC (Zen 3): the published graph
-        # on onnxruntime ran 1.07-1.34x faster than piper-tts, ttscli's MLX VITS 1.5x slower; on
-        # Apple silicon MLX runs on the GPU. Other Linux CPUs (unmeasured): the graph piper-tts runs.
+        # On the project's Linux CPU the published graph on onnxruntime ran faster than piper-tts and
+        # ttscli's MLX VITS slower (docs/benchmarks.md#piper-workers); on Apple silicon MLX runs on the
+        # GPU. Other Linux CPUs (unmeasured): the graph piper-tts itself runs.
         Component("vits", ("mlx", "onnx"), measured={("linux", "AuthenticAMD"): "onnx", ("linux", ""): "onnx",
                                                      ("darwin", ""): "mlx"},
                   why="onnxruntime ran the published graph faster than ttscli's MLX VITS on a Linux CPU; "
