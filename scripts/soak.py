@@ -1,10 +1,10 @@
 """Memory of a long-running process: RSS after N syntheses of varied text through the library API.
 
-    TTSCLI_PIPER_BACKEND=mlx .venv/bin/python scripts/soak.py piper --n 100   # the embedded voice on MLX
+    .venv/bin/python scripts/soak.py piper --n 100 --backend vits=mlx   # the embedded voice on MLX
     .venv/bin/python scripts/soak.py qwen3 --n 30                 # Qwen3-TTS 0.6B, random weights
     .venv/bin/python scripts/soak.py piper --n 100 --no-compile   # the same with mx.disable_compile()
 
-(On a Linux CPU the embedded voice defaults to onnxruntime; TTSCLI_PIPER_BACKEND=mlx measures
+(On a Linux CPU the embedded voice defaults to onnxruntime; --backend vits=mlx measures
 the MLX model, whose compiled graphs are what could grow.) Every synthesis gets a different text
 (so a different length, as a server or a batch run sees), and RSS is printed after the 1st, the 10th
 and every 10th synthesis. A process
@@ -59,6 +59,8 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=None, help="syntheses (default: 100 piper, 30 qwen3)")
     ap.add_argument("--no-compile", action="store_true", help="mx.disable_compile() first")
     ap.add_argument("--model", default=None)
+    ap.add_argument("--backend", action="append", default=[], metavar="COMPONENT=NAME",
+                    help="where a component runs, as ttscli's --backend (repeatable)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-words", type=int, default=24, help="texts of 3..N words")
     ap.add_argument("--frames", default="4,24", help="qwen3: frames per synthesis, drawn from LO,HI")
@@ -74,16 +76,18 @@ def main() -> int:
     import mlx.core as mx
 
     import ttscli
+    from ttscli.backends.select import parse_backend_options
     from ttscli.models.base import LoadOptions
 
     if a.no_compile:
         mx.disable_compile()
     n = a.n or (100 if a.family == "piper" else 30)
     if a.family == "piper":
-        pipe = ttscli.load(a.model or "piper-joe")
+        pipe = ttscli.load(a.model or "piper-joe", backends=parse_backend_options(a.backend))
         reqs = [ttscli.Request(t, seed=i) for i, t in enumerate(texts(n, a.seed, 3, a.max_words))]
     else:
-        pipe = ttscli.load(a.model or "qwen3-tts-0.6b-customvoice", options=LoadOptions(random_weights=True))
+        pipe = ttscli.load(a.model or "qwen3-tts-0.6b-customvoice",
+                           options=LoadOptions(random_weights=True, backends=parse_backend_options(a.backend)))
         rng = random.Random(a.seed)
         reqs = []
         for i, t in enumerate(texts(n, a.seed, 2, a.max_words)):

@@ -575,6 +575,7 @@ def eval_cmd(
         None, "--asr-model-dir", help="A CTranslate2 Whisper folder instead of the packaged one.", file_okay=False),
     speaker_model: Optional[Path] = typer.Option(
         None, "--speaker-model", help="Resemblyzer weights file instead of the packaged one.", dir_okay=False),
+    backend: Optional[List[str]] = BackendChoice,
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
     knobs: Optional[dict] = None,
@@ -583,13 +584,14 @@ def eval_cmd(
     set_flags(quiet, verbose, debug)
     from ttscli.eval.run import EvalRequest, read_texts, render_table, run_eval
 
-    if audio and (model or model_dir or voice or instruct or ref_text or knobs):
-        raise UsageError("--audio scores existing files: drop -m/--model-dir/--voice/--instruct/--ref-text/knobs")
+    if audio and (model or model_dir or voice or instruct or ref_text or knobs or backend):
+        raise UsageError("--audio scores existing files: drop -m/--model-dir/--voice/--instruct/--ref-text/--backend/"
+                         "knobs")
     req = EvalRequest(texts=read_texts(texts) if texts is not None else [], language=language, model=model,
                       model_dir=model_dir, voice=voice, instruct=instruct, seed=seed, ref=ref, ref_text=ref_text,
                       audio=list(audio) if audio else None,
                       asr_model_dir=asr_model_dir, speaker_model=speaker_model, max_wer=max_wer, min_mos=min_mos,
-                      min_sim=min_sim, plot=plot, knobs=knobs or {})
+                      min_sim=min_sim, plot=plot, knobs=knobs or {}, backends=backends_asked(backend).backends)
     prog, cb = progress_callback("scoring")
     if prog:
         with prog:

@@ -31,6 +31,7 @@ class EvalRequest:
     ref: Path | None = None                  # cloning reference; also the speaker to compare with
     ref_text: str | None = None
     knobs: dict = field(default_factory=dict)   # the family's knobs (models/base.py Knob), as speak takes them
+    backends: dict = field(default_factory=dict)  # component -> backend, as speak's --backend
     # audio made elsewhere, one file per text line in name order
     audio: list[Path] | None = None
     asr_model_dir: Path | None = None
@@ -184,7 +185,7 @@ def synthesized(req: EvalRequest, registry) -> Iterator[tuple[str, np.ndarray, i
     """(text, audio, rate, seconds spent, label) per line, made through the library API."""
     import ttscli
 
-    pipe = ttscli.load(req.model, model_dir=req.model_dir, registry=registry)
+    pipe = ttscli.load(req.model, model_dir=req.model_dir, registry=registry, backends=req.backends)
     ref_audio = ref_rate = None
     if req.ref is not None:
         from ttscli.audio import read_reference, resample
