@@ -4,7 +4,7 @@ On a shared machine wall-clock figures of two runs made minutes apart measure th
 than the code; this times each component of both implementations back to back in one process
 and reports the CPU seconds of this process (all its threads) as well as wall seconds.
 mlx-audio is NOT a dependency: run this file with the python of a scratch venv holding it
-(ttscli is imported from the checkout; see ttscli/models/chatterbox/mlx_audio_peer.py):
+(ttscli is imported from the checkout; see ttscli/models/chatterbox/bench.py):
 
     TTSCLI_BLAS=/work/main/.venv/lib/libmkl_rt.so.3 PYTHONPATH=. /tmp/mavenv/bin/python \\
         scripts/bench_chatterbox_peer.py [--tokens 50] [--steps 8] [--rounds 2]
@@ -43,7 +43,7 @@ def main() -> None:
 
     from ttscli.lm.decoder import MLXCodeDecoder
     from ttscli.models.chatterbox.load import load_t3
-    from ttscli.models.chatterbox.mlx_audio_peer import _randomize
+    from ttscli.models.chatterbox.bench import _randomize
     from ttscli.codecs.s3gen import load_s3gen
 
     theirs = Model(ModelConfig())

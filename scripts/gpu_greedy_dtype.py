@@ -20,7 +20,7 @@ import ttscli  # noqa: F401  (BLAS before mlx)
 import mlx.core as mx
 
 from ttscli.lm import MLXCodeDecoder
-from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer
+from ttscli.models.qwen3_tts.load import load_model, load_tokenizer
 from ttscli.models.qwen3_tts.parity import greedy_frames, prompt_from_case, read_golden, zero_eos_row
 
 

@@ -15,7 +15,7 @@ from ttscli.errors import GenerationError
 from ttscli.lm import KVCache, MLXCodeDecoder, SamplingParams
 from ttscli.lm.batch import BatchKVCache, RowBatch, merge, select
 from ttscli.models.qwen3_tts.batched import Item, generate_batched
-from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer
+from ttscli.models.qwen3_tts.load import load_model, load_tokenizer
 from ttscli.models.qwen3_tts.loop import LoopConfig, generate_frames
 from ttscli.models.qwen3_tts.prompt import prepare
 

@@ -168,7 +168,7 @@ def test_watermark_knob(parts, monkeypatch):
 
 def test_mlx_audio_peer_needs_its_interpreter(monkeypatch):
     """`ttscli bench chatterbox --peer mlx-audio` says how to provide mlx-audio instead of failing."""
-    from ttscli.models.chatterbox.mlx_audio_peer import ENV, bench_peer
+    from ttscli.models.chatterbox.bench import ENV, bench_peer
 
     monkeypatch.delenv(ENV, raising=False)
     with pytest.raises(UsageError, match=ENV):

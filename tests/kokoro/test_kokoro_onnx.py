@@ -143,7 +143,7 @@ def test_conversion_is_found_by_source_hash_and_rebuilt_when_stale(kokoro_model,
 def test_backend_choice(monkeypatch):
     from ttscli.errors import UsageError
     from ttscli.models.base import LoadOptions
-    from ttscli.models.kokoro import hooks
+    from ttscli.models.kokoro import bench as hooks
 
     monkeypatch.setenv(hooks.BACKEND_ENV, "mlx")
     assert hooks.acoustic_backend(LoadOptions()) == "mlx"

@@ -10,7 +10,7 @@ import pytest
 
 from ttscli.lm import SamplingParams, cuda_frame, cuda_kernels
 from ttscli.lm.config import LMArgs
-from ttscli.models.qwen3_tts.loader import load_model
+from ttscli.models.qwen3_tts.load import load_model
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "parity" / "qwen3-tiny-base"
 

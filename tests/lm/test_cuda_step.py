@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ttscli.lm import MLXCodeDecoder, cuda_frame, cuda_kernels, cuda_step
-from ttscli.models.qwen3_tts.loader import load_model
+from ttscli.models.qwen3_tts.load import load_model
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "parity" / "qwen3-tiny-base"
 

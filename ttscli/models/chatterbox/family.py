@@ -52,7 +52,7 @@ FAMILY = Family(
                 ("s3gen_s_per_audio_s", "S3Gen s per audio s", "{:.3f}")),
     parity_checks=hook("ttscli.models.chatterbox.parity:parity_checks"),
     parity_against=("onnx", "onnx-f32", "onnx-int8", "onnx-int4"),
-    peers={"mlx-audio": hook("ttscli.models.chatterbox.mlx_audio_peer:bench_peer")},
+    peers={"mlx-audio": hook("ttscli.models.chatterbox.bench:bench_peer")},
     honours=frozenset({"voice", "ref_audio", "save_voice", "max_frames", "stream"}),
     # S3Gen's first pass makes audio from 8 tokens: 3 of the flow's lookahead, 4 of vocoder context
     # (VOC_CONTEXT mel frames), 1 whose frames are then final (S3Gen.first_audio_tokens)

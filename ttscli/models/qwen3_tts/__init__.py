@@ -87,7 +87,7 @@ def load_onnx_decoder(backend: str, model, checkpoint: Path | None, options: Loa
 def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
     """Build the pipeline for a checkpoint folder in its Hugging Face layout (or random weights)."""
     from ttscli.models.qwen3_tts.config import GenerationConfig, preset_config
-    from ttscli.models.qwen3_tts.loader import check_components, load_model, load_tokenizer
+    from ttscli.models.qwen3_tts.load import check_components, load_model, load_tokenizer
     from ttscli.models.qwen3_tts.model import build_random
     from ttscli.models.qwen3_tts.pipeline import Qwen3TTSPipeline
     from ttscli.codecs.qwen3_12hz import build_random_decoder, load_speech_decoder

@@ -166,7 +166,7 @@ def reprime_consistency(dec, codes: np.ndarray) -> Check:
 
 def _load(checkpoint: Path, backend: str | None, need_decoder: bool):
     from ttscli.models.qwen3_tts import load_code_decoder
-    from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer
+    from ttscli.models.qwen3_tts.load import load_model, load_tokenizer
     from ttscli.codecs.qwen3_12hz import load_speech_decoder
 
     model, gen = load_model(checkpoint, "float32")
