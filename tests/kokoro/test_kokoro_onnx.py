@@ -143,21 +143,21 @@ def test_conversion_is_found_by_source_hash_and_rebuilt_when_stale(kokoro_model,
 def test_backend_choice(monkeypatch):
     from ttscli.errors import UsageError
     from ttscli.models.base import LoadOptions
-    from ttscli.models.kokoro import bench as hooks
+    from ttscli.models.kokoro import load as kokoro_load
 
-    monkeypatch.setenv(hooks.BACKEND_ENV, "mlx")
-    assert hooks.acoustic_backend(LoadOptions()) == "mlx"
-    assert hooks.acoustic_backend(LoadOptions(backends={"acoustic": "onnx"})) == "onnx"
-    monkeypatch.setenv(hooks.BACKEND_ENV, "onnx")
-    assert hooks.acoustic_backend(LoadOptions()) == "onnx"
-    monkeypatch.setenv(hooks.BACKEND_ENV, "tpu")
+    monkeypatch.setenv(kokoro_load.BACKEND_ENV, "mlx")
+    assert kokoro_load.acoustic_backend(LoadOptions()) == "mlx"
+    assert kokoro_load.acoustic_backend(LoadOptions(backends={"acoustic": "onnx"})) == "onnx"
+    monkeypatch.setenv(kokoro_load.BACKEND_ENV, "onnx")
+    assert kokoro_load.acoustic_backend(LoadOptions()) == "onnx"
+    monkeypatch.setenv(kokoro_load.BACKEND_ENV, "tpu")
     with pytest.raises(UsageError, match="choose mlx or onnx"):
-        hooks.acoustic_backend(LoadOptions())
+        kokoro_load.acoustic_backend(LoadOptions())
     with pytest.raises(UsageError, match="no code_decoder component"):
-        hooks.acoustic_backend(LoadOptions(backends={"code_decoder": "onnx"}))
-    monkeypatch.delenv(hooks.BACKEND_ENV)
+        kokoro_load.acoustic_backend(LoadOptions(backends={"code_decoder": "onnx"}))
+    monkeypatch.delenv(kokoro_load.BACKEND_ENV)
     monkeypatch.setattr(mx, "default_device", lambda: mx.Device(mx.DeviceType.gpu, 0))
-    assert hooks.default_backend() == "mlx"                   # the graphs are CPU graphs
+    assert kokoro_load.default_backend() == "mlx"                   # the graphs are CPU graphs
 
 
 def test_source_noise_on_onnx_is_one_line(run_cli, kokoro_model, tmp_path):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ttscli.models.base import lazy_exports
 
-_EXPORTS = {"load_pipeline": "bench", "bench_components": "bench", "BreezePipeline": "pipeline",
+_EXPORTS = {"load_pipeline": "load", "BreezePipeline": "pipeline",
             "BreezeModel": "model", "ModelArgs": "config", "load_model": "load"}
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -1,4 +1,5 @@
-"""``ttscli bench chatterbox --peer mlx-audio``: mlx-audio 0.6.2's Chatterbox timed on the same text.
+"""Bench hooks: the stage figures of the last run, and ``ttscli bench chatterbox --peer mlx-audio``:
+mlx-audio 0.6.2's Chatterbox timed on the same text.
 
 mlx-audio is not a ttscli dependency and must not share its environment (it pins its own
 packages), so it runs in a subprocess with another interpreter: ``TTSCLI_MLX_AUDIO_PYTHON``
@@ -31,6 +32,21 @@ DEFAULT_FRAMES = 50          # ttscli bench's token count with random weights
 def _text_ids(text: str, vocab: int = 704) -> list[int]:
     # the same ids ttscli's random-weights tokenizer gives (load._CharTokenizer)
     return [1 + ord(c) % (vocab - 1) for c in text]
+
+
+def bench_components(pipe, req) -> dict:
+    """The last run's stage figures."""
+    # t3_s and s3gen_flow_s / _hift_s / _passes come as Stats.extra, the median
+    # of the runs (T3 and S3Gen are timed apart, added up over the chunks of a stream)
+    s = pipe.stats
+    steps = sum(s.frame_s)
+    audio_s = s.decoder_frames / 25.0
+    return {"t3_prefill_s": s.prefill_s,
+            "t3_tokens_per_s": (len(s.frame_s) / steps) if steps else None,
+            "s3gen_s_per_audio_s": (s.decoder_s / audio_s) if audio_s and s.decoder_s else None,
+            # a number, as the bench table shows only numbers: which runtime the flow estimator ran on
+            "s3gen_flow_onnx": float(pipe.backends.get("flow_estimator") == "onnx"),
+            "s3gen_hift_onnx": float(pipe.backends.get("vocoder") == "onnx")}
 
 
 def bench_peer(spec, checkpoint, text: str, repeats: int, max_frames: int | None = None,

