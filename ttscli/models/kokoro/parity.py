@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ttscli.errors import UsageError
-from ttscli.parity import Check, rel_l2
+from ttscli.models.base import Check, rel_l2
 
 # Fixed phoneme strings (misaki's output for the texts, the spec's §8), so parity does not depend
 # on the text front end: American English and Japanese.

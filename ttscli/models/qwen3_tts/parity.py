@@ -16,8 +16,7 @@ import mlx.core as mx
 import numpy as np
 
 from ttscli.errors import BackendUnavailableError, GenerationError, UsageError
-from ttscli.models.base import LoadOptions
-from ttscli.parity import Check, cosine, max_abs
+from ttscli.models.base import Check, LoadOptions, cosine, max_abs
 
 _LOG = logging.getLogger(__name__)
 
