@@ -46,8 +46,9 @@ def random_weights(model, *, seed: int = 0, dtype=None, keep_float32: Callable[[
     """Give every parameter of ``model`` a deterministic random value and return the model.
 
     Matrices and conv kernels are N(0, 1/fan_in), the scale at which a layer's output keeps its
-    input's magnitude; vectors (norm scales, biases, running statistics) keep the values the
-    modules were built with. ``rule`` lets a family adjust named tensors (a gain that must start
+    input's magnitude; biases are zero; other vectors (norm scales, running statistics) keep the
+    values the modules were built with (MLX draws biases at random when building, everything
+    else here is the same for the same seed). ``rule`` lets a family adjust named tensors (a gain that must start
     small, a bias that sets a duration). Tensors are cast to ``dtype`` (None: float32) one at a
     time, except those ``keep_float32(name)`` names.
     """
@@ -57,7 +58,12 @@ def random_weights(model, *, seed: int = 0, dtype=None, keep_float32: Callable[[
     for i, (name, p) in enumerate(tree_flatten(model.parameters())):
         shape = tuple(p.shape)
         normal = _normal(pool, i, shape)
-        w = normal * fan_in(shape) ** -0.5 if p.ndim >= 2 else p.astype(mx.float32)
+        if p.ndim >= 2:
+            w = normal * fan_in(shape) ** -0.5
+        elif name.endswith("bias"):
+            w = mx.zeros(shape, mx.float32)
+        else:
+            w = p.astype(mx.float32)
         if rule is not None:
             w = rule(name, w, normal)
         weights[name] = w.astype(mx.float32 if keep_float32 is not None and keep_float32(name) else dt)
