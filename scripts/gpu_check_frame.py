@@ -1,4 +1,4 @@
-"""Issue 19: the code predictor's one-kernel frame (ttscli.lm.cuda_frame) against the compiled MLX
+"""Issue 19: the code predictor's one-kernel frame (ttscli.models.qwen3_tts.cuda_frame) against the compiled MLX
 frame on a GPU, random weights at the real dimensions, then both timed as the loop runs them.
 
     python scripts/gpu_check_frame.py [--model qwen3-tts-0.6b-base] [--reps 30]
@@ -32,7 +32,7 @@ def main() -> int:
 
     from ttscli.api import load
     from ttscli.lm import SamplingParams
-    from ttscli.lm.cuda_frame import CodeFrameKernel, unsupported
+    from ttscli.models.qwen3_tts.cuda_frame import CodeFrameKernel, unsupported
     from ttscli.lm.sample import KeyStream, sample
     from ttscli.models.base import LoadOptions
 

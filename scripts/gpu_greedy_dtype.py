@@ -40,7 +40,7 @@ def main() -> int:
     ours = greedy_frames(model, dec, prompt, gen, len(ref))
     n = min(len(ours), len(ref))
     same = int((ours[:n] == ref[:n]).all(axis=1).sum())
-    from ttscli.lm import cuda_frame
+    from ttscli.models.qwen3_tts import cuda_frame
     from ttscli.lm.sample import SamplingParams
 
     frame = cuda_frame.unsupported(model.talker.code_predictor, SamplingParams(do_sample=False)) or "one kernel"

@@ -1,4 +1,4 @@
-"""The one-kernel code-predictor frame (ttscli.lm.cuda_frame): when it runs and when the MLX frame
+"""The one-kernel code-predictor frame (ttscli.models.qwen3_tts.cuda_frame): when it runs and when the MLX frame
 does. The kernel itself runs only on MLX's CUDA backend; scripts/gpu_check_frame.py checks it
 there against the MLX frame and against float32 on the CPU (docs: README, GPU)."""
 from __future__ import annotations
@@ -8,7 +8,8 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-from ttscli.lm import SamplingParams, cuda_frame, cuda_kernels
+from ttscli.lm import SamplingParams, cuda_kernels
+from ttscli.models.qwen3_tts import cuda_frame
 from ttscli.lm.config import LMArgs
 from ttscli.models.qwen3_tts.load import load_model
 

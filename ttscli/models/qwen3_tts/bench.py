@@ -42,7 +42,7 @@ def bench_components(pipeline, req) -> dict[str, float]:
 
     kernels = {} if not isinstance(dec, MLXCodeDecoder) else frame_kernels(
         talker, dec, SamplingParams(0.9, 50, 1.0), SamplingParams(0.9, 50, 1.0, 0.0, 1.05), x[:, :16])
-    from ttscli.lm.cuda_frame import CodeFrameKernel
+    from ttscli.models.qwen3_tts.cuda_frame import CodeFrameKernel
 
     return {"talker_step_ms": float(np.median(step_ms)), "code_predictor_frame_ms": float(np.median(cp_ms)),
             "code_predictor_one_kernel": float(isinstance(cp, CodeFrameKernel)),
