@@ -1,7 +1,8 @@
 """Breeze TTS 2 (BreezeBlue/Breeze-TTS-2): T5Gemma2 text encoder, Qwen3 backbone, llama depth decoder,
 Qwen3-TTS 12 Hz codec. Voice design, clone and direction, CFG in both stages.
 
-The family declaration is family.py; names below resolve lazily so importing the package stays light.
+The family declaration is family.py; loading is load.py. Names below resolve lazily so importing
+the package stays light.
 """
 from __future__ import annotations
 

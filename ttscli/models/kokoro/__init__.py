@@ -1,7 +1,7 @@
 """Kokoro-82M (hexgrad; StyleTTS2 + iSTFTNet) on our own MLX code, English and Japanese.
 
-The family declaration is family.py; names are re-exported here lazily so importing the package
-(as the CLI does to read the family's knobs) stays light.
+The family declaration is family.py; loading is load.py. Names are re-exported here lazily so
+importing the package (as the CLI does to read the family's knobs) stays light.
 """
 from __future__ import annotations
 
