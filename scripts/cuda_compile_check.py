@@ -4,7 +4,7 @@ spending device time (the kernels are JIT-compiled by MLX on the device).
     python -m venv /tmp/nvrtc && /tmp/nvrtc/bin/pip install nvidia-cuda-nvrtc-cu12
     python scripts/cuda_compile_check.py      # finds libnvrtc.so.12 under /tmp/nvrtc, else --nvrtc PATH
 
-Builds ttscli.lm.cuda_frame's kernel the way MLX does (the body inside a templated
+Builds ttscli.models.qwen3_tts.cuda_frame's kernel the way MLX does (the body inside a templated
 ``__global__`` function, the header before it) for Qwen3-TTS 0.6B's code predictor (1 and 4
 rows, greedy and top-k) and the tiny fixture's, for sm_90. Exit status 1 on any error.
 """
@@ -18,7 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ttscli.lm.cuda_frame import _HEADER, _SOURCE
+from ttscli.lm.cuda_kernels import GRID_HELPERS
+from ttscli.models.qwen3_tts.cuda_frame import _SOURCE
 
 INPUTS = ["hidden", "c0", "ln1", "wqkv", "qn", "kn", "wo", "ln2", "wgu", "wd", "fnorm", "heads", "emb",
           "proj_w", "proj_b", "inv_freq", "params", "noise"]
@@ -35,7 +36,7 @@ def program(t: dict) -> str:
     vals = ", ".join(("true" if v else "false") if isinstance(v, bool) else str(v) for v in t.values())
     sig = ", ".join(f"const float* {n}" for n in INPUTS) + ", int* codes, float* total, float* scratch"
     types = ", ".join("const float*" for _ in INPUTS) + ", int*, float*, float*"
-    return (f"#define INFINITY __int_as_float(0x7f800000)\n{_HEADER}\ntemplate <{args}>\n"
+    return (f"#define INFINITY __int_as_float(0x7f800000)\n{GRID_HELPERS}\ntemplate <{args}>\n"
             f"__global__ void kernel({sig}) {{\n{_SOURCE}\n}}\ntemplate __global__ void kernel<{vals}>({types});\n")
 
 
@@ -68,7 +69,7 @@ def step_program(layers: int, rows: int, sizes: dict = TALKER) -> str:
     sig = (", ".join(f"const float* {n}" for n in ins) + ", const int* pos_in, const int* cache_shape, "
            + ", ".join(f"float* {n}" for n in outs))
     types = ", ".join("const float*" for _ in ins) + ", const int*, const int*, " + ", ".join("float*" for _ in outs)
-    return (f"#define INFINITY __int_as_float(0x7f800000)\n{_HEADER}\ntemplate <{args}>\n"
+    return (f"#define INFINITY __int_as_float(0x7f800000)\n{GRID_HELPERS}\ntemplate <{args}>\n"
             f"__global__ void kernel({sig}) {{\n{_BODY}\n}}\n"
             f"template __global__ void kernel<{vals}>({types});\n")
 

@@ -170,7 +170,10 @@ def test_same_knob_name_must_have_one_type():
 # ---- layering: what a family may import ---------------------------------------------------
 
 PACKAGE = Path(ttscli.__file__).parent
-ENGINE = ("ttscli.generate", "ttscli.api", "ttscli.cli", "ttscli.serve", "ttscli.batch", "ttscli.bench")
+# the engine and the commands over it; ttscli.parity is the parity command (families take Check and
+# the metrics from models/base.py)
+ENGINE = ("ttscli.generate", "ttscli.api", "ttscli.cli", "ttscli.serve", "ttscli.batch", "ttscli.bench",
+          "ttscli.parity")
 
 
 def imported_modules(path: Path, root: Path = PACKAGE) -> set[str]:
@@ -197,16 +200,17 @@ def _sees_every_import_form(tmp: Path) -> bool:
     pkg = tmp / "ttscli" / "models" / "fam"
     pkg.mkdir(parents=True)
     (pkg / "mod.py").write_text("import ttscli.cli\nfrom ttscli import bench\nfrom ..base import Request\n"
-                                "def f():\n    from ttscli.generate import check_request\n")
+                                "def f():\n    from ttscli.generate import check_request\n"
+                                "    from ttscli.parity import Check\n")
     got = imported_modules(pkg / "mod.py", tmp / "ttscli")
-    return {"ttscli.cli", "ttscli.bench", "ttscli.models.base", "ttscli.generate"} <= got
+    return {"ttscli.cli", "ttscli.bench", "ttscli.models.base", "ttscli.generate", "ttscli.parity"} <= got
 
 
 def test_families_do_not_import_the_engine(tmp_path):
-    """The family contract (models/base.py: Family, Pipeline, Request, Stats, chunk_requests) is
-    all a family needs from above it: no module under ttscli/models imports the engine or the
-    commands over it (at module level or inside a function), so the layers of
-    docs/ARCHITECTURE.md hold."""
+    """The family contract (models/base.py: Family, Pipeline, Request, Stats, chunk_requests, and
+    for parity Check, cosine, max_abs, rel_l2) is all a family needs from above it: no module
+    under ttscli/models imports the engine or the commands over it, ttscli.parity included (at
+    module level or inside a function), so the layers of docs/ARCHITECTURE.md hold."""
     assert _sees_every_import_form(tmp_path)
     bad = []
     for path in sorted((PACKAGE / "models").rglob("*.py")):
@@ -247,3 +251,33 @@ def test_shared_codecs_sit_outside_the_families():
     tokenizer = [f"{p.name} imports {n}" for p in sorted(mimi.rglob("*.py")) for n in sorted(imported_modules(p))
                  if n.startswith("ttscli.codecs.qwen3_12hz")]
     assert tokenizer == []
+
+
+def _hook_module(fn) -> str:
+    """The module a Family hook's code lives in: hook()'s target, or a function's own module."""
+    doc = fn.__doc__ or ""
+    if doc.endswith(" (imported on first call)"):
+        return doc.split(":", 1)[0]
+    return fn.__module__
+
+
+def _family_dirs() -> list[Path]:
+    return sorted(p for p in (PACKAGE / "models").iterdir() if (p / "family.py").is_file())
+
+
+@pytest.mark.parametrize("folder", _family_dirs(), ids=lambda p: p.name)
+def test_every_family_has_one_layout(folder):
+    """docs/ADDING_A_FAMILY.md's layout: the same files with the same roles in every family, the
+    load hook in load.py, and an __init__.py of a docstring and lazy re-exports only."""
+    name = folder.name
+    missing = [f for f in ("family.py", "load.py", "pipeline.py", "parity.py") if not (folder / f).is_file()]
+    assert missing == []
+    family = get_family(name)
+    assert family.load.__doc__ == f"ttscli.models.{name}.load:load_pipeline (imported on first call)"
+    defined = [n.name for n in ast.parse((folder / "__init__.py").read_text(encoding="utf-8")).body
+               if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    assert defined == [], f"{name}/__init__.py defines {defined}: it re-exports, the code lives by role"
+    bench = [h for h in (family.bench_components, *family.peers.values()) if h is not None]
+    assert {_hook_module(h) for h in bench} <= {f"ttscli.models.{name}.bench"}
+    if "mlx" in family.convert:
+        assert _hook_module(family.convert["mlx"]) == f"ttscli.models.{name}.convert"

@@ -112,7 +112,7 @@ def test_a_foreign_quantized_checkpoint_is_refused_with_the_tensor_named(tmp_pat
 
 def test_qwen3_loader_reads_our_conversion_and_refuses_one_without_the_marker(tmp_path):
     from ttscli.models.qwen3_tts.convert import convert_mlx
-    from ttscli.models.qwen3_tts.loader import load_model
+    from ttscli.models.qwen3_tts.load import load_model
 
     src = tmp_path / "src"
     shutil.copytree(FIX / "tiny-customvoice", src)

@@ -79,3 +79,15 @@ def test_control_characters_are_refused_with_their_position(ch):
 
 def test_whitespace_controls_are_kept():
     assert check_text("a\tb\fc\vd\x85e\r\nf") == "a\tb\fc\vd\x85e\nf"
+
+
+def test_byte_tokenizer_keeps_specials_whole_and_spells_the_rest_in_bytes():
+    from ttscli.text import ByteTokenizer
+
+    # the Qwen3 prompt: <|im_start|>, the role, "\n" are the first three ids, as upstream cuts them
+    qwen = ByteTokenizer({"<|im_start|>": 1, "<|im_end|>": 2, "assistant": 77091})
+    assert qwen.encode("<|im_start|>assistant\nHé<|im_end|>\n") == [1, 77091, 10, 72, 0xC3, 0xA9, 2, 10]
+    # Breeze's: a <bos> first, byte ids after the special tokens' range; the longer name wins
+    breeze = ByteTokenizer({"[S1]": 50, "[S10]": 51}, bos=(2,), byte_offset=1000)
+    assert breeze.encode("[S10]a[S1]") == [2, 51, 1000 + ord("a"), 50]
+    assert ByteTokenizer({}).encode("ab") == [97, 98]

@@ -8,55 +8,17 @@ The goldens format of each family is documented in docs/parity.md.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 
 from ttscli import hub
 from ttscli.models import family_of
+from ttscli.models.base import Check, cosine, max_abs, rel_l2
 from ttscli.errors import NotImplementedModelError, UsageError
 from ttscli.registry import Registry
 
-
-@dataclass
-class Check:
-    name: str
-    value: float
-    threshold: float
-    op: str            # ">=" (similarity), "<=" (error) or "==" (exact count of matches)
-    detail: str = ""
-
-    @property
-    def passed(self) -> bool:
-        if self.value is None or (isinstance(self.value, float) and math.isnan(self.value)):
-            return False
-        return {">=": self.value >= self.threshold, "<=": self.value <= self.threshold,
-                "==": self.value == self.threshold}[self.op]
-
-
-def cosine(a, b) -> float:
-    a = np.asarray(a, np.float64).ravel()
-    b = np.asarray(b, np.float64).ravel()
-    den = np.linalg.norm(a) * np.linalg.norm(b)
-    return float(a @ b / den) if den else float("nan")
-
-
-def max_abs(a, b) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if a.shape != b.shape:
-        return float("inf")
-    return float(np.max(np.abs(a - b))) if a.size else 0.0
-
-
-def rel_l2(a, b) -> float:
-    """||a - b|| / ||b|| (b is the reference)."""
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    if a.shape != b.shape:
-        return float("inf")
-    den = np.linalg.norm(b)
-    return float(np.linalg.norm(a - b) / den) if den else float(np.linalg.norm(a))
+__all__ = ["Check", "ParityRequest", "cosine", "max_abs", "rel_l2", "render", "run_parity"]
 
 
 @dataclass

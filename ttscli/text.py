@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import BinaryIO
+from typing import BinaryIO, Mapping
 
 from ttscli.errors import InputTooLongError, UsageError
 
@@ -139,3 +139,26 @@ def chunk_text(text: str, budget: int) -> list[str]:
     for s in split_sentences(text):
         pieces.extend([s] if len(s) <= budget else _split_long(s, budget))
     return _pack(pieces, budget)
+
+
+class ByteTokenizer:
+    """Stand-in text tokenizer for random weights, which ship no tokenizer file: the named
+    special tokens (and role words) whole, all other text as its UTF-8 bytes, each plus
+    ``byte_offset``, after the ``bos`` ids. Bytes give a prompt the length a real tokenizer's
+    would have within a small factor, which is what timing needs."""
+
+    def __init__(self, specials: Mapping[str, int], bos: tuple[int, ...] = (), byte_offset: int = 0):
+        self.specials = dict(specials)
+        self.bos = tuple(bos)
+        self.byte_offset = byte_offset
+        names = sorted(self.specials, key=len, reverse=True)
+        self._split = re.compile("(" + "|".join(map(re.escape, names)) + ")") if names else None
+
+    def encode(self, text: str) -> list[int]:
+        out = list(self.bos)
+        for part in self._split.split(text) if self._split else [text]:
+            if part in self.specials:
+                out.append(self.specials[part])
+            else:
+                out.extend(self.byte_offset + b for b in part.encode())
+        return out

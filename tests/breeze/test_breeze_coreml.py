@@ -253,7 +253,7 @@ def test_pipeline_loads_the_converted_backbone(package, goldens, tmp_path, monke
     import ttscli.backends.coreml.decoder as cm_decoder
     from ttscli.generate import Request
     from ttscli.models.base import LoadOptions
-    from ttscli.models.breeze_tts.api import load_pipeline
+    from ttscli.models.breeze_tts.load import load_pipeline
     from ttscli.paths import converted_dir
 
     arrays, meta = goldens

@@ -203,7 +203,7 @@ def test_pipeline_on_onnx_speaks_as_upstream(tmp_path, monkeypatch, goldens):
     CFG's branches each with their own cache, greedy frames and the EOS frame as upstream."""
     from ttscli.generate import Request
     from ttscli.models.base import LoadOptions
-    from ttscli.models.breeze_tts.api import load_pipeline
+    from ttscli.models.breeze_tts.load import load_pipeline
     from ttscli.paths import converted_dir
 
     arrays, meta = goldens

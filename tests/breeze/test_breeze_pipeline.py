@@ -22,7 +22,7 @@ class Spec:
 
 @pytest.fixture(scope="module")
 def pipe():
-    from ttscli.models.breeze_tts.api import load_pipeline
+    from ttscli.models.breeze_tts.load import load_pipeline
 
     return load_pipeline(Spec(), TINY, LoadOptions())
 

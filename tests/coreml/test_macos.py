@@ -21,7 +21,7 @@ def cosine_rows(a, b):
 
 @pytest.fixture(scope="module")
 def mlx_model():
-    from ttscli.models.qwen3_tts.loader import load_model
+    from ttscli.models.qwen3_tts.load import load_model
 
     model, _ = load_model(CHECKPOINT, "float32")
     return model

@@ -104,7 +104,7 @@ def test_greedy_frames_equal_mlx(packages_fp32):
     """The hybrid split the pipeline runs: the Core ML talker (fp32 compute, run by numpy) with
     MLX's embeddings and code predictor, against the all-MLX loop; greedy, 4 frames."""
     mx = pytest.importorskip("mlx.core")
-    from ttscli.models.qwen3_tts.loader import load_model
+    from ttscli.models.qwen3_tts.load import load_model
     from ttscli.lm import SamplingParams
 
     model, _ = load_model(CHECKPOINT, "float32")
@@ -142,7 +142,7 @@ def test_package_built_from_the_mlx_model_matches_upstream(tmp_path, goldens):
     """The random-weights bench path: the talker package from an in-memory MLX model."""
     pytest.importorskip("mlx.core")
     from ttscli.models.qwen3_tts.coreml_export import build_from_model
-    from ttscli.models.qwen3_tts.loader import load_model
+    from ttscli.models.qwen3_tts.load import load_model
 
     model, _ = load_model(CHECKPOINT, "float32")
     folder = build_from_model(model, capacity=16, out_dir=tmp_path / "pk")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ttscli.lm import MLXCodeDecoder, cuda_frame, cuda_kernels, cuda_step
-from ttscli.models.qwen3_tts.loader import load_model
+from ttscli.lm import MLXCodeDecoder, cuda_kernels, cuda_step
+from ttscli.models.qwen3_tts.load import load_model
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "parity" / "qwen3-tiny-base"
 
@@ -28,7 +28,7 @@ def test_never_off_cuda(talker):
 
 def test_the_gate_on_cuda(talker, monkeypatch):
     monkeypatch.setattr(cuda_kernels, "available", lambda: True)
-    monkeypatch.setattr(cuda_frame, "multiprocessors", lambda: 132)
+    monkeypatch.setattr(cuda_step, "multiprocessors", lambda: 132)
     lm, head = talker.step_parts()
     assert cuda_step.unsupported(lm, head, 1) is None
     assert "rows" in cuda_step.unsupported(lm, head, cuda_step.MAX_ROWS + 1)
@@ -42,7 +42,7 @@ def test_the_step_hands_the_kernel_one_cache_and_keeps_its_views(talker, monkeyp
     import mlx.core as mx
 
     monkeypatch.setattr(cuda_kernels, "available", lambda: True)
-    monkeypatch.setattr(cuda_frame, "multiprocessors", lambda: 132)
+    monkeypatch.setattr(cuda_step, "multiprocessors", lambda: 132)
     seen, outs = [], []
 
     def run(inputs, template, grid, threadgroup, output_shapes, output_dtypes, init_value):

@@ -113,7 +113,7 @@ def test_frame_draws_what_the_mlx_sampler_draws(tmp_path, monkeypatch, params):
 
     from ttscli.backends.onnx.graph import Quant
     from ttscli.lm.sample import SamplingParams
-    from ttscli.models.qwen3_tts.loader import load_model
+    from ttscli.models.qwen3_tts.load import load_model
     from ttscli.models.qwen3_tts.onnx_decoder import open_decoder
     from ttscli.models.qwen3_tts.onnx_export import find_or_build
 

@@ -185,7 +185,7 @@ def test_golden_without_known_arrays_is_rejected(tmp_path):
 def test_backend_comparison_passes_on_equal_talkers_and_fails_on_a_different_one(tmp_path):
     """The comparison `--against coreml` runs on a Mac, exercised here with two MLX talkers:
     batched vs sequential prefill (equal), then a talker with a perturbed layer."""
-    from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer
+    from ttscli.models.qwen3_tts.load import load_model, load_tokenizer
     from ttscli.lm import MLXCodeDecoder
     from ttscli.models.qwen3_tts.parity import compare_code_decoders
 

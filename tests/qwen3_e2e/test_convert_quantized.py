@@ -28,7 +28,7 @@ def cosine(a, b):
 
 
 def prefill_logits(folder):
-    from ttscli.models.qwen3_tts.loader import load_model
+    from ttscli.models.qwen3_tts.load import load_model
     from ttscli.lm import MLXCodeDecoder
 
     model, _ = load_model(folder, "float32")

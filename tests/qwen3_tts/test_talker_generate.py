@@ -10,7 +10,7 @@ import pytest
 
 from ttscli.errors import GenerationError
 from ttscli.lm import MLXCodeDecoder, SamplingParams
-from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer
+from ttscli.models.qwen3_tts.load import load_model, load_tokenizer
 from ttscli.models.qwen3_tts.loop import LoopConfig, generate_frames
 from ttscli.models.qwen3_tts.prompt import VoicePrompt, prepare
 

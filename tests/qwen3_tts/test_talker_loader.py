@@ -11,7 +11,7 @@ import pytest
 
 from ttscli.errors import CheckpointError
 from ttscli.models.qwen3_tts.config import ModelArgs, preset_config
-from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer
+from ttscli.models.qwen3_tts.load import load_model, load_tokenizer
 from ttscli.models.qwen3_tts.model import Qwen3TTSModel
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_tts"

@@ -15,7 +15,7 @@ import pytest
 from ttscli.errors import GenerationError, UsageError
 from ttscli.generate import Request, Stats
 from ttscli.lm import MLXCodeDecoder
-from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer
+from ttscli.models.qwen3_tts.load import load_model, load_tokenizer
 from ttscli.models.qwen3_tts.pipeline import Qwen3TTSPipeline
 from ttscli.models.qwen3_tts.prompt import VoicePrompt, ref_text_template
 from ttscli.codecs.qwen3_12hz import DecoderArgs, build_random_decoder

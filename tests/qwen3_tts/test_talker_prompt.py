@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ttscli.errors import UsageError
-from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer
+from ttscli.models.qwen3_tts.load import load_model, load_tokenizer
 from ttscli.models.qwen3_tts.prompt import VoicePrompt, prepare
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_tts"

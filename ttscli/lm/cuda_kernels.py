@@ -151,6 +151,191 @@ def available() -> bool:
             and not mx.metal.is_available())
 
 
+# threads of a grid-barrier kernel's block
+THREADS = 512
+
+# Device helpers of the kernels that run every block at once and meet at grid barriers (the
+# shared LM's one-position step, cuda_step.py, and Qwen3-TTS's code-predictor frame): the
+# barrier, lane-partial row dot products, a block's RMSNorm, the k-th largest value and the
+# argmax of a block.
+GRID_HELPERS = r"""
+__device__ __forceinline__ void grid_sync(unsigned int* bar, unsigned int& target) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        target += gridDim.x;
+        __threadfence();
+        atomicAdd(bar, 1u);
+        volatile unsigned int* vb = bar;
+        while (*vb < target) { }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+// lane-partial dot products of one weight row with B vectors (row stride K), then summed over the warp
+template <int K, int B, bool COHERENT>
+__device__ __forceinline__ void row_dots(const float* __restrict__ w, const float* v, float* acc) {
+    const int lane = threadIdx.x & 31;
+    #pragma unroll
+    for (int b = 0; b < B; ++b) acc[b] = 0.0f;
+    #pragma unroll 8
+    for (int k = lane * 4; k < K; k += 128) {
+        const float4 wv = __ldg(reinterpret_cast<const float4*>(w + k));
+        #pragma unroll
+        for (int b = 0; b < B; ++b) {
+            const float4 x = COHERENT ? __ldcg(reinterpret_cast<const float4*>(v + b * K + k))
+                                      : *reinterpret_cast<const float4*>(v + b * K + k);
+            acc[b] += wv.x * x.x + wv.y * x.y + wv.z * x.z + wv.w * x.w;
+        }
+    }
+    #pragma unroll
+    for (int b = 0; b < B; ++b) {
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc[b] += __shfl_xor_sync(0xffffffff, acc[b], o);
+    }
+}
+
+// row_dots for two weight rows at once (gate and up): both rows' loads in flight together
+template <int K, int B>
+__device__ __forceinline__ void row_dots2(const float* __restrict__ w1, const float* __restrict__ w2,
+                                          const float* v, float* a1, float* a2) {
+    const int lane = threadIdx.x & 31;
+    #pragma unroll
+    for (int b = 0; b < B; ++b) { a1[b] = 0.0f; a2[b] = 0.0f; }
+    #pragma unroll 4
+    for (int k = lane * 4; k < K; k += 128) {
+        const float4 x1 = __ldg(reinterpret_cast<const float4*>(w1 + k));
+        const float4 x2 = __ldg(reinterpret_cast<const float4*>(w2 + k));
+        #pragma unroll
+        for (int b = 0; b < B; ++b) {
+            const float4 x = *reinterpret_cast<const float4*>(v + b * K + k);
+            a1[b] += x1.x * x.x + x1.y * x.y + x1.z * x.z + x1.w * x.w;
+            a2[b] += x2.x * x.x + x2.y * x.y + x2.z * x.z + x2.w * x.w;
+        }
+    }
+    #pragma unroll
+    for (int b = 0; b < B; ++b) {
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            a1[b] += __shfl_xor_sync(0xffffffff, a1[b], o);
+            a2[b] += __shfl_xor_sync(0xffffffff, a2[b], o);
+        }
+    }
+}
+
+// xs[b][r] += w[r] . v[b] for every row r of an N x K projection that this warp owns: an output
+// projection added into the residual stream, its input vectors v [B, K] written by other blocks
+template <int K, int N, int B, int WARPS>
+__device__ __forceinline__ void add_rows(const float* __restrict__ w, const float* v, float* xs) {
+    const int lane = threadIdx.x & 31;
+    for (int r = blockIdx.x * WARPS + (threadIdx.x >> 5); r < N; r += gridDim.x * WARPS) {
+        float acc[B];
+        row_dots<K, B, true>(w + (size_t)r * K, v, acc);
+        if (lane == 0) for (int b = 0; b < B; ++b) xs[b * N + r] = __ldcg(xs + b * N + r) + acc[b];
+    }
+}
+
+// every block: s[b][k] = w[k] * (x[b][k] * rsqrt(mean_k x^2 + eps)), x read coherently from global
+template <int N, int B, int WARPS>
+__device__ __forceinline__ void block_rms_norm(const float* x, const float* __restrict__ w, float eps,
+                                               float* s, float* red) {
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    for (int b = 0; b < B; ++b) {
+        float ss = 0.0f;
+        for (int k = t; k < N; k += WARPS * 32) {
+            const float v = __ldcg(x + b * N + k);
+            s[b * N + k] = v;
+            ss += v * v;
+        }
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffff, ss, o);
+        if (lane == 0) red[warp] = ss;
+        __syncthreads();
+        float tot = 0.0f;
+        for (int i = 0; i < WARPS; ++i) tot += red[i];
+        const float r = rsqrtf(tot / N + eps);
+        for (int k = t; k < N; k += WARPS * 32) s[b * N + k] = w[k] * (s[b * N + k] * r);
+        __syncthreads();
+    }
+}
+
+// the k-th largest of v[0..n) (k >= 1, duplicates counted): a radix select over order-preserving
+// keys, four histogram passes of 8 bits instead of a full sort
+__device__ __forceinline__ float kth_largest(const float* v, int n, int k, unsigned int* hist, int* sel) {
+    const int lane = threadIdx.x & 31;
+    unsigned int prefix = 0, mask = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            const unsigned int u = __float_as_uint(v[i]);
+            const unsigned int key = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+            if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFFu], 1u);
+        }
+        __syncthreads();
+        if (threadIdx.x < 32) {     // bins from the top: lane j counts bins 255 - 8j .. 248 - 8j
+            unsigned int c[8], local = 0;
+            for (int j = 0; j < 8; ++j) { c[j] = hist[255 - (lane * 8 + j)]; local += c[j]; }
+            unsigned int incl = local;
+            for (int o = 1; o < 32; o <<= 1) {
+                const unsigned int up = __shfl_up_sync(0xffffffff, incl, o);
+                if (lane >= o) incl += up;
+            }
+            unsigned int run = incl - local;
+            if (run < (unsigned int)k && (unsigned int)k <= incl) {
+                for (int j = 0; j < 8; ++j) {
+                    if (run + c[j] >= (unsigned int)k) { sel[0] = 255 - (lane * 8 + j); sel[1] = k - (int)run; break; }
+                    run += c[j];
+                }
+            }
+        }
+        __syncthreads();
+        prefix |= ((unsigned int)sel[0]) << shift;
+        mask |= 0xFFu << shift;
+        k = sel[1];
+        __syncthreads();
+    }
+    return __uint_as_float((prefix & 0x80000000u) ? (prefix & 0x7fffffffu) : ~prefix);
+}
+
+// block-wide argmax, the first index on ties (MLX's argmax)
+template <int WARPS>
+__device__ __forceinline__ int block_argmax(float val, int idx, float* rv, int* ri) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float v2 = __shfl_xor_sync(0xffffffff, val, o);
+        const int i2 = __shfl_xor_sync(0xffffffff, idx, o);
+        if (v2 > val || (v2 == val && i2 < idx)) { val = v2; idx = i2; }
+    }
+    if (lane == 0) { rv[warp] = val; ri[warp] = idx; }
+    __syncthreads();
+    float bv = rv[0];
+    int bi = ri[0];
+    for (int w = 1; w < WARPS; ++w) {
+        if (rv[w] > bv || (rv[w] == bv && ri[w] < bi)) { bv = rv[w]; bi = ri[w]; }
+    }
+    __syncthreads();
+    return bi;
+}
+"""
+
+@functools.lru_cache(maxsize=1)
+def multiprocessors() -> int:
+    """The first GPU's multiprocessor count from the CUDA driver (0 when it cannot be read): a
+    grid-barrier kernel runs one block per multiprocessor, all resident at once."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        dev, n = ctypes.c_int(), ctypes.c_int()
+        if cuda.cuInit(0) or cuda.cuDeviceGet(ctypes.byref(dev), 0):
+            return 0
+        if cuda.cuDeviceGetAttribute(ctypes.byref(n), 16, dev):   # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+            return 0
+        return int(n.value)
+    except (OSError, AttributeError):
+        return 0
+
+
 @functools.lru_cache(maxsize=1)
 def _qk_kernel():
     return mx.fast.cuda_kernel(name="ttscli_qk_norm_rope", input_names=["y", "qw", "kw", "inv_freq", "pos", "eps"],

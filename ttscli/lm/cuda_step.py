@@ -1,11 +1,12 @@
 """One decode step of a shared-LM stack and its head as one CUDA kernel (MLX CUDA only).
 
 A talker step of a Qwen3-TTS frame is 313 graph nodes of MLX, whose host time on a GPU is many
-times its weight reads (docs/benchmarks.md#qwen3-gpu-step-kernel). Here it is one node: the persistent-kernel
-scheme of :mod:`ttscli.lm.cuda_frame` (blocks meet at grid barriers) for one position over the
-KV cache. The attention over the cache is split across blocks (each block a slice of the
-positions of one query head, online softmax per warp, merged per block, then the slices merged
-per head), so a long cache is read by every multiprocessor at once.
+times its weight reads (docs/benchmarks.md#qwen3-gpu-step-kernel). Here it is one node: a persistent
+kernel whose blocks meet at grid barriers (:data:`ttscli.lm.cuda_kernels.GRID_HELPERS`, shared with
+Qwen3-TTS's code-predictor frame) for one position over the KV cache. The attention over the
+cache is split across blocks (each block a slice of the positions of one query head, online
+softmax per warp, merged per block, then the slices merged per head), so a long cache is read
+by every multiprocessor at once.
 
 Every input is one array, so the host enqueues a handful of arrays whatever the depth: the
 layers' weights stacked per kind, and the caches of all layers as one array that the kernel
@@ -19,7 +20,7 @@ import functools
 import mlx.core as mx
 import numpy as np
 
-from ttscli.lm.cuda_frame import _HEADER, THREADS
+from ttscli.lm.cuda_kernels import GRID_HELPERS, THREADS, multiprocessors
 
 _BODY = r"""
     constexpr int WARPS = THREADS / 32;
@@ -245,7 +246,7 @@ def _kernel():
         name="ttscli_lm_step",
         input_names=["x", "pos_in", *KINDS, "cache", "fnorm", "head", "inv_freq", "params"],
         output_names=["logits", "hidden", "cache_out", "scratch"],
-        source=_BODY, header=_HEADER)
+        source=_BODY, header=GRID_HELPERS)
 
 
 class LMStepKernel:
@@ -263,7 +264,6 @@ class LMStepKernel:
     """
 
     def __init__(self, lm, head):
-        from ttscli.lm.cuda_frame import multiprocessors
         from ttscli.lm.model import _concat
         from ttscli.lm.rope import module_inv_freq
 

@@ -37,6 +37,7 @@ in (one text chunk of it per ``generate`` call, made by :func:`chunk_requests`) 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
@@ -356,6 +357,50 @@ class Pipeline:
     def reset_stats(self) -> Stats:
         self.stats = Stats()
         return self.stats
+
+
+@dataclass
+class Check:
+    """One figure of ``parity_checks``: ``value`` against ``threshold`` by ``op``; the command
+    layer (ttscli/parity.py) prints and judges them."""
+
+    name: str
+    value: float
+    threshold: float
+    op: str            # ">=" (similarity), "<=" (error) or "==" (exact count of matches)
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        if self.value is None or (isinstance(self.value, float) and math.isnan(self.value)):
+            return False
+        return {">=": self.value >= self.threshold, "<=": self.value <= self.threshold,
+                "==": self.value == self.threshold}[self.op]
+
+
+def cosine(a, b) -> float:
+    """Cosine similarity of two arrays, flattened (NaN when either is all zeros)."""
+    a = np.asarray(a, np.float64).ravel()
+    b = np.asarray(b, np.float64).ravel()
+    den = np.linalg.norm(a) * np.linalg.norm(b)
+    return float(a @ b / den) if den else float("nan")
+
+
+def max_abs(a, b) -> float:
+    """The largest absolute difference (inf when the shapes differ)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a.shape != b.shape:
+        return float("inf")
+    return float(np.max(np.abs(a - b))) if a.size else 0.0
+
+
+def rel_l2(a, b) -> float:
+    """||a - b|| / ||b|| (b is the reference)."""
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    if a.shape != b.shape:
+        return float("inf")
+    den = np.linalg.norm(b)
+    return float(np.linalg.norm(a - b) / den) if den else float(np.linalg.norm(a))
 
 
 def sampling_knobs(prefix: str = "", what: str = "", defaults: Mapping[str, Any] | None = None,

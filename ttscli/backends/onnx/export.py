@@ -1,4 +1,7 @@
-"""Save an LM graph (:mod:`.graph`) and describe it as a manifest component entry.
+"""Exporting a family's ONNX graphs: an LM graph (:mod:`.graph`) saved with its manifest entry,
+and the plumbing every family's onnx_export.py shares (graphs built one after another into one
+folder with progress, the manifest written last, the source record and the cache's test of a
+folder's graph layout).
 
 Weights go to one external-data file next to the graph, written tensor by tensor while the
 graph is built: a float32 0.6B talker is close to protobuf's 2 GB limit, a 1.7B one far past
@@ -9,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +20,12 @@ import numpy as np
 from ttscli.lm.config import LMArgs
 
 from .graph import Quant, build_graph
+from .manifest import source_files, write_manifest
 
 CACHE_BLOCK = 256
+
+# (manifest component, what the progress line calls it, build(out_dir) -> the component's entry)
+Graph = tuple[str, str, Callable[[Path], dict]]
 
 
 def export_lm(args: LMArgs, weights: Mapping[str, np.ndarray], out_dir: Path, file_name: str, *,
@@ -48,3 +55,32 @@ def export_lm(args: LMArgs, weights: Mapping[str, np.ndarray], out_dir: Path, fi
             "vocab_size": int(next(iter(heads.values())).shape[0]) if heads else None,
             "lm": json.loads(json.dumps(dataclasses.asdict(args))), "size_bytes": size,
             "build_seconds": round(time.perf_counter() - t0, 2)}
+
+
+def export_components(out_dir: Path, graphs: Sequence[Graph], *, model_id: str, family: str, precision: str,
+                      source: dict, layout: object, progress: Callable[..., None] | None = None) -> dict:
+    """Build ``graphs`` into ``out_dir`` one at a time, then write the manifest (written last, so
+    a folder with a manifest is whole); returns it. Each build reads its own weights, so one
+    graph's are freed before the next one's are read. ``layout`` (the graph layout version) goes
+    into the manifest's source record, where the cache's :func:`layout_is` looks for it."""
+    say = progress or (lambda done, total, what="": None)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    components = {}
+    for i, (component, what, build) in enumerate(graphs):
+        say(i, len(graphs), f"ONNX {precision}: {what}")
+        components[component] = build(out_dir)
+    say(len(graphs), len(graphs), f"ONNX {precision}: done")
+    return write_manifest(out_dir, model=model_id, family=family, precision=precision, components=components,
+                          source={**source, "graph_layout": layout})
+
+
+def checkpoint_record(checkpoint: Path, files: Sequence[str]) -> dict:
+    """The manifest's source record: the checkpoint folder and the hashes of the files read."""
+    return {"checkpoint": str(Path(checkpoint).resolve()), "files": source_files(checkpoint, tuple(files))}
+
+
+def layout_is(family: str, layout: object) -> Callable[[dict], bool]:
+    """The cache's test of a converted folder's manifest: this family's graphs, this layout (an
+    older layout is rebuilt, not run)."""
+    return lambda m: m.get("family") == family and m.get("source", {}).get("graph_layout") == layout

@@ -5,7 +5,7 @@ from ttscli.models.base import Component, Family, Knob, hook, sampling_knobs
 
 FAMILY = Family(
     name="breeze_tts",
-    load=hook("ttscli.models.breeze_tts:load_pipeline"),
+    load=hook("ttscli.models.breeze_tts.load:load_pipeline"),
     knobs=(
         Knob("cfg_scale", float, "Classifier-free guidance scale, applied in the backbone and the depth decoder "
              "(1: off; needs --instruct; 2-4 recommended with an instruction; 0: the unconditional prompt alone).",
@@ -17,7 +17,7 @@ FAMILY = Family(
     convert={"mlx": hook("ttscli.models.breeze_tts.convert:convert_mlx"),
              "coreml": hook("ttscli.models.breeze_tts.coreml_export:convert_coreml"),
              "onnx": hook("ttscli.models.breeze_tts.onnx_export:convert_onnx")},
-    bench_components=hook("ttscli.models.breeze_tts:bench_components"),
+    bench_components=hook("ttscli.models.breeze_tts.bench:bench_components"),
     bench_rows=(("backbone_step_ms", "backbone step, median (ms)", "{:.2f}"),
                 ("depth_frame_ms", "depth decoder, 15 codebooks (ms)", "{:.2f}")),
     parity_checks=hook("ttscli.models.breeze_tts.parity:parity_checks"),

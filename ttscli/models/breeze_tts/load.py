@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
@@ -29,7 +30,8 @@ from mlx.utils import tree_flatten
 from ttscli import quantize
 from ttscli.checkpoint import load_strict, read_safetensors, shapes
 from ttscli.config import read_json
-from ttscli.errors import CheckpointError
+from ttscli.errors import BackendUnavailableError, CheckpointError, UsageError
+from ttscli.models.base import LoadOptions
 from ttscli.models.breeze_tts.config import GenerationConfig, ModelArgs
 from ttscli.models.breeze_tts.model import BreezeModel
 
@@ -153,3 +155,84 @@ def check_codec(args: ModelArgs, decoder_args, folder: Path) -> None:
     if problems:
         raise CheckpointError(f"{folder}: config.json and audio_tokenizer/config.json do not match: "
                               + "; ".join(problems))
+
+
+def random_model(dtype: str) -> BreezeModel:
+    """The real dimensions with random weights (:func:`ttscli.nn.init.random_weights`), made one
+    tensor at a time in ``dtype`` so the peak is the model itself (never a float32 copy of 2.9 B
+    parameters); the sampled heads stay float32 as loaded checkpoints' do."""
+    from ttscli.models.breeze_tts.config import real_config
+    from ttscli.nn.init import random_weights
+
+    model = BreezeModel(ModelArgs.from_dict(real_config(), source="real config"))
+    return random_weights(model, dtype=dtype, keep_float32=lambda k: k in FLOAT32)
+
+
+def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
+    from ttscli.lm import MLXCodeDecoder
+    from ttscli.models.breeze_tts.config import GenerationConfig
+    from ttscli.models.breeze_tts.pipeline import BreezePipeline
+    from ttscli.text import ByteTokenizer
+    from ttscli.codecs.qwen3_12hz import build_random_decoder, load_speech_decoder
+
+    backend = options.backend("code_decoder")
+    for component, name in options.backends.items():
+        if name != "mlx" and not (component == "code_decoder" and name.startswith(("coreml", "onnx"))):
+            raise BackendUnavailableError(f"{spec.id} {component}: backend {name!r} is not available "
+                                          "(code_decoder: mlx, coreml or onnx; the rest: mlx)")
+    if backend.startswith("onnx"):
+        # fail before the model loads: a bad precision, a missing onnxruntime
+        from ttscli.backends.onnx import require_onnxruntime
+        from ttscli.backends.onnx.graph import Quant
+        from ttscli.backends.select import split_backend
+
+        require_onnxruntime()
+        quant = Quant(split_backend(backend)[1])
+        if options.prefill_mode == "sequential":
+            raise UsageError(f"{spec.id} on onnxruntime prefills in one run of its graph; --prefill-mode "
+                             "sequential is MLX's (drop it or use --code-decoder-backend mlx)")
+        if options.dtype not in (None, "float32") and not options.random_weights:
+            raise UsageError(f"{spec.id} on onnxruntime computes the backbone and depth decoder in "
+                                          f"float32; drop --dtype {options.dtype}")
+    code_decoder = None
+    if backend == "coreml":
+        # the backbone converted by `ttscli convert breeze-tts-2 --to coreml`, found by its manifest's
+        # source hashes before anything else loads (a missing or stale conversion: one CheckpointError line)
+        from ttscli.backends.coreml import require_coreml
+        from ttscli.backends.coreml.decoder import open_code_decoder
+        from ttscli.backends.decoder import RowwiseDecoder
+
+        require_coreml()
+        if options.random_weights:
+            raise BackendUnavailableError(f"{spec.id} on Core ML needs a converted checkpoint (ttscli convert "
+                                          f"{spec.id} --to coreml --model-dir DIR); random weights run on mlx")
+        code_decoder = RowwiseDecoder(open_code_decoder(Path(checkpoint), options.coreml_compute_units))
+    if options.random_weights:
+        dtype = options.dtype or "bfloat16"   # 3.5 B parameters: float32 would not fit most machines
+        model = random_model(dtype)
+        d = dict(getattr(spec, "defaults", {}) or {})
+        gen = GenerationConfig.from_dict({k: v for k, v in d.items() if k != "cfg_scale"})
+        a = model.args
+        names = ["<|AUDIO|>", "<|audio_eos|>"] + [f"[S{i}]" for i in range(10)] + ["<ins_bos>", "<ins_eos>"]
+        tokenizer = ByteTokenizer({n: a.audio_token_id + i for i, n in enumerate(names)}, bos=(2,), byte_offset=1000)
+        decoder = build_random_decoder(dtype)
+        checkpoint = None
+    else:
+        checkpoint = Path(checkpoint)
+        model, gen = load_model(checkpoint, options.dtype or "float32")
+        tokenizer = load_tokenizer(checkpoint, model.args)
+        decoder = load_speech_decoder(checkpoint / "audio_tokenizer", options.dtype or "float32")
+        check_codec(model.args, decoder.args, checkpoint)
+    if backend.startswith("onnx"):
+        from ttscli.models.breeze_tts.onnx_decoder import open_decoder
+        from ttscli.models.breeze_tts.onnx_export import build_from_model, find_or_build
+
+        folder = build_from_model(model, quant) if checkpoint is None else find_or_build(checkpoint, quant, spec.id)
+        code_decoder = open_decoder(folder, model)
+    if code_decoder is None:
+        code_decoder = MLXCodeDecoder(model, sequential=options.prefill_mode == "sequential")
+    pipe = BreezePipeline(spec, model, gen, tokenizer, decoder, code_decoder, checkpoint)
+    pipe.backends["code_decoder"] = backend
+    if backend.startswith("onnx"):    # onnxruntime runs the backbone and the depth decoder
+        pipe.backends.update(code_decoder=f"onnx-{code_decoder.precision}", code_predictor="onnx")
+    return pipe

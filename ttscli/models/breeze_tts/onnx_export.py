@@ -23,8 +23,8 @@ import numpy as np
 from ttscli.backends.coreml.weights import take
 from ttscli.backends.onnx.convert import RANDOM_SOURCE, build_from_params, convert_hook, mlx_params
 from ttscli.backends.onnx.convert import find_or_build as shared_find_or_build
+from ttscli.backends.onnx.export import checkpoint_record, export_components, export_lm, layout_is
 from ttscli.backends.onnx.graph import Quant
-from ttscli.backends.onnx.manifest import source_files, write_manifest
 from ttscli.config import read_json
 from ttscli.errors import CheckpointError
 from ttscli.lm.config import stack_shapes
@@ -59,24 +59,19 @@ def depth_weights(source, args: ModelArgs) -> tuple[dict[str, np.ndarray], tuple
 def export_graphs(source, args: ModelArgs, out_dir: Path, quant: Quant, *, model_id: str, source_record: dict,
                   progress: Callable[..., None] | None = None) -> dict:
     """Both graphs + manifest into ``out_dir`` from a weight source with the checkpoint's names."""
-    from ttscli.backends.onnx.export import export_lm
+    def backbone(folder: Path) -> dict:
+        lm, w, head = backbone_weights(source, args)
+        return export_lm(lm, w, folder, BACKBONE_FILE, heads={"logits": head},
+                         max_positions=min(BACKBONE_POSITIONS, args.max_positions), quant=quant)
 
-    say = progress or (lambda done, total, what="": None)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    say(0, 2, f"ONNX {quant.precision}: backbone")
-    lm, w, head = backbone_weights(source, args)
-    entry_b = export_lm(lm, w, out_dir, BACKBONE_FILE, heads={"logits": head},
-                        max_positions=min(BACKBONE_POSITIONS, args.max_positions), quant=quant)
-    del w, head
-    say(1, 2, f"ONNX {quant.precision}: depth decoder")
-    w, proj, heads = depth_weights(source, args)
-    entry_d = export_lm(args.depth, w, out_dir, DEPTH_FILE, heads=heads, max_positions=args.num_codebooks,
-                        quant=quant, in_proj=proj, cache_block=args.num_codebooks, head_select=HEAD_INPUT)
-    say(2, 2, f"ONNX {quant.precision}: done")
-    return write_manifest(out_dir, model=model_id, family=FAMILY, precision=quant.precision,
-                          components={CODE_DECODER: entry_b, DEPTH_DECODER: entry_d},
-                          source={**source_record, "graph_layout": GRAPH_LAYOUT})
+    def depth(folder: Path) -> dict:
+        w, proj, heads = depth_weights(source, args)
+        return export_lm(args.depth, w, folder, DEPTH_FILE, heads=heads, max_positions=args.num_codebooks,
+                         quant=quant, in_proj=proj, cache_block=args.num_codebooks, head_select=HEAD_INPUT)
+
+    return export_components(out_dir, [(CODE_DECODER, "backbone", backbone), (DEPTH_DECODER, "depth decoder", depth)],
+                             model_id=model_id, family=FAMILY, precision=quant.precision, source=source_record,
+                             layout=GRAPH_LAYOUT, progress=progress)
 
 
 def read_args(checkpoint: Path) -> ModelArgs:
@@ -92,15 +87,15 @@ def export_checkpoint(checkpoint: Path, out_dir: Path, quant: Quant, *, model_id
     checkpoint = Path(checkpoint)
     args = read_args(checkpoint)
     source, files = weight_source(checkpoint)
-    record = {"checkpoint": str(checkpoint.resolve()), "files": source_files(checkpoint, ("config.json", *files))}
-    return export_graphs(source, args, out_dir, quant, model_id=model_id, source_record=record, progress=progress)
+    return export_graphs(source, args, out_dir, quant, model_id=model_id,
+                         source_record=checkpoint_record(checkpoint, ("config.json", *files)), progress=progress)
 
 
 convert_onnx = convert_hook(export_checkpoint)
 
 
 def _current_layout(m: dict) -> bool:
-    return m.get("source", {}).get("graph_layout") == GRAPH_LAYOUT and DEPTH_DECODER in m.get("components", {})
+    return layout_is(FAMILY, GRAPH_LAYOUT)(m) and DEPTH_DECODER in m.get("components", {})
 
 
 def find_or_build(checkpoint: Path, quant: Quant, model_id: str | None = None) -> Path:

@@ -27,7 +27,7 @@ def parity_checks(spec, checkpoint: Path | None, *, golden: Path | None = None, 
     from ttscli.models.breeze_tts.load import load_model, load_tokenizer
     from ttscli.models.breeze_tts.loop import LoopConfig, generate_frames
     from ttscli.models.breeze_tts.prompt import Voice, prompts
-    from ttscli.parity import Check, cosine
+    from ttscli.models.base import Check, cosine
 
     if (golden is None) == (against is None):
         raise UsageError("breeze parity needs exactly one of --golden FILE.npz (format: docs/parity.md) or "
@@ -116,7 +116,7 @@ def onnx_checks(checkpoint: Path, against: str, frames: int) -> list:
     from ttscli.models.breeze_tts.onnx_decoder import open_decoder
     from ttscli.models.breeze_tts.onnx_export import find_or_build
     from ttscli.models.breeze_tts.prompt import prompts
-    from ttscli.parity import Check, cosine
+    from ttscli.models.base import Check, cosine
 
     if not against.startswith("onnx"):
         raise UsageError(f"--against {against}: Breeze compares its MLX LMs with onnx, onnx-f32, onnx-int8 or "

@@ -11,7 +11,8 @@ from ttscli.models.base import lazy_exports
 _EXPORTS = {
     "T3": "t3", "T3Args": "config", "VoiceEncoder": "voice_encoder", "VEArgs": "config",
     "EnTokenizer": "tokenizer", "punc_norm": "tokenizer", "Conditionals": "conds",
-    "load_t3": "load", "load_voice_encoder": "load", "load_tokenizer": "load", "load_conds": "load",
+    "load_pipeline": "load", "load_t3": "load", "load_voice_encoder": "load", "load_tokenizer": "load",
+    "load_conds": "load",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -4,20 +4,6 @@ from __future__ import annotations
 from ttscli.models.base import Component, Family, Knob, hook, sampling_knobs
 
 
-def _bench_components(pipe, req):
-    # the last run's; t3_s and s3gen_flow_s / _hift_s / _passes come as Stats.extra, the median
-    # of the runs (T3 and S3Gen are timed apart, added up over the chunks of a stream)
-    s = pipe.stats
-    steps = sum(s.frame_s)
-    audio_s = s.decoder_frames / 25.0
-    return {"t3_prefill_s": s.prefill_s,
-            "t3_tokens_per_s": (len(s.frame_s) / steps) if steps else None,
-            "s3gen_s_per_audio_s": (s.decoder_s / audio_s) if audio_s and s.decoder_s else None,
-            # a number, as the bench table shows only numbers: which runtime the flow estimator ran on
-            "s3gen_flow_onnx": float(pipe.backends.get("flow_estimator") == "onnx"),
-            "s3gen_hift_onnx": float(pipe.backends.get("vocoder") == "onnx")}
-
-
 def _voices(spec, checkpoint):
     # no preset names: the default voice (conds.pt), or a clone / saved voice file
     return []
@@ -40,7 +26,7 @@ FAMILY = Family(
     convert={"mlx": hook("ttscli.models.chatterbox.convert:convert_mlx"),
              "coreml": hook("ttscli.models.chatterbox.coreml_export:convert_coreml"),
              "onnx": hook("ttscli.models.chatterbox.onnx_export:convert_onnx")},
-    bench_components=_bench_components,
+    bench_components=hook("ttscli.models.chatterbox.bench:bench_components"),
     bench_rows=(("t3_prefill_s", "T3 prefill (s)", "{:.3f}"),
                 ("t3_tokens_per_s", "T3 tokens/s (CFG: 2 rows)", "{:.1f}"),
                 ("t3_s", "T3 total (s)", "{:.3f}"),

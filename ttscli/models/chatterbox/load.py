@@ -20,18 +20,13 @@ def _file(folder: Path, name: str) -> Path:
 
 def load_t3(folder: Path | None, dtype: str | None = "float32", random_weights: bool = False):
     """T3 from ``folder/t3_cfg.safetensors``; ``random_weights``: the published size, random."""
-    import mlx.core as mx
 
     from ttscli.models.chatterbox.t3 import T3
 
     if random_weights:
-        model = T3(T3Args())
-        if dtype is not None:
-            from ttscli.dtypes import to_dtype
+        from ttscli.nn.init import random_weights as randomize
 
-            model.set_dtype(to_dtype(dtype))
-        mx.eval(model.parameters())
-        return model
+        return randomize(T3(T3Args()), dtype=dtype)
     from ttscli.quantize import MARKER, prepare
 
     path = _file(folder, "t3_cfg.safetensors")
@@ -63,14 +58,13 @@ def t3_marker(path: Path) -> dict | None:
 
 
 def load_voice_encoder(folder: Path | None, random_weights: bool = False):
-    import mlx.core as mx
 
     from ttscli.models.chatterbox.voice_encoder import VoiceEncoder
 
     if random_weights:
-        model = VoiceEncoder(VEArgs())
-        mx.eval(model.parameters())
-        return model
+        from ttscli.nn.init import random_weights as randomize
+
+        return randomize(VoiceEncoder(VEArgs()))
     path = _file(folder, "ve.safetensors")
     weights = read_safetensors(path)
     model = VoiceEncoder(VEArgs.from_weights(shapes(weights), str(path)))

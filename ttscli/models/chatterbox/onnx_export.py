@@ -18,8 +18,8 @@ from ttscli.backends.coreml.weights import SafeTensors
 from ttscli.backends.decoder import CODE_DECODER
 from ttscli.backends.onnx.convert import RANDOM_SOURCE, build_from_params, convert_hook, mlx_params
 from ttscli.backends.onnx.convert import find_or_build as shared_find_or_build
+from ttscli.backends.onnx.export import checkpoint_record, export_components, export_lm, layout_is
 from ttscli.backends.onnx.graph import Quant
-from ttscli.backends.onnx.manifest import source_files, write_manifest
 from ttscli.models.chatterbox.config import T3Args
 from ttscli.models.chatterbox.coreml_export import t3_weights
 
@@ -39,18 +39,13 @@ def max_positions(args: T3Args) -> int:
 def export_t3(source, args: T3Args, out_dir: Path, quant: Quant, *, model_id: str, source_record: dict,
               progress: Callable[..., None] | None = None) -> dict:
     """``t3.onnx`` + manifest into ``out_dir`` from a weight source with the checkpoint's names."""
-    from ttscli.backends.onnx.export import export_lm
+    def t3(folder: Path) -> dict:
+        lm, w, head = t3_weights(source, args)
+        return export_lm(lm, w, folder, T3_FILE, heads={"logits": head}, max_positions=max_positions(args),
+                         quant=quant)
 
-    say = progress or (lambda done, total, what="": None)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    say(0, 1, f"ONNX {quant.precision}: T3 (code decoder)")
-    lm, w, head = t3_weights(source, args)
-    entry = export_lm(lm, w, out_dir, T3_FILE, heads={"logits": head}, max_positions=max_positions(args),
-                      quant=quant)
-    say(1, 1, f"ONNX {quant.precision}: T3 done")
-    return write_manifest(out_dir, model=model_id, family=FAMILY, precision=quant.precision,
-                          components={CODE_DECODER: entry}, source={**source_record, "graph_layout": GRAPH_LAYOUT})
+    return export_components(out_dir, [(CODE_DECODER, "T3 (code decoder)", t3)], model_id=model_id, family=FAMILY,
+                             precision=quant.precision, source=source_record, layout=GRAPH_LAYOUT, progress=progress)
 
 
 def export_checkpoint(checkpoint: Path, out_dir: Path, quant: Quant, *, model_id: str,
@@ -59,10 +54,9 @@ def export_checkpoint(checkpoint: Path, out_dir: Path, quant: Quant, *, model_id
 
     checkpoint = Path(checkpoint)
     path = checkpoint / SOURCE_FILES[0]
-    record = {"checkpoint": str(checkpoint.resolve()), "files": source_files(checkpoint, SOURCE_FILES)}
     args = T3Args.from_weights(shapes(read_safetensors(path)), str(path))
-    return export_t3(SafeTensors(path), args, out_dir, quant, model_id=model_id, source_record=record,
-                     progress=progress)
+    return export_t3(SafeTensors(path), args, out_dir, quant, model_id=model_id,
+                     source_record=checkpoint_record(checkpoint, SOURCE_FILES), progress=progress)
 
 
 convert_onnx = convert_hook(export_checkpoint)
@@ -71,9 +65,7 @@ convert_onnx = convert_hook(export_checkpoint)
 def find_or_build(checkpoint: Path, quant: Quant, model_id: str | None = None) -> Path:
     """The folder converted from ``checkpoint`` at this precision (ttscli's cache, by source
     hashes; built once when missing or stale)."""
-    return shared_find_or_build(checkpoint, quant, export_checkpoint, model_id,
-                                accept=lambda m: m.get("family") == FAMILY
-                                and m.get("source", {}).get("graph_layout") == GRAPH_LAYOUT)
+    return shared_find_or_build(checkpoint, quant, export_checkpoint, model_id, accept=layout_is(FAMILY, GRAPH_LAYOUT))
 
 
 def build_from_model(t3, quant: Quant) -> Path:

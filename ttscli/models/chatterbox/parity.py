@@ -60,7 +60,7 @@ def _decoder(backend: str | None, checkpoint: Path):
 
 
 def _worst_cosine(got, ref) -> float:
-    from ttscli.parity import cosine
+    from ttscli.models.base import cosine
 
     got, ref = np.asarray(got), np.asarray(ref)
     return min(cosine(a, b) for a, b in zip(got, ref)) if got.shape == ref.shape else float("nan")
@@ -96,7 +96,7 @@ def golden_checks(checkpoint: Path, golden: Path, frames: int, backend: str | No
     )
     from ttscli.models.chatterbox.t3 import T3Cond, T3Sampling
     from ttscli.models.chatterbox.tokenizer import punc_norm
-    from ttscli.parity import Check, max_abs
+    from ttscli.models.base import Check, max_abs
 
     try:
         g = dict(np.load(golden, allow_pickle=False))
@@ -234,7 +234,7 @@ def against_checks(checkpoint: Path, against: str, frames: int) -> list:
     from ttscli.models.chatterbox.load import load_conds, load_t3, load_tokenizer
     from ttscli.models.chatterbox.t3 import T3Sampling
     from ttscli.models.chatterbox.tokenizer import punc_norm
-    from ttscli.parity import Check
+    from ttscli.models.base import Check
 
     precisions = ("f32", "int8", "int4") if against == "onnx" else (against.partition("-")[2],)
     t3 = load_t3(checkpoint)
@@ -279,7 +279,7 @@ def flow_check(checkpoint: Path):
     from ttscli.models.chatterbox.load import load_conds
     from ttscli.codecs.s3gen import load_s3gen
     from ttscli.codecs.s3gen.onnx_flow import attach
-    from ttscli.parity import Check
+    from ttscli.models.base import Check
 
     s3 = load_s3gen(checkpoint / "s3gen.safetensors")
     gen = load_conds(checkpoint).gen
@@ -303,7 +303,7 @@ def hift_check(checkpoint: Path):
     from ttscli.models.chatterbox.load import load_conds
     from ttscli.codecs.s3gen import load_s3gen
     from ttscli.codecs.s3gen.onnx_hift import attach
-    from ttscli.parity import Check
+    from ttscli.models.base import Check
 
     s3 = load_s3gen(checkpoint / "s3gen.safetensors")
     gen = load_conds(checkpoint).gen

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ttscli.errors import CheckpointError
+from ttscli.errors import CheckpointError, UsageError
 
 FORMAT_VERSION = 1
 # our parameters that no published layout stores (parameters of nothing): none today
@@ -207,3 +207,21 @@ def fix_layouts(weights: dict[str, np.ndarray], expected: dict[str, tuple]) -> d
 def source_fingerprint(path: Path) -> str:
     st = Path(path).stat()
     return f"{Path(path).name}:{st.st_size}:{int(st.st_mtime)}"
+
+
+def convert_mlx(spec, checkpoint: Path, out_dir: Path, *, quantize: bool = False, q_bits: int = 8,
+                q_group_size: int = 64, dtype: str | None = None, progress=None) -> Path:
+    """``ttscli convert kokoro-82m --to mlx -o DIR``: the weights as float32 safetensors (the
+    cache ``speak`` reads), from any checkpoint layout load.py accepts."""
+    from .load import checkpoint_or_default, load_model
+
+    if quantize:
+        raise UsageError("Kokoro-82M is small (82M weights) and runs in float; drop -q")
+    if dtype not in (None, "float32"):
+        raise UsageError("Kokoro weights convert to float32; pass --dtype when speaking instead")
+    if progress:
+        progress(1, 2, "reading and dequantizing the weights")
+    load_model(checkpoint_or_default(checkpoint), Path(out_dir))
+    if progress:
+        progress(2, 2, "written")
+    return Path(out_dir)

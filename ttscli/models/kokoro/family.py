@@ -6,20 +6,20 @@ from ttscli.models.base import Component, Family, Knob, hook
 
 FAMILY = Family(
     name="kokoro",
-    load=hook("ttscli.models.kokoro.hooks:load_pipeline"),
+    load=hook("ttscli.models.kokoro.load:load_pipeline"),
     knobs=(
         Knob("source_noise", bool, "Add upstream's random phase and noise to the harmonic source "
              "(seeded by --seed); off: deterministic, as the published ONNX graphs.", False),
     ),
-    voices=hook("ttscli.models.kokoro.hooks:voice_names"),
-    convert={"mlx": hook("ttscli.models.kokoro.hooks:convert_mlx"),
+    voices=hook("ttscli.models.kokoro.load:voice_names"),
+    convert={"mlx": hook("ttscli.models.kokoro.convert:convert_mlx"),
              "onnx": hook("ttscli.models.kokoro.onnx_export:convert_onnx")},
-    bench_components=hook("ttscli.models.kokoro.hooks:bench_components"),
+    bench_components=hook("ttscli.models.kokoro.bench:bench_components"),
     bench_rows=(("phonemize_s", "phonemize (s)", "{:.3f}"),
                 ("prosody_s", "text + prosody (s)", "{:.3f}"),
                 ("decoder_s", "decoder + iSTFT (s)", "{:.3f}"),
                 ("pieces", "pieces", "{:.0f}")),
-    peers={"onnxruntime": hook("ttscli.models.kokoro.hooks:bench_peer")},
+    peers={"onnxruntime": hook("ttscli.models.kokoro.bench:bench_peer")},
     parity_checks=hook("ttscli.models.kokoro.parity:parity_checks"),
     parity_against=("onnxruntime", "onnx"),
     honours=frozenset({"speed", "language", "voice", "stream"}),

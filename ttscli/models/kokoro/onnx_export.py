@@ -33,8 +33,8 @@ import numpy as np
 from ttscli.backends.coreml.weights import ArrayWeights
 from ttscli.backends.onnx.convert import RANDOM_SOURCE, build_from_params, convert_hook, mlx_params
 from ttscli.backends.onnx.convert import find_or_build as shared_find_or_build
-from ttscli.backends.onnx.graph import Builder, Quant
-from ttscli.backends.onnx.manifest import source_files, write_manifest
+from ttscli.backends.onnx.export import checkpoint_record, export_components, layout_is
+from ttscli.backends.onnx.graph import OPSET, Builder, Quant
 from ttscli.backends.onnx.vocoder import ConvNet, istft, stft
 from ttscli.errors import UsageError
 
@@ -42,7 +42,6 @@ FAMILY = "kokoro"
 DURATIONS_FILE, PROSODY_FILE = "durations.onnx", "prosody.onnx"
 SOURCE_FILE, DECODER_FILE = "source.onnx", "decoder.onnx"
 GRAPH_LAYOUT = 4                 # 2: Snake's multiplies folded into the norms and convs; 3: text side too; 4: FFT convs
-OPSET = 17
 RSQRT2 = 1.0 / math.sqrt(2.0)
 
 
@@ -400,26 +399,24 @@ def prosody_graph(w, args):
 def export_weights(source, args, out_dir: Path, *, model_id: str, source_record: dict, conv2d: bool = True,
                    progress: Callable[..., None] | None = None) -> dict:
     """The four graphs and the manifest into ``out_dir`` from float32 weights in our names."""
-    import onnx
+    def saved(comp: str, file: str, build: Callable[[], object]) -> Callable[[Path], dict]:
+        def save(folder: Path) -> dict:
+            import onnx
 
-    say = progress or (lambda done, total, what="": None)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    components = {}
-    graphs = (("durations", DURATIONS_FILE, lambda: durations_graph(source, args)),
-              ("prosody", PROSODY_FILE, lambda: prosody_graph(source, args)),
-              ("source", SOURCE_FILE, lambda: source_graph(source, args)),
-              ("decoder", DECODER_FILE, lambda: decoder_graph(source, args, conv2d)))
-    for i, (comp, file, build) in enumerate(graphs):
-        say(i, len(graphs), f"ONNX float32: {comp}")
-        t0 = time.perf_counter()
-        onnx.save_model(build(), str(out_dir / file))
-        components[comp] = {"path": file, "data_files": [], "kind": f"kokoro_{comp}", "precision": "float32",
-                            "conv2d": conv2d, "size_bytes": (out_dir / file).stat().st_size,
-                            "build_seconds": round(time.perf_counter() - t0, 2)}
-    say(len(graphs), len(graphs), "ONNX float32: done")
-    return write_manifest(out_dir, model=model_id, family=FAMILY, precision="float32", components=components,
-                          source={**source_record, "graph_layout": GRAPH_LAYOUT})
+            t0 = time.perf_counter()
+            onnx.save_model(build(), str(folder / file))
+            return {"path": file, "data_files": [], "kind": f"kokoro_{comp}", "precision": "float32",
+                    "conv2d": conv2d, "size_bytes": (folder / file).stat().st_size,
+                    "build_seconds": round(time.perf_counter() - t0, 2)}
+        return save
+
+    graphs = [(comp, comp, saved(comp, file, build)) for comp, file, build in (
+        ("durations", DURATIONS_FILE, lambda: durations_graph(source, args)),
+        ("prosody", PROSODY_FILE, lambda: prosody_graph(source, args)),
+        ("source", SOURCE_FILE, lambda: source_graph(source, args)),
+        ("decoder", DECODER_FILE, lambda: decoder_graph(source, args, conv2d)))]
+    return export_components(out_dir, graphs, model_id=model_id, family=FAMILY, precision="float32",
+                             source=source_record, layout=GRAPH_LAYOUT, progress=progress)
 
 
 def _params(model) -> dict:
@@ -435,7 +432,7 @@ def source_record(checkpoint: Path) -> dict:
         folder, rels = info["voices"].parent, ("model.sha256",)
     else:
         folder, rels = info["weights"].parent, (info["weights"].name,)
-    return {"checkpoint": str(Path(folder).resolve()), "files": source_files(folder, rels)}
+    return checkpoint_record(folder, rels)
 
 
 def _check_quant(quant: Quant) -> None:
@@ -469,8 +466,7 @@ def find_or_build(checkpoint: Path, model, model_id: str = "kokoro-82m") -> Path
         return export_checkpoint(checkpoint, out_dir, quant, model_id=model_id, progress=progress, model=model)
 
     return shared_find_or_build(Path(source_record(checkpoint)["checkpoint"]), Quant(), export, model_id,
-                                accept=lambda m: m.get("family") == FAMILY
-                                and m.get("source", {}).get("graph_layout") == GRAPH_LAYOUT)
+                                accept=layout_is(FAMILY, GRAPH_LAYOUT))
 
 
 def build_from_model(model, conv2d: bool = True) -> Path:

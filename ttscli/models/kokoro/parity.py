@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ttscli.errors import UsageError
-from ttscli.parity import Check, rel_l2
+from ttscli.models.base import Check, rel_l2
 
 # Fixed phoneme strings (misaki's output for the texts, the spec's §8), so parity does not depend
 # on the text front end: American English and Japanese.
@@ -230,8 +230,15 @@ def golden_checks(model, golden: Path) -> list[Check]:
 
 def parity_checks(spec, checkpoint: Path | None, *, golden: Path | None = None, against: str | None = None,
                   frames: int = 20, backend: str | None = None) -> list[Check]:
-    from .hooks import _cache, _checkpoint
-    from .load import describe, load_model, load_voices, onnx_path_of, read_vocab
+    from .load import (
+        checkpoint_or_default,
+        converted_cache,
+        describe,
+        load_model,
+        load_voices,
+        onnx_path_of,
+        read_vocab,
+    )
 
     if (golden is None) == (against is None):
         raise UsageError("give exactly one of --golden FILE.npz or --against onnxruntime")
@@ -239,8 +246,8 @@ def parity_checks(spec, checkpoint: Path | None, *, golden: Path | None = None, 
         raise UsageError(f"--against {against}: Kokoro is compared with its ONNX graph; use --against onnxruntime")
     if backend not in (None, "mlx", "onnx"):
         raise UsageError(f"--code-decoder-backend {backend}: Kokoro's decoder runs on mlx or onnx")
-    checkpoint = _checkpoint(checkpoint)
-    model = load_model(checkpoint, _cache(spec))
+    checkpoint = checkpoint_or_default(checkpoint)
+    model = load_model(checkpoint, converted_cache(spec))
     subject = model
     if backend == "onnx":
         from .onnx_runtime import open_model  # its sessions say in one line when onnxruntime is missing
@@ -250,7 +257,7 @@ def parity_checks(spec, checkpoint: Path | None, *, golden: Path | None = None, 
         return golden_checks(subject, Path(golden))
     info = describe(checkpoint)
     voices, vocab = load_voices(checkpoint), read_vocab(info["vocab"])
-    checks = onnx_checks(subject, onnx_path_of(checkpoint, _cache(spec)), voices, vocab)
+    checks = onnx_checks(subject, onnx_path_of(checkpoint, converted_cache(spec)), voices, vocab)
     if backend == "onnx":
         checks.append(decoder_backends_check(model, subject, voices, vocab))
     return checks

@@ -1,7 +1,8 @@
 """Piper voices (VITS, espeak-ng phonemes) on our own MLX code.
 
-The family declaration is family.py; loading and conversion are load.py. Names are re-exported
-here lazily, so importing the package (as the CLI does to read the family's knobs) stays light.
+The family declaration is family.py; loading is load.py, conversion convert.py. Names are
+re-exported here lazily, so importing the package (as the CLI does to read the family's knobs)
+stays light.
 """
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from ttscli.errors import CheckpointError
+from ttscli.errors import CheckpointError, UsageError
 
 FORMAT_VERSION = 2      # 2: conv weights in the ONNX (= PyTorch) layout
 _TORCH_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[\w]+)+$")
@@ -218,3 +218,17 @@ def convert_onnx(onnx_path: Path, out_dir: Path, progress: Callable[[str], None]
         raise
     say(f"wrote {out_dir}")
     return out_dir
+
+
+def convert_mlx(spec, checkpoint: Path, out_dir: Path, *, quantize: bool = False, q_bits: int = 8,
+                q_group_size: int = 64, dtype: str | None = None, progress=None) -> Path:
+    """``ttscli convert piper-joe --to mlx -o DIR``: the ONNX initializers as safetensors."""
+    from .load import find_onnx
+
+    if quantize:
+        raise UsageError("Piper voices are small (63 MB) and run in float32; drop -q")
+    if dtype not in (None, "float32"):
+        raise UsageError("Piper weights convert to float32 only; drop --dtype")
+    steps = iter(range(1, 5))
+    say = (lambda msg: progress(next(steps, 4), 4, msg)) if progress else None
+    return convert_onnx(find_onnx(checkpoint), Path(out_dir), progress=say)

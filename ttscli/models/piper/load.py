@@ -13,7 +13,6 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-import numpy as np
 
 from ttscli.errors import CheckpointError, UsageError
 from ttscli.models.base import LoadOptions
@@ -79,27 +78,22 @@ def _cached_model(onnx_path: Path, out_dir: Path) -> tuple[Vits, dict]:
 
 
 def random_model(args: ModelArgs | None = None, seed: int = 0) -> Vits:
-    """VITS at real dimensions (joe-medium by default) with fan-in-scaled random weights."""
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
+    """VITS at real dimensions (joe-medium by default) with random weights
+    (:func:`ttscli.nn.init.random_weights`): norm gains near 1, biases and the prior's
+    ``m``/``logs`` near 0, every matrix and kernel fan-in scaled."""
+    from ttscli.nn.init import random_weights
 
     from .model import ModelArgs, Vits
 
-    model = Vits(args or ModelArgs())
-    rng = np.random.default_rng(seed)
-    weights = {}
-    for name, p in tree_flatten(model.parameters()):
-        shape = tuple(p.shape)
-        if name.endswith(("gamma",)):
-            w = 1.0 + 0.05 * rng.standard_normal(shape)
-        elif name.endswith(("beta", "bias", ".m", ".logs")):
-            w = 0.02 * rng.standard_normal(shape)
-        else:
-            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
-            w = rng.standard_normal(shape) / np.sqrt(max(fan_in, 1))
-        weights[name] = mx.array(w.astype(np.float32))
-    model.load_weights_strict(weights)
-    return model
+    return random_weights(Vits(args or ModelArgs()), seed=seed, rule=_random_rule)
+
+
+def _random_rule(name: str, w, normal):
+    if name.endswith("gamma"):
+        return 1.0 + 0.05 * normal
+    if name.endswith(("beta", "bias", ".m", ".logs")):
+        return 0.02 * normal
+    return w
 
 
 def vits_backend(options: LoadOptions) -> str:

@@ -16,7 +16,7 @@ import mlx.core as mx
 import numpy as np
 
 from ttscli.errors import UsageError
-from ttscli.parity import Check, rel_l2
+from ttscli.models.base import Check, rel_l2
 
 _LOG = logging.getLogger(__name__)
 

@@ -97,12 +97,12 @@ class CodePredictor(nn.Module):
         """``frame`` compiled for these sampling params (traced on first use, then replayed).
 
         On MLX's CUDA backend the frame is one kernel of ours where it can be
-        (:mod:`ttscli.lm.cuda_frame`; ``one_kernel_frame``), the compiled MLX frame elsewhere."""
+        (:mod:`ttscli.models.qwen3_tts.cuda_frame`; ``one_kernel_frame``), the compiled MLX frame elsewhere."""
         fn = self._compiled.get(params)
         if fn is None:
             fn = self._mlx_frame(params)
             if self.one_kernel_frame is not False:
-                from ttscli.lm import cuda_frame
+                from ttscli.models.qwen3_tts import cuda_frame
 
                 if cuda_frame.unsupported(self, params) is None:
                     fn = cuda_frame.CodeFrameKernel(self, params, fallback=fn)

@@ -35,7 +35,7 @@ def keep(path: str, module: nn.Module) -> bool:
 
 def convert_mlx(spec, checkpoint: Path, out_dir: Path, *, quantize: bool, q_bits: int, q_group_size: int,
                 dtype: str | None, progress=None) -> None:
-    from ttscli.models.qwen3_tts.loader import load_model
+    from ttscli.models.qwen3_tts.load import load_model
 
     progress = progress or (lambda *a, **k: None)
     dtype = dtype or "bfloat16"  # the published on-disk dtype

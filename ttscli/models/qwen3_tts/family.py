@@ -6,7 +6,7 @@ from ttscli.models.base import Component, Family, Knob, hook, sampling_knobs
 
 FAMILY = Family(
     name="qwen3_tts",
-    load=hook("ttscli.models.qwen3_tts:load_pipeline"),
+    load=hook("ttscli.models.qwen3_tts.load:load_pipeline"),
     knobs=(
         *sampling_knobs(what="talker, codebook 0"),
         *sampling_knobs("subtalker_", "code predictor, codebooks 1-15",
@@ -17,9 +17,9 @@ FAMILY = Family(
              "(upstream's non_streaming_mode; default: off for Base clone, on otherwise)."),
     ),
     convert={"mlx": hook("ttscli.models.qwen3_tts.convert:convert_mlx"),
-             "coreml": hook("ttscli.models.qwen3_tts:convert_coreml"),
+             "coreml": hook("ttscli.models.qwen3_tts.coreml_export:convert_coreml"),
              "onnx": hook("ttscli.models.qwen3_tts.onnx_export:convert_onnx")},
-    bench_components=hook("ttscli.models.qwen3_tts:bench_components"),
+    bench_components=hook("ttscli.models.qwen3_tts.bench:bench_components"),
     bench_rows=(("talker_step_ms", "talker step, median (ms)", "{:.2f}"),
                 ("code_predictor_frame_ms", "code predictor, 15 steps (ms)", "{:.2f}"),
                 ("code_predictor_one_kernel", "code predictor as one CUDA kernel (1: yes, 0: no)", "{:.0f}"),

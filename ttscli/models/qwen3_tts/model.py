@@ -16,6 +16,7 @@ from ttscli.checkpoint import load_strict, shapes
 from ttscli.models.qwen3_tts.config import ModelArgs, preset_config
 from ttscli.models.qwen3_tts.speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig
 from ttscli.models.qwen3_tts.talker import Talker
+from ttscli.nn.init import random_weights
 
 
 class Qwen3TTSModel(nn.Module):
@@ -37,11 +38,10 @@ class Qwen3TTSModel(nn.Module):
 
 def build_random(config: dict[str, Any] | str, dtype: str = "float32", seed: int = 0) -> Qwen3TTSModel:
     """A model at the dimensions of ``config`` (a config.json dict or a preset name such as
-    ``"0.6B-Base"``, see :data:`~ttscli.models.qwen3_tts.config.PRESETS`) with random weights.
+    ``"0.6B-Base"``, see :data:`~ttscli.models.qwen3_tts.config.PRESETS`) with random weights
+    (:func:`ttscli.nn.init.random_weights`).
 
     For speed measurements only: weights are scaled so activations stay finite, not meaningful.
     """
     cfg = preset_config(config) if isinstance(config, str) else config
-    mx.random.seed(seed)
-    model = Qwen3TTSModel(ModelArgs.from_dict(cfg))
-    return load_strict(model, dict(tree_flatten(model.parameters())), dtype=dtype, source="random weights")
+    return random_weights(Qwen3TTSModel(ModelArgs.from_dict(cfg)), seed=seed, dtype=dtype)

@@ -23,8 +23,8 @@ from pathlib import Path
 from ttscli.backends.coreml.weights import SafeTensors, take
 from ttscli.backends.onnx.convert import RANDOM_SOURCE, build_from_params, convert_hook, mlx_params
 from ttscli.backends.onnx.convert import find_or_build as shared_find_or_build
+from ttscli.backends.onnx.export import checkpoint_record, export_components, export_lm
 from ttscli.backends.onnx.graph import Quant
-from ttscli.backends.onnx.manifest import source_files, write_manifest
 from ttscli.errors import CheckpointError
 from ttscli.lm.config import LMArgs, stack_shapes
 
@@ -56,41 +56,39 @@ def lm_args(cfg: dict) -> tuple[LMArgs, LMArgs]:
 def export_graphs(source, cfg: dict, out_dir: Path, quant: Quant, *, model_id: str, source_record: dict,
                   progress: Callable[..., None] | None = None) -> dict:
     """Both graphs + manifest into ``out_dir`` from a weight source with the checkpoint's names."""
-    from ttscli.backends.onnx.export import export_lm
-
-    say = progress or (lambda done, total, what="": None)
     talker, pred = lm_args(cfg)
     groups = int(cfg["talker_config"]["code_predictor_config"].get("num_code_groups", 16)) - 1
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    say(0, 2, f"ONNX {quant.precision}: talker")
-    w = take(source, "talker.model.", stack_shapes(talker))
-    head = take(source, "talker.", {"codec_head.weight": (talker.vocab_size, talker.hidden_size)})
-    entry_t = export_lm(talker, w, out_dir, TALKER_FILE, heads={"logits": head["codec_head.weight"]},
-                        max_positions=min(TALKER_POSITIONS, talker.max_position_embeddings or TALKER_POSITIONS),
-                        quant=quant)
-    del w, head
-    say(1, 2, f"ONNX {quant.precision}: code predictor")
-    p = "talker.code_predictor."
-    w = take(source, p + "model.", stack_shapes(pred))
-    heads = take(source, p, {f"lm_head.{j}.weight": (pred.vocab_size, pred.hidden_size) for j in range(groups)})
-    proj = None
-    if p + "small_to_mtp_projection.weight" in source:
-        pw = take(source, p, {"small_to_mtp_projection.weight": (pred.hidden_size, talker.hidden_size),
-                              "small_to_mtp_projection.bias": (pred.hidden_size,)})
-        proj = (pw["small_to_mtp_projection.weight"], pw["small_to_mtp_projection.bias"])
-    elif pred.hidden_size != talker.hidden_size:
-        raise CheckpointError(f"{source.path.name}: the code predictor is narrower than the talker but has no "
-                              "small_to_mtp_projection")
-    entry_p = export_lm(pred, w, out_dir, PREDICTOR_FILE,
-                        heads={f"logits_{j}": heads[f"lm_head.{j}.weight"] for j in range(groups)},
-                        max_positions=groups + 1, quant=quant, in_proj=proj, cache_block=groups + 1,
-                        head_select=HEAD_INPUT)
-    say(2, 2, f"ONNX {quant.precision}: done")
-    return write_manifest(out_dir, model=model_id, family=FAMILY, precision=quant.precision,
-                          components={CODE_DECODER: entry_t, CODE_PREDICTOR: entry_p},
-                          source={**source_record, "tts_model_type": cfg.get("tts_model_type"),
-                                  "tts_model_size": cfg.get("tts_model_size")})
+
+    def talker_graph(folder: Path) -> dict:
+        w = take(source, "talker.model.", stack_shapes(talker))
+        head = take(source, "talker.", {"codec_head.weight": (talker.vocab_size, talker.hidden_size)})
+        return export_lm(talker, w, folder, TALKER_FILE, heads={"logits": head["codec_head.weight"]},
+                         max_positions=min(TALKER_POSITIONS, talker.max_position_embeddings or TALKER_POSITIONS),
+                         quant=quant)
+
+    def predictor_graph(folder: Path) -> dict:
+        p = "talker.code_predictor."
+        w = take(source, p + "model.", stack_shapes(pred))
+        heads = take(source, p, {f"lm_head.{j}.weight": (pred.vocab_size, pred.hidden_size) for j in range(groups)})
+        proj = None
+        if p + "small_to_mtp_projection.weight" in source:
+            pw = take(source, p, {"small_to_mtp_projection.weight": (pred.hidden_size, talker.hidden_size),
+                                  "small_to_mtp_projection.bias": (pred.hidden_size,)})
+            proj = (pw["small_to_mtp_projection.weight"], pw["small_to_mtp_projection.bias"])
+        elif pred.hidden_size != talker.hidden_size:
+            raise CheckpointError(f"{source.path.name}: the code predictor is narrower than the talker but has no "
+                                  "small_to_mtp_projection")
+        return export_lm(pred, w, folder, PREDICTOR_FILE,
+                         heads={f"logits_{j}": heads[f"lm_head.{j}.weight"] for j in range(groups)},
+                         max_positions=groups + 1, quant=quant, in_proj=proj, cache_block=groups + 1,
+                         head_select=HEAD_INPUT)
+
+    return export_components(out_dir, [(CODE_DECODER, "talker", talker_graph),
+                                       (CODE_PREDICTOR, "code predictor", predictor_graph)],
+                             model_id=model_id, family=FAMILY, precision=quant.precision,
+                             source={**source_record, "tts_model_type": cfg.get("tts_model_type"),
+                                     "tts_model_size": cfg.get("tts_model_size")},
+                             layout=GRAPH_LAYOUT, progress=progress)
 
 
 def read_config(checkpoint: Path) -> dict:
@@ -107,9 +105,8 @@ def export_checkpoint(checkpoint: Path, out_dir: Path, quant: Quant, *, model_id
                       progress: Callable[..., None] | None = None) -> dict:
     checkpoint = Path(checkpoint)
     cfg = read_config(checkpoint)
-    record = {"checkpoint": str(checkpoint.resolve()), "files": source_files(checkpoint, SOURCE_FILES)}
     return export_graphs(SafeTensors(checkpoint / "model.safetensors"), cfg, out_dir, quant, model_id=model_id,
-                         source_record=record, progress=progress)
+                         source_record=checkpoint_record(checkpoint, SOURCE_FILES), progress=progress)
 
 
 convert_onnx = convert_hook(export_checkpoint)

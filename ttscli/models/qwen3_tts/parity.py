@@ -16,8 +16,7 @@ import mlx.core as mx
 import numpy as np
 
 from ttscli.errors import BackendUnavailableError, GenerationError, UsageError
-from ttscli.models.base import LoadOptions
-from ttscli.parity import Check, cosine, max_abs
+from ttscli.models.base import Check, LoadOptions, cosine, max_abs
 
 _LOG = logging.getLogger(__name__)
 
@@ -165,8 +164,8 @@ def reprime_consistency(dec, codes: np.ndarray) -> Check:
 
 
 def _load(checkpoint: Path, backend: str | None, need_decoder: bool):
-    from ttscli.models.qwen3_tts import load_code_decoder
-    from ttscli.models.qwen3_tts.loader import load_model, load_tokenizer
+    from ttscli.models.qwen3_tts.load import load_code_decoder
+    from ttscli.models.qwen3_tts.load import load_model, load_tokenizer
     from ttscli.codecs.qwen3_12hz import load_speech_decoder
 
     model, gen = load_model(checkpoint, "float32")
@@ -185,7 +184,7 @@ def golden_checks(checkpoint: Path, golden: Path, frames: int, backend: str | No
     if bool(g.get("greedy/zero_eos_row", False)):
         zero_eos_row(model)
         if (backend or "").startswith("onnx"):   # its graphs hold the head: build them from the edited model
-            from ttscli.models.qwen3_tts import load_code_decoder
+            from ttscli.models.qwen3_tts.load import load_code_decoder
 
             code_decoder = load_code_decoder(backend, model, None, LoadOptions(backends={"code_decoder": backend}))
     checks: list[Check] = []
@@ -246,7 +245,7 @@ def golden_checks(checkpoint: Path, golden: Path, frames: int, backend: str | No
 
 def against_checks(checkpoint: Path, against: str, frames: int, backend: str | None) -> list[Check]:
     from ttscli.backends.coreml import coreml_available
-    from ttscli.models.qwen3_tts import load_code_decoder
+    from ttscli.models.qwen3_tts.load import load_code_decoder
 
     ours = backend or "mlx"
     if against.startswith("onnx") and ours == "mlx":

@@ -1,4 +1,4 @@
-"""The one-kernel code-predictor frame (ttscli.lm.cuda_frame): when it runs and when the MLX frame
+"""The one-kernel code-predictor frame (ttscli.models.qwen3_tts.cuda_frame): when it runs and when the MLX frame
 does, and (``cuda``-marked, on MLX's CUDA backend only) its codes, logits and draws against the
 MLX frame and against the same frame replayed in float32 on the CPU, at Qwen3-TTS 0.6B's real
 dimensions with random weights."""
@@ -9,9 +9,10 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-from ttscli.lm import SamplingParams, cuda_frame, cuda_kernels
+from ttscli.lm import SamplingParams, cuda_kernels
+from ttscli.models.qwen3_tts import cuda_frame
 from ttscli.lm.config import LMArgs
-from ttscli.models.qwen3_tts.loader import load_model
+from ttscli.models.qwen3_tts.load import load_model
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "parity" / "qwen3-tiny-base"
 

@@ -1,4 +1,4 @@
-"""The piper family's convert and bench hooks (declared in family.py; ``parity`` lives in parity.py)."""
+"""Bench hooks: the stage times of the last run, and piper-tts on the same text as a peer."""
 from __future__ import annotations
 
 import time
@@ -9,27 +9,13 @@ import numpy as np
 from ttscli.errors import UsageError
 
 
-def convert_mlx(spec, checkpoint: Path, out_dir: Path, *, quantize: bool = False, q_bits: int = 8,
-                q_group_size: int = 64, dtype: str | None = None, progress=None) -> Path:
-    """``ttscli convert piper-joe --to mlx -o DIR``: the ONNX initializers as safetensors."""
-    from . import convert_onnx, find_onnx
-
-    if quantize:
-        raise UsageError("Piper voices are small (63 MB) and run in float32; drop -q")
-    if dtype not in (None, "float32"):
-        raise UsageError("Piper weights convert to float32 only; drop --dtype")
-    steps = iter(range(1, 5))
-    say = (lambda msg: progress(next(steps, 4), 4, msg)) if progress else None
-    return convert_onnx(find_onnx(checkpoint), Path(out_dir), progress=say)
-
-
 def bench_peer(spec, checkpoint: Path, text: str, repeats: int) -> dict:
     """``ttscli bench piper-joe --peer piper-tts``: piper-tts (onnxruntime) on the same text."""
     try:
         from piper import PiperVoice
     except ImportError as err:
         raise UsageError("piper-tts is not installed: pip install piper-tts") from err
-    from . import find_onnx
+    from .load import find_onnx
 
     voice = PiperVoice.load(find_onnx(checkpoint))
     list(voice.synthesize(text))                                      # warm-up

@@ -22,12 +22,15 @@ were not reachable here):
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 from ttscli import quantize
 from ttscli.checkpoint import read_safetensors
 from ttscli.config import read_json
-from ttscli.errors import CheckpointError
+from ttscli.errors import BackendUnavailableError, CheckpointError
+from ttscli.models.base import LoadOptions
 from ttscli.models.qwen3_tts.config import GenerationConfig, ModelArgs
 from ttscli.models.qwen3_tts.model import Qwen3TTSModel
 
@@ -36,6 +39,10 @@ from ttscli.models.qwen3_tts.model import Qwen3TTSModel
 # in a different split pattern when the folder is local (config.json says 4.57.3) but not when
 # it comes from a Hub id.  On the real vocab both gave identical ids for mixed English/Chinese/
 # digits/contractions/CamelCase test strings; we keep the pattern the tokenizer was made with.
+# the role words' ids in the Qwen2 vocabulary: upstream cuts the role off the prompt as its first
+# three tokens (<|im_start|>, the role, "\n"), so random weights' byte tokenizer keeps them whole
+ASSISTANT_ID, USER_ID = 77091, 872
+
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -147,3 +154,87 @@ def check_components(args: ModelArgs, decoder_args, checkpoint: Path | None = No
         raise CheckpointError(f"{where}the talker (config.json) and the speech tokenizer "
                               "(speech_tokenizer/config.json) do not match: "
                               + "; ".join(problems))
+
+
+def preset_for(spec_id: str) -> str:
+    """Registry id (e.g. "qwen3-tts-1.7b-customvoice") -> preset name ("1.7B-CustomVoice")."""
+    m = re.search(r"(0\.6b|1\.7b)-(base|customvoice|voicedesign)", spec_id.lower())
+    if not m:
+        raise CheckpointError(f"{spec_id}: cannot tell the model size/kind for random weights")
+    kind = {"base": "Base", "customvoice": "CustomVoice", "voicedesign": "VoiceDesign"}[m.group(2)]
+    return f"{m.group(1).upper()}-{kind}"
+
+
+def load_code_decoder(backend: str, model, checkpoint: Path | None, options: LoadOptions):
+    from ttscli.lm import MLXCodeDecoder
+
+    if backend == "mlx":
+        return MLXCodeDecoder(model.talker, sequential=options.prefill_mode == "sequential")
+    if backend == "coreml":
+        # The talker converted by `ttscli convert --to coreml`, found by its manifest's source
+        # hashes; random weights (bench) build their own package first.
+        from ttscli.backends.coreml import require_coreml
+        from ttscli.backends.coreml.decoder import CoreMLCodeDecoder, open_code_decoder
+
+        require_coreml()
+        if checkpoint is None:
+            from ttscli.models.qwen3_tts.coreml_export import build_from_model
+
+            return CoreMLCodeDecoder.open(build_from_model(model))
+        return open_code_decoder(checkpoint)
+    if backend.startswith("onnx"):
+        return load_onnx_decoder(backend, model, checkpoint, options)
+    raise BackendUnavailableError(f"unknown code decoder backend {backend!r}; use mlx, coreml or onnx")
+
+
+def load_onnx_decoder(backend: str, model, checkpoint: Path | None, options: LoadOptions, model_id: str | None = None):
+    """Talker + code predictor on onnxruntime (``onnx`` = int8, or ``onnx-f32|int8|int4``),
+    from the conversion of ``checkpoint`` in ttscli's cache (built on first use) or, for random
+    weights, from the in-memory model."""
+    import os
+
+    from ttscli.backends.onnx import require_onnxruntime
+    from ttscli.backends.onnx.graph import Quant
+    from ttscli.backends.select import split_backend
+    from ttscli.models.qwen3_tts.onnx_decoder import open_decoder
+    from ttscli.models.qwen3_tts.onnx_export import DEFAULT_PREFILL, PREFILL_ENV, build_from_model, find_or_build
+
+    require_onnxruntime()
+    quant = Quant(split_backend(backend)[1])
+    folder = build_from_model(model, quant) if checkpoint is None else find_or_build(checkpoint, quant, model_id)
+    prefill = os.environ.get(PREFILL_ENV, "").strip().lower() or DEFAULT_PREFILL
+    if options.prefill_mode == "sequential" and prefill == "mlx":
+        prefill = "onnx"    # bench's sequential variant: the backend's own prefill
+    return open_decoder(folder, model, prefill)
+
+
+def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
+    """Build the pipeline for a checkpoint folder in its Hugging Face layout (or random weights)."""
+    from ttscli.models.qwen3_tts.config import GenerationConfig, preset_config
+    from ttscli.models.qwen3_tts.model import build_random
+    from ttscli.models.qwen3_tts.pipeline import Qwen3TTSPipeline
+    from ttscli.text import ByteTokenizer
+    from ttscli.codecs.qwen3_12hz import build_random_decoder, load_speech_decoder
+
+    dtype = options.dtype or "float32"
+    if options.random_weights:
+        preset = preset_for(spec.id)
+        model = build_random(preset_config(preset), dtype)
+        gen = GenerationConfig.from_dict(dict(getattr(spec, "defaults", {}) or {}))
+        tokenizer = ByteTokenizer({"<|im_start|>": model.args.im_start_token_id,
+                                   "<|im_end|>": model.args.im_end_token_id,
+                                   "assistant": ASSISTANT_ID, "user": USER_ID})
+        decoder = build_random_decoder(dtype)
+        checkpoint = None
+    else:
+        checkpoint = Path(checkpoint)
+        model, gen = load_model(checkpoint, dtype)
+        tokenizer = load_tokenizer(checkpoint)
+        decoder = load_speech_decoder(checkpoint / "speech_tokenizer", dtype)
+        check_components(model.args, decoder.args, checkpoint)
+    code_decoder = load_code_decoder(options.backend("code_decoder"), model, checkpoint, options)
+    pipe = Qwen3TTSPipeline(spec, model, gen, tokenizer, decoder, code_decoder, checkpoint,
+                            random_weights=options.random_weights)
+    if hasattr(code_decoder, "compiled_frame"):    # onnxruntime runs the talker and the code predictor
+        pipe.backends.update(code_decoder=f"onnx-{code_decoder.precision}", code_predictor="onnx")
+    return pipe
