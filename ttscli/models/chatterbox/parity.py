@@ -183,7 +183,7 @@ def s3gen_checks(checkpoint: Path, g: dict) -> list:
 
     from ttscli.codecs.s3gen import load_s3gen
     from ttscli.codecs.s3gen.hift import SourceDraws
-    from ttscli.parity import Check
+    from ttscli.models.base import Check
 
     s3 = load_s3gen(checkpoint / "s3gen.safetensors")
     checks: list = []
