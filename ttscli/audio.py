@@ -7,6 +7,7 @@ import fcntl
 import os
 import stat
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -107,18 +108,29 @@ class FileSink(Sink):
             view = view[self.file.write(view):]
 
     def write(self, chunk: np.ndarray) -> None:
-        with self.out.discarded_on_error():
+        with self._abandoned_on_error():
             self._put(self.encoder.push(chunk))
         self.frames += len(chunk)
 
     def close(self) -> None:
-        with self.out.discarded_on_error():
+        with self._abandoned_on_error():
             self._put(self.encoder.finish())
             if self.fmt == "wav":
                 os.pwrite(self.out.fd, self.encoder.header(), 0)
         self.out.commit()
 
+    @contextmanager
+    def _abandoned_on_error(self):
+        """A failed write stops the encoder and removes the temp file (one line naming the target)."""
+        with self.out.discarded_on_error():
+            try:
+                yield
+            except BaseException:
+                self.encoder.abandon()
+                raise
+
     def abort(self) -> None:
+        self.encoder.abandon()
         self.out.discard()
 
 

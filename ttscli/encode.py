@@ -89,6 +89,9 @@ class Encoder:
     def finish(self) -> bytes:
         raise NotImplementedError
 
+    def abandon(self) -> None:
+        """Stop without finishing (the output is being thrown away); never raises."""
+
 
 class PCMEncoder(Encoder):
     def __init__(self, sample_rate: int):
@@ -212,6 +215,13 @@ class AVEncoder(Encoder):
         self._container.close()
         return tail + (self._sink.take() if self._sink is not None else b"")
 
+    def abandon(self) -> None:
+        """Close the muxer now, while its file is still open, rather than when it is collected."""
+        try:
+            self._container.close()
+        except Exception:  # noqa: BLE001 - PyAV/FFmpeg raise many types; the output is thrown away anyway
+            pass
+
 
 class Resampled(Encoder):
     """Chunks at ``in_rate`` converted to ``encoder``'s rate by soxr's streaming resampler, which
@@ -239,6 +249,9 @@ class Resampled(Encoder):
 
     def header(self) -> bytes:
         return self.encoder.header()
+
+    def abandon(self) -> None:
+        self.encoder.abandon()
 
 
 def make_encoder(fmt: str, in_rate: int, out_rate: int | None = None, out: BinaryIO | None = None) -> Encoder:
