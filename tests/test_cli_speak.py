@@ -26,7 +26,8 @@ def test_formats(run_cli, tmp_path):
         p = run_cli("speak", "Hello.", "-o", f"h.{ext}")
         assert p.returncode == 0, p.err
         info = sf.info(str(tmp_path / f"h.{ext}"))
-        assert info.samplerate == 22050 and info.frames > 2000
+        rate = 24000 if ext == "ogg" else 22050  # Ogg Opus runs at Opus's next rate above 22,050 Hz
+        assert info.samplerate == rate and info.frames > 2000
 
 
 def test_stdin_and_pcm_stdout(run_cli):

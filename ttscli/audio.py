@@ -3,31 +3,22 @@ streaming, playback."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
-import struct
+import stat
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
-from ttscli.errors import (AudioInputError, BackendUnavailableError, OutputClosed, OutputError, UsageError,
-                           os_cause, os_error)
+from ttscli.encode import FORMATS, check_encoder, make_encoder, same_audio
+from ttscli.errors import AudioInputError, BackendUnavailableError, OutputClosed, OutputError, UsageError, os_error
 from ttscli.outfile import AtomicFile, check_writable, open_in_place, resolve
 
-# extension -> (libsndfile major format, subtype)
-FORMATS = {
-    "wav": ("WAV", "PCM_16"),
-    "flac": ("FLAC", "PCM_16"),
-    "ogg": ("OGG", "VORBIS"),
-    "mp3": ("MP3", "MPEG_LAYER_III"),
-}
-STREAM_FORMATS = ("wav", "pcm")
 STREAM_KINDS = ("a FIFO", "a device")     # -o targets written in place, as a stream
-
-
-def to_int16(x: np.ndarray) -> np.ndarray:
-    return (np.clip(x, -1.0, 1.0) * 32767.0).round().astype("<i2")
+BY_EXTENSION = {f.extension: f.name for f in FORMATS.values() if f.name != "pcm"}
 
 
 def special_file(path: str) -> str | None:
@@ -41,41 +32,40 @@ def special_file(path: str) -> str | None:
         return dest.kind if dest.kind in (*STREAM_KINDS, "a socket") else None
 
 
+def _known() -> str:
+    return ", ".join(FORMATS)
+
+
 def format_for(path: str, fmt: str | None) -> str:
-    """The output format: --format if given, else the file extension."""
+    """The output format: --format if given, else the file extension. A --format that would put
+    one format's data under another's extension (``-o x.wav --format mp3``) is refused, as is a
+    format that cannot stream (m4a) sent to stdout, a FIFO or a device."""
     kind = "stdout" if path == "-" else special_file(path)
+    ext = "" if path == "-" else Path(path).suffix.lower().lstrip(".")
+    named = BY_EXTENSION.get(ext)
     if fmt:
         fmt = fmt.lower()
-        if kind:
-            if fmt not in STREAM_FORMATS:
-                where = "stdout" if kind == "stdout" else f"{path} ({kind})"
-                raise UsageError(f"--format {fmt} cannot stream to {where}; use wav or pcm")
-            return fmt
         if fmt not in FORMATS:
-            raise UsageError(f"unknown --format {fmt}; use one of {', '.join([*FORMATS, 'pcm'])}")
-        return fmt
-    if kind:
-        ext = Path(path).suffix.lower().lstrip(".")
-        if kind != "stdout" and ext in FORMATS and ext not in STREAM_FORMATS:
-            raise UsageError(f"{path} is {kind}: it can take a stream of wav or pcm, not {ext}")
-        return "wav"
-    ext = Path(path).suffix.lower().lstrip(".")
-    if ext not in FORMATS:
-        known = ", ".join("." + e for e in FORMATS)
+            raise UsageError(f"unknown --format {fmt}; use one of {_known()}")
+        if named is not None and not same_audio(named, fmt):
+            raise UsageError(f"-o {path} names a .{ext} file but --format {fmt} writes {fmt}: "
+                             f"name it .{FORMATS[fmt].extension} or drop --format")
+    elif kind:
+        fmt = named or "wav"
+    elif named is None:
+        known = ", ".join("." + e for e in BY_EXTENSION)
         raise UsageError(f"cannot tell the audio format of '{path}': use an extension ({known}) or --format")
-    return ext
+    else:
+        fmt = named
+    if kind and not FORMATS[fmt].streams:
+        where = "stdout" if kind == "stdout" else f"{path} ({kind})"
+        streamable = ", ".join(f.name for f in FORMATS.values() if f.streams)
+        raise UsageError(f"{fmt} cannot stream to {where}: its index is written at the end; use one of {streamable}")
+    return fmt
 
 
 def check_format_supported(fmt: str) -> None:
-    if fmt in STREAM_FORMATS:
-        return
-    import soundfile as sf
-
-    major, subtype = FORMATS[fmt]
-    if major not in sf.available_formats() or subtype not in sf.available_subtypes(major):
-        raise BackendUnavailableError(
-            f"the installed libsndfile {sf.__libsndfile_version__} cannot write {fmt}; use wav, flac or ogg"
-        )
+    check_encoder(fmt)
 
 
 class Sink:
@@ -86,38 +76,15 @@ class Sink:
     def abort(self) -> None: ...
 
 
-def _libsndfile_failure(sf_file, path: Path, err: Exception, fd: int) -> Exception:
-    """libsndfile reports a failed write(2) as "System error."; its per-file message keeps the
-    strerror, which names the cause (full disk, quota, file size limit). ``fd`` is the file
-    being written, asked whether its file system is full when no cause was kept."""
-    detail = ""
-    try:
-        import soundfile as sf
-
-        detail = sf._ffi.string(sf._snd.sf_strerror(sf_file._file)).decode("utf-8", "replace")
-    except Exception:  # noqa: BLE001 - best effort: reads libsndfile's message through soundfile's private handles
-        pass
-    text = detail.split(":", 1)[-1].strip().rstrip(".") if "System error" in detail else ""
-    by_text = {os.strerror(n): n for n in errno.errorcode}
-    errnum = by_text.get(text)
-    if errnum is None and text == "":
-        try:  # no message kept: a full disk is the likely system error; look
-            errnum = errno.ENOSPC if os.fstatvfs(fd).f_bavail == 0 else None
-        except OSError:
-            pass
-    if errnum is not None and os_cause(errnum):
-        return os_error(OSError(errnum, os.strerror(errnum)), path)
-    return OutputError(f"cannot write {path}: {text or str(err).splitlines()[0]}")
-
-
 class FileSink(Sink):
     """Writes a temp file beside the target, renamed onto it only on close()
     (:class:`ttscli.outfile.AtomicFile`: links others planted are refused, a replaced file keeps
-    its mode and owner, a new one gets the umask's mode)."""
+    its mode and owner, a new one gets the umask's mode). The file can be sought, so every header
+    ends up true: a WAV's sizes are written over the open-ended ones at the end, and the
+    compressed formats' muxers finish theirs (an MP3's length, FLAC's sample count, an M4A's index).
+    ``out_rate``: the file's rate, resampled from ``sample_rate`` (default: the same)."""
 
-    def __init__(self, path: str | Path, sample_rate: int, fmt: str):
-        import soundfile as sf
-
+    def __init__(self, path: str | Path, sample_rate: int, fmt: str, out_rate: int | None = None):
         dest = resolve(path)
         if dest.kind in (*STREAM_KINDS, "a socket"):
             kind = dest.kind
@@ -125,84 +92,87 @@ class FileSink(Sink):
             raise UsageError(f"output {path} is {kind}, not a file")
         self.out = AtomicFile(dest)
         self.path = self.out.path
-        major, subtype = FORMATS[fmt]
-        try:
-            self.f = sf.SoundFile(self.out.fd, "w", samplerate=sample_rate, channels=1, format=major,
-                                  subtype=subtype, closefd=False)
-        except Exception as e:  # noqa: BLE001 - soundfile/libsndfile raise many types; OSError is sorted out below
-            self.out.discard()
-            if isinstance(e, OSError) and os_error(e, self.path):
-                raise os_error(e, self.path) from None
-            raise BackendUnavailableError(f"cannot write {fmt} with libsndfile: {e}") from None
+        self.fmt = fmt
+        with self.out.discarded_on_error():
+            self.file = open(self.out.fd, "wb", buffering=0, closefd=False)
+            self.encoder = make_encoder(fmt, sample_rate, out_rate, None if fmt in ("wav", "pcm") else self.file)
         self.frames = 0
 
     @property
     def tmp(self) -> Path:
         return self.out.tmp
 
+    def _put(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[self.file.write(view):]
+
     def write(self, chunk: np.ndarray) -> None:
-        try:
-            self.f.write(np.clip(np.asarray(chunk, dtype=np.float32), -1.0, 1.0))
-        except Exception as e:  # noqa: BLE001 - soundfile/libsndfile raise many types; all become one output error
-            raise _libsndfile_failure(self.f, self.path, e, self.out.fd) from None
+        with self._abandoned_on_error():
+            self._put(self.encoder.push(chunk))
         self.frames += len(chunk)
 
     def close(self) -> None:
-        try:
-            self.f.close()  # writes the header's final sizes: can fail on a full disk too
-        except Exception as e:  # noqa: BLE001 - soundfile/libsndfile raise many types; all become one output error
-            failure = _libsndfile_failure(self.f, self.path, e, self.out.fd)
-            self.out.discard()
-            raise failure from None
-        except BaseException:
-            self.out.discard()
-            raise
+        with self._abandoned_on_error():
+            self._put(self.encoder.finish())
+            if self.fmt == "wav":
+                os.pwrite(self.out.fd, self.encoder.header(), 0)
         self.out.commit()
 
+    @contextmanager
+    def _abandoned_on_error(self):
+        """A failed write stops the encoder and removes the temp file (one line naming the target)."""
+        with self.out.discarded_on_error():
+            try:
+                yield
+            except BaseException:
+                self.encoder.abandon()
+                raise
+
     def abort(self) -> None:
-        try:
-            self.f.close()
-        except Exception:  # noqa: BLE001 - cleanup on abort: the data is thrown away anyway
-            pass  # the data is being thrown away; a failed header update does not matter
-        finally:
-            self.out.discard()
-
-
-def wav_header(sample_rate: int, n_samples: int | None = None) -> bytes:
-    """16-bit mono WAV header; unknown length (streaming) uses the 0xFFFFFFFF convention."""
-    data = 0xFFFFFFFF if n_samples is None else n_samples * 2
-    riff = 0xFFFFFFFF if n_samples is None else 36 + data
-    return (
-        b"RIFF" + struct.pack("<I", riff) + b"WAVE"
-        + b"fmt " + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16)
-        + b"data" + struct.pack("<I", data)
-    )
+        self.encoder.abandon()
+        self.out.discard()
 
 
 class StreamSink(Sink):
-    """WAV (streaming header) or raw s16le PCM to a binary stream, flushed per chunk."""
+    """Any streaming format to a binary stream, flushed per chunk. A WAV goes out with the
+    open-ended header; when the stream is a regular file opened for writing in place (a shell's
+    ``> out.wav``), the true sizes are written over it at the end."""
 
-    def __init__(self, sample_rate: int, fmt: str = "wav", stream: BinaryIO | None = None):
+    def __init__(self, sample_rate: int, fmt: str = "wav", stream: BinaryIO | None = None,
+                 out_rate: int | None = None):
         self.out = stream or sys.stdout.buffer
         self.fmt = fmt
-        self.sample_rate = sample_rate
-        self.started = False
+        self.encoder = make_encoder(fmt, sample_rate, out_rate)
+        self.sample_rate = self.encoder.sample_rate
+        self.start = self._header_offset() if fmt == "wav" else None
 
-    def _start(self):
-        if not self.started and self.fmt == "wav":
-            self.out.write(wav_header(self.sample_rate))
-        self.started = True
+    def _header_offset(self) -> int | None:
+        """Where the WAV header will land, if it can be written over later: a regular file not
+        opened for appending (pwrite appends there on Linux)."""
+        try:
+            fd = self.out.fileno()
+            if not stat.S_ISREG(os.fstat(fd).st_mode) or fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND:
+                return None
+            self.out.flush()
+            return os.lseek(fd, 0, os.SEEK_CUR)
+        except (OSError, ValueError, AttributeError):
+            return None   # not a file descriptor (a test's buffer), or one that cannot seek
+
+    def _send(self, data: bytes) -> None:
+        with self._errors():
+            if data:
+                self.out.write(data)
+            self.out.flush()
 
     def write(self, chunk: np.ndarray) -> None:
-        with self._errors():
-            self._start()
-            self.out.write(to_int16(chunk).tobytes())
-            self.out.flush()
+        self._send(self.encoder.push(chunk))
 
     def close(self) -> None:
-        with self._errors():
-            self._start()
-            self.out.flush()
+        self._send(self.encoder.finish())
+        if self.start is not None:
+            with self._errors():
+                os.pwrite(self.out.fileno(), self.encoder.header(), self.start)
 
     def abort(self) -> None:
         pass  # a pipe reader sees the stream end; nothing on disk to remove
@@ -231,7 +201,7 @@ class _stream_errors:
 class SpecialFileSink(StreamSink):
     """-o naming a FIFO or device: streamed into it directly like -o -, never renamed over."""
 
-    def __init__(self, path: str, sample_rate: int, fmt: str):
+    def __init__(self, path: str, sample_rate: int, fmt: str, out_rate: int | None = None):
         with resolve(path) as dest:
             if dest.kind not in STREAM_KINDS:
                 raise UsageError(f"output {path} is no longer a FIFO or device")
@@ -239,7 +209,7 @@ class SpecialFileSink(StreamSink):
                 fd = open_in_place(dest)
             except OSError as e:
                 raise os_error(e, path) or OutputError(f"cannot write {path}: {e.strerror}") from None
-        super().__init__(sample_rate, fmt, os.fdopen(fd, "wb"))
+        super().__init__(sample_rate, fmt, os.fdopen(fd, "wb"), out_rate)
         self.path = path
 
     def _errors(self):
@@ -308,28 +278,33 @@ class MultiSink(Sink):
                 pass
 
 
-def check_output(output: str | None, fmt: str | None = None) -> None:
-    """Validate -o/--format before any model work, so mistakes cost nothing."""
+def check_output(output: str | None, fmt: str | None = None, out_rate: int | None = None) -> None:
+    """Validate -o/--format/--sample-rate before any model work, so mistakes cost nothing."""
     if output is None:
         if fmt is not None:
             raise UsageError("--format needs -o/--output (a file, or - for stdout)")
+        if out_rate is not None:
+            raise UsageError("--sample-rate needs -o/--output (a file, or - for stdout)")
         return
     check_format_supported(format_for(output, fmt))
     if output != "-":
         check_writable(output)
 
 
-def open_sink(output: str | None, sample_rate: int, fmt: str | None = None, play: bool = False) -> Sink:
+def open_sink(output: str | None, sample_rate: int, fmt: str | None = None, play: bool = False,
+              out_rate: int | None = None) -> Sink:
+    """Where the audio goes: -o (a file, -, a FIFO or device) at ``out_rate`` (default: the
+    model's ``sample_rate``), and/or the speakers at the model's rate."""
     sinks: list[Sink] = []
     if output is not None:
         f = format_for(output, fmt)
         check_format_supported(f)
         if output == "-":
-            sinks.append(StreamSink(sample_rate, f))
+            sinks.append(StreamSink(sample_rate, f, out_rate=out_rate))
         elif special_file(output):
-            sinks.append(SpecialFileSink(output, sample_rate, f))
+            sinks.append(SpecialFileSink(output, sample_rate, f, out_rate))
         else:
-            sinks.append(FileSink(output, sample_rate, f))
+            sinks.append(FileSink(output, sample_rate, f, out_rate))
     elif fmt is not None:
         raise UsageError("--format needs -o/--output (a file, or - for stdout)")
     if play:

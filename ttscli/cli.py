@@ -56,7 +56,8 @@ class Backend(str, Enum):
 Model = typer.Option(None, "-m", "--model", help="Model id or alias (see `ttscli models`).")
 ModelDir = typer.Option(None, "--model-dir", help="Use a local copy of the checkpoint in DIR.", file_okay=False)
 Registry = typer.Option(None, "--registry", help="Extra registry TOML file (repeatable).", exists=False)
-Output = typer.Option(None, "-o", "--output", help="Audio file (.wav .flac .ogg .mp3), or - for WAV on stdout.")
+Output = typer.Option(None, "-o", "--output",
+                      help="Audio file (.wav .flac .mp3 .opus .ogg .aac .m4a), or - for WAV on stdout.")
 Quiet = typer.Option(False, "-q", "--quiet", help="Print nothing but errors.")
 Verbose = typer.Option(False, "-v", "--verbose", help="Print timings and settings.")
 Debug = typer.Option(False, "--debug", help="Show tracebacks on errors.")
@@ -70,7 +71,10 @@ BackendChoice = typer.Option(
     help="Where a component of the model runs, e.g. code_decoder=onnx-int4 (repeatable). `ttscli models MODEL` "
          "lists its components, their backends and the default here.")
 # generation options shared by speak and clone
-Format = typer.Option(None, "--format", help="wav, flac, ogg, mp3, or pcm (raw s16le, with -o -).")
+Format = typer.Option(None, "--format", help="wav, flac, mp3, opus, ogg (Opus), aac (ADTS), m4a, or pcm "
+                                             "(raw s16le); must match -o's extension.")
+SampleRate = typer.Option(None, "--sample-rate", min=8000, max=48000, show_default=False,
+                          help="Resample -o's audio to HZ (8000 to 48000; default: the model's rate).")
 Play = typer.Option(False, "--play", help="Play through the default output device.")
 Language = typer.Option(None, "--language", help="Language (default: auto).")
 Seed = typer.Option(None, "--seed", min=0, max=2**32 - 1, help="Random seed (0 to 4294967295) for reproducible output.")
@@ -186,7 +190,8 @@ def progress_callback(total_hint: str):
     return prog, cb
 
 
-def run_synthesis(pipe, request, output: Optional[str], fmt: Optional[str], play: bool, workers: int) -> None:
+def run_synthesis(pipe, request, output: Optional[str], fmt: Optional[str], play: bool, workers: int,
+                  sample_rate: Optional[int] = None) -> None:
     from ttscli.audio import open_sink
     from ttscli.generate import effective_workers, render
 
@@ -195,7 +200,7 @@ def run_synthesis(pipe, request, output: Optional[str], fmt: Optional[str], play
     n_workers, why = effective_workers(pipe, workers)
     if why:
         note(why)
-    sink = open_sink(output, pipe.sample_rate, fmt, play)
+    sink = open_sink(output, pipe.sample_rate, fmt, play, sample_rate)
     prog, cb = progress_callback("speaking")
     t0 = time.perf_counter()
     try:
@@ -207,7 +212,7 @@ def run_synthesis(pipe, request, output: Optional[str], fmt: Optional[str], play
     except KeyboardInterrupt:
         raise Interrupted("interrupted; no output written") from None
     if output not in (None, "-"):
-        note(f"wrote {output} ({n / pipe.sample_rate:.2f} s at {pipe.sample_rate} Hz)")
+        note(f"wrote {output} ({n / pipe.sample_rate:.2f} s at {sample_rate or pipe.sample_rate} Hz)")
     if State.verbose and n:
         took = time.perf_counter() - t0
         note(f"synthesized {n / pipe.sample_rate:.2f} s of audio in {took:.2f} s "
@@ -291,6 +296,7 @@ def speak(
     model_dir: Optional[Path] = ModelDir,
     output: Optional[str] = Output,
     fmt: Optional[str] = Format,
+    sample_rate: Optional[int] = SampleRate,
     play: bool = Play,
     voice: Optional[str] = typer.Option(None, "--voice", help="Preset voice name, or a saved voice .safetensors."),
     instruct: Optional[str] = typer.Option(None, "--instruct", help="Style instruction or voice description."),
@@ -315,7 +321,7 @@ def speak(
     from ttscli.text import MAX_TEXT_BYTES, check_text
 
     body = read_text(text, file)
-    check_output(default_output(output, play), fmt)
+    check_output(default_output(output, play), fmt, sample_rate)
     if instruct is not None:
         instruct = check_text(instruct, "--instruct", MAX_TEXT_BYTES)
     reg, spec, family = resolve_model(model, registry)
@@ -325,7 +331,7 @@ def speak(
         knobs=knobs or {},
     ))
     pipe = load_pipeline(reg, spec, model_dir, backends_asked(backend, code_decoder_backend), dtype)
-    run_synthesis(pipe, request, output, fmt, play, workers)
+    run_synthesis(pipe, request, output, fmt, play, workers, sample_rate)
 
 
 @app.command(epilog="Example: [bold]ttscli clone \"Hello there.\" --ref me.wav "
@@ -343,6 +349,7 @@ def clone(
     model_dir: Optional[Path] = ModelDir,
     output: Optional[str] = Output,
     fmt: Optional[str] = Format,
+    sample_rate: Optional[int] = SampleRate,
     play: bool = Play,
     language: Optional[str] = Language,
     seed: Optional[int] = Seed,
@@ -367,7 +374,7 @@ def clone(
     from ttscli.text import check_text
 
     body = read_text(text, file)
-    check_output(default_output(output, play), fmt)
+    check_output(default_output(output, play), fmt, sample_rate)
     if ref is None:
         raise UsageError("clone needs --ref FILE (a recording of the voice)")
     knobs = knobs or {}
@@ -392,7 +399,7 @@ def clone(
     pipe = load_pipeline(reg, spec, model_dir, backends_asked(backend, code_decoder_backend), dtype)
     rate = pipe.ref_sample_rate or sr
     request = replace(request, ref_audio=resample(mono, sr, rate), ref_sample_rate=rate)
-    run_synthesis(pipe, request, output, fmt, play, workers)
+    run_synthesis(pipe, request, output, fmt, play, workers, sample_rate)
 
 
 @app.command(epilog="Examples: [bold]ttscli models --json[/bold], [bold]ttscli models qwen3-tts-0.6b-base[/bold]")

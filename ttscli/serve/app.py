@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ttscli.errors import (
@@ -33,7 +33,8 @@ from ttscli.errors import (
     UsageError,
 )
 from ttscli.paths import cache_dir, config_dir
-from ttscli.serve.formats import STREAMED, Encoder, check_format, content_type
+from ttscli.encode import MAX_RATE, MIN_RATE, make_encoder
+from ttscli.serve.formats import DEFAULT_RATE, STREAMED, check_format, content_type
 from ttscli.serve.worker import DONE, ModelWorker, QueueFull, RequestTimeout
 
 log = logging.getLogger("ttscli.serve")
@@ -45,7 +46,7 @@ OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "on
                  "marin", "cedar")
 # The request fields with a meaning of their own; any other field names a family knob.
 FIELDS = ("model", "input", "voice", "instructions", "response_format", "speed", "stream_format", "seed",
-          "language", "max_frames", "ref_audio", "ref_text")
+          "language", "max_frames", "ref_audio", "ref_text", "sample_rate", "stream")
 MAX_BODY = 16 << 20          # 30 s of 48 kHz stereo WAV reference, base64, fits with room to spare
 SAVED_VOICE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 POLL_S = 0.2                 # how often a waiting request checks that its client is still there
@@ -74,6 +75,17 @@ class ServeConfig:
     @property
     def default_model(self) -> str:
         return next(iter(self.workers))
+
+
+@dataclass(frozen=True)
+class Reply:
+    """How a response carries its audio: ``fmt`` at ``rate`` Hz, as SSE events or as the body;
+    ``whole``: a WAV sent once complete, so its header holds the true sizes."""
+
+    fmt: str
+    rate: int
+    sse: bool = False
+    whole: bool = False
 
 
 class HTTPFailure(Exception):
@@ -229,7 +241,7 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         authorize(request)
         try:
             fields_, upload = await read_body(request, cfg.max_body)
-            model_id, req, fmt, sse = await build_request(cfg, fields_, upload)
+            model_id, req, reply = await build_request(cfg, fields_, upload)
         except HTTPFailure:
             raise
         except Exception as e:  # noqa: BLE001 - every request error becomes an HTTP status through status_for
@@ -252,12 +264,19 @@ def create_app(cfg: ServeConfig) -> FastAPI:
             return fail(status_for(first), one_line(first))
         if first is DONE:
             return fail(400, "the text has nothing the voice can speak (only punctuation or symbols?)")
-        rate = worker.pipeline.sample_rate
-        enc = Encoder(fmt, rate)
-        headers = {"X-Sample-Rate": str(rate), "Cache-Control": "no-store"}
-        body = (sse_events(job, request, worker, enc, first, public) if sse
+        enc = make_encoder(reply.fmt, worker.pipeline.sample_rate, reply.rate)
+        headers = {"X-Sample-Rate": str(reply.rate), "Cache-Control": "no-store"}
+        if reply.whole:
+            got = await whole_wav(job, request, worker, enc, first)
+            if got is None:
+                return fail(499, "client closed the request")
+            if isinstance(got, BaseException):
+                log.info("%s: %s", model_id, one_line(got))
+                return fail(status_for(got), one_line(got))
+            return Response(got, media_type=content_type(reply.fmt), headers=headers)
+        body = (sse_events(job, request, worker, enc, first, public) if reply.sse
                 else audio_bytes(job, request, worker, enc, first))
-        media = "text/event-stream" if sse else content_type(fmt)
+        media = "text/event-stream" if reply.sse else content_type(reply.fmt)
         return StreamingResponse(body, media_type=media, headers=headers)
 
     return app
@@ -273,9 +292,30 @@ async def next_item(job, request):
                 return None
 
 
+async def whole_wav(job, request, worker, enc, first):
+    """The whole WAV with its true sizes, once generation has ended; None if the client left,
+    or the exception that ended generation (still answerable with a status: nothing was sent)."""
+    parts = [enc.push(first)]
+    try:
+        while True:
+            item = await next_item(job, request)
+            if item is None or isinstance(item, BaseException):
+                return item
+            if item is DONE:
+                break
+            parts.append(enc.push(item))
+    finally:
+        worker.cancel(job)
+    parts.append(enc.finish())
+    body = b"".join(parts)
+    return enc.header() + body[len(enc.header()):]
+
+
 async def audio_bytes(job, request, worker, enc, first):
     try:
-        yield enc.add(first)
+        data = enc.push(first)
+        if data:
+            yield data
         while True:
             item = await next_item(job, request)
             if item is None:
@@ -290,7 +330,7 @@ async def audio_bytes(job, request, worker, enc, first):
                 # client sees an incomplete response instead of a short file
                 log.warning("%s: %s", worker.model_id, one_line(item))
                 raise RuntimeError(one_line(item))
-            data = enc.add(item)
+            data = enc.push(item)
             if data:
                 yield data
     finally:
@@ -301,21 +341,28 @@ def _event(obj: dict) -> bytes:
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
 
+def _delta(audio: bytes) -> bytes:
+    return _event({"type": "speech.audio.delta", "audio": base64.b64encode(audio).decode()})
+
+
 async def sse_events(job, request, worker, enc, first, public):
     try:
-        yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(enc.add(first)).decode()})
+        yield _delta(enc.push(first))
         while True:
             item = await next_item(job, request)
             if item is None:
                 return
             if item is DONE:
+                tail = enc.finish()   # the resampler's last samples
+                if tail:
+                    yield _delta(tail)
                 yield _event({"type": "speech.audio.done", "sample_rate": enc.sample_rate,
                               "duration_s": round(enc.samples / enc.sample_rate, 3)})
                 return
             if isinstance(item, BaseException):
                 yield _event({"type": "error", "error": error_body(status_for(item), public(one_line(item)))["error"]})
                 return
-            yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(enc.add(item)).decode()})
+            yield _delta(enc.push(item))
     finally:
         worker.cancel(job)
 
@@ -502,7 +549,7 @@ def _number(data: dict, name: str, kind: type, lo: float, hi: float):
 
 
 async def build_request(cfg: ServeConfig, data: dict, upload):
-    """(model id, checked Request, response format, SSE or not) from the body's fields."""
+    """(model id, checked Request, how the reply carries the audio) from the body's fields."""
     from starlette.concurrency import run_in_threadpool
 
     from ttscli.generate import Request, check_request, honoured
@@ -530,6 +577,12 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
         raise UsageError(f"stream_format must be audio or sse, not {shown(stream_format)}")
     if stream_format == "sse" and fmt not in STREAMED:
         raise UsageError(f"stream_format sse sends pcm or wav deltas; use response_format pcm or wav, not {fmt}")
+    rate = _number(data, "sample_rate", int, MIN_RATE, MAX_RATE) or DEFAULT_RATE
+    stream = data.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise UsageError(f"stream must be true or false, not {shown(stream)}")
+    sse = stream_format == "sse"
+    reply = Reply(fmt, rate, sse=sse, whole=fmt == "wav" and not sse and not stream)
     speed = _number(data, "speed", float, 0.25, 4.0)
     seed = _number(data, "seed", int, 0, 2**32 - 1)
     max_frames = _number(data, "max_frames", int, 1, 1 << 20)
@@ -562,7 +615,7 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
 
         req.ref_audio = await run_in_threadpool(resample, req.ref_audio, req.ref_sample_rate, rate)
         req.ref_sample_rate = rate
-    return model_id, req, fmt, stream_format == "sse"
+    return model_id, req, reply
 
 
 def _reference(upload: tuple[str, bytes], max_seconds: float):
