@@ -147,6 +147,27 @@ def test_access_log_as_json_objects(json_server):
     assert all(KEY not in line and TEXT not in line for line in s.lines)
 
 
+def test_a_stream_the_client_leaves_is_logged_when_it_ends(text_server):
+    s, before = text_server, len(text_server.lines)
+    body = {"input": " ".join(f"Sentence number {k} goes on for a while." for k in range(60)),
+            "response_format": "pcm"}
+    with httpx.Client(timeout=WAIT) as c, c.stream("POST", s.url + "/v1/audio/speech", json=body, headers=AUTH) as r:
+        assert r.status_code == 200
+        received = len(next(r.iter_raw()))
+    f = fields(log_lines(s, before, 1)[0])
+    assert (f["path"], f["status"], f["end"]) == ("/v1/audio/speech", "200", "client_gone")
+    assert int(f["bytes"]) >= received
+
+
+def test_refused_host_is_logged_and_counted(text_server):
+    s, before = text_server, len(text_server.lines)
+    r = httpx.get(s.url + "/health", headers={"Host": "evil.example"}, timeout=WAIT)
+    assert r.status_code == 400
+    f = fields(log_lines(s, before, 1)[0])
+    assert (f["method"], f["path"], f["status"], f["end"]) == ("GET", "/health", "400", "complete")
+    assert value(metrics(s), "ttscli_requests_total", route="/health", model="", status="400") >= 1
+
+
 def test_metrics_need_the_key_and_count_requests(text_server):
     s = text_server
     r = httpx.get(s.url + "/metrics", timeout=WAIT)
@@ -217,13 +238,19 @@ def test_two_concurrent_requests_run_as_rows_of_one_batch(tmp_path_factory, mode
         for t in (first, second):
             t.join(WAIT * 4)
             assert not t.is_alive()
-        m = metrics(s)
+        m, deadline = metrics(s), time.monotonic() + WAIT
+        while value(m, "ttscli_rows_in_flight", model=model) > 0:  # the worker books a row after its client saw it end
+            assert time.monotonic() < deadline, "rows still in flight"
+            time.sleep(0.02)
+            m = metrics(s)
     finally:
         s.stop()
     assert value(m, "ttscli_batch_rows_largest", model=model) == 2
     assert value(m, "ttscli_batch_rows_bucket", model=model, le="2.0") > value(
         m, "ttscli_batch_rows_bucket", model=model, le="1.0")
-    assert value(m, "ttscli_jobs_total", model=model, outcome="failed") == 2
+    # failed, or cancelled where the HTTP side closed the cut stream before the worker booked it
+    jobs = {o: value(m, "ttscli_jobs_total", model=model, outcome=o) for o in ("served", "failed", "cancelled")}
+    assert jobs["served"] == 0 and jobs["failed"] + jobs["cancelled"] == 2, jobs
     for k in (0, 1):
         status, rate, data, cut = answers[k]
         assert status == 200 and cut, (k, status, cut, data[-300:])

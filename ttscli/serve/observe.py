@@ -179,21 +179,21 @@ class Observed:
                          client=f"{client[0]}:{client[1]}" if client else "-",
                          method=printable(scope["method"], 16), path=printable(scope["path"]))
         t0 = time.perf_counter()
-        done = False
+        started = done = False   # the status line sent; the body's end sent
 
         def ms() -> float:
             return round((time.perf_counter() - t0) * 1e3, 1)
 
         async def watch_receive():
             message = await receive()
-            if message["type"] == "http.disconnect" and not done and r.status is not None:
+            if message["type"] == "http.disconnect" and started and not done:
                 r.end = "client_gone"
             return message
 
         async def watch_send(message):
-            nonlocal done
+            nonlocal started, done
             if message["type"] == "http.response.start":
-                r.status = message["status"]
+                started, r.status = True, message["status"]
             elif message["type"] == "http.response.body":
                 body = message.get("body", b"")
                 if body and r.first_byte_ms is None:
@@ -209,15 +209,13 @@ class Observed:
         try:
             await self.app(scope, watch_receive, watch_send)
         except BaseException:
-            if r.status is None:
+            if not started:
                 r.status = 500   # what the server answers for an exception before the status line
-            elif not done:
-                r.end = "cut"
             raise
         finally:
             _current.reset(token)
-            if r.status is not None and not done and r.end == "none":
-                r.end = "cut"
+            if started and not done and r.end == "none":
+                r.end = "cut"    # the status line went out, the body's end did not
             r.total_ms = ms()
             self.metrics.record(scope["path"] if scope["path"] in self.routes else OTHER_ROUTE, r)
             if self.line is not None:

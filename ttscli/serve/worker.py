@@ -148,7 +148,8 @@ class ModelWorker:
             job = Job(request, loop)
             self._pending.append(job)
             self._cond.notify()
-        note_job(self.model_id, len(getattr(request, "text", "") or ""))  # for the request's access-log line
+        # for the request's access-log line (the server's requests have .text; a test's may not)
+        note_job(self.model_id, len(getattr(request, "text", "") or ""))
         return job
 
     def cancel(self, job: Job) -> None:
