@@ -21,6 +21,8 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from clitools import only_line
 from servertools import Server, error_message
 
 KEY = "metrics-key-789"
@@ -166,6 +168,38 @@ def test_refused_host_is_logged_and_counted(text_server):
     f = fields(log_lines(s, before, 1)[0])
     assert (f["method"], f["path"], f["status"], f["end"]) == ("GET", "/health", "400", "complete")
     assert value(metrics(s), "ttscli_requests_total", route="/health", model="", status="400") >= 1
+
+
+def test_verbose_turns_the_access_log_on(tmp_path_factory):
+    s = start(tmp_path_factory, "-v")
+    try:
+        before = len(s.lines)
+        assert httpx.get(s.url + "/v1/models", headers=AUTH, timeout=WAIT).status_code == 200
+        f = fields(log_lines(s, before, 1)[-1])
+        assert (f["method"], f["path"], f["status"], f["end"]) == ("GET", "/v1/models", "200", "complete")
+    finally:
+        s.stop()
+
+
+def test_an_unknown_log_format_is_one_line(run_cli):
+    p = run_cli("serve", "--port", "0", "--log-format", "xml", timeout=120)
+    assert p.returncode == 2 and "--log-format takes text or json" in only_line(p.err), p.err
+
+
+def test_label_values_are_escaped_and_buckets_cumulative():
+    from ttscli.serve.observe import Exposition, Histogram
+
+    h = Histogram((1, 2, 4))
+    for x in (0.5, 2, 3, 9):
+        h.observe(x)
+    out = Exposition()
+    out.family("t_seconds", "histogram", "a test.")
+    out.histogram("t_seconds", h, model='a"b\\c\nd')
+    m = parse_metrics(out.text())
+    label = ("model", 'a\\"b\\\\c\\nd')   # as written on the page: \" \\ \n
+    assert [m[("t_seconds_bucket", frozenset({label, ("le", le)}))] for le in ("1.0", "2.0", "4.0", "+Inf")] == [
+        1, 2, 3, 4]
+    assert m[("t_seconds_sum", frozenset({label}))] == 14.5 and m[("t_seconds_count", frozenset({label}))] == 4
 
 
 def test_metrics_need_the_key_and_count_requests(text_server):
