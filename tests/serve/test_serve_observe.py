@@ -119,7 +119,7 @@ def test_access_log_has_one_text_line_per_request(text_server):
     r = httpx.post(s.url + "/v1/audio/speech", json={"input": TEXT, "response_format": "wav"}, headers=AUTH,
                    timeout=WAIT)
     assert r.status_code == 200
-    missing = httpx.get(s.url + "/no/such/path%0Aforged", headers=AUTH, timeout=WAIT)
+    missing = httpx.get(s.url + "/no/such/path%0Aforged%20line", headers=AUTH, timeout=WAIT)
     assert missing.status_code == 404
     spoke, other = log_lines(s, before, 2)
     f = fields(spoke)
@@ -130,7 +130,7 @@ def test_access_log_has_one_text_line_per_request(text_server):
     assert 0 < float(f["first_byte_ms"]) <= float(f["total_ms"])
     g = fields(other)
     assert (g["method"], g["path"], g["status"], g["model"], g["chars"]) == (
-        "GET", "/no/such/path\\nforged", "404", "-", "-")
+        "GET", "/no/such/path%0Aforged%20line", "404", "-", "-")
     assert all(KEY not in line and TEXT not in line for line in s.lines)
 
 

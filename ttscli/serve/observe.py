@@ -26,12 +26,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import quote
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_PATH = 200        # characters of a request's path that a log line repeats
 OTHER_ROUTE = "other"  # the route label of any path the app has no route for (bounds the label's values)
-# seconds; a short /health answer to a request that generated for the whole --request-timeout
+# seconds: from a /health answer (milliseconds) to a request that generates for the whole
+# --request-timeout (300 s by default)
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+# seconds: a streamed model's first chunk comes in a fraction of a second; a format encoded once
+# generation ends (mp3, opus, flac) waits for the whole request
 FIRST_AUDIO_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 
 access_log = logging.getLogger("ttscli.serve.access")
@@ -75,15 +79,8 @@ class Histogram:
         self.total = 0.0
         self.n = 0
 
-    def observe(self, x: float) -> None:
-        i = bisect.bisect_left(self.bounds, x)
-        if i < len(self.bounds):
-            self.counts[i] += 1
-        self.total += x
-        self.n += 1
-
-    def add(self, x: float, times: int) -> None:
-        """``times`` observations of ``x`` at once (rows per step, tallied by the engine)."""
+    def observe(self, x: float, times: int = 1) -> None:
+        """``times`` observations of ``x`` (rows per step come tallied by the engine)."""
         i = bisect.bisect_left(self.bounds, x)
         if i < len(self.bounds):
             self.counts[i] += times
@@ -124,10 +121,10 @@ def error_kind(r: AccessRecord) -> str | None:
 # ---- the access log -------------------------------------------------------------------------
 
 def printable(text: str, limit: int = MAX_PATH) -> str:
-    """A client's text as a log line may repeat it: no control characters (a percent-encoded
-    newline decodes into the path), at most ``limit`` characters."""
-    text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text[:limit])
-    return text[:limit]
+    """A client's text as a log line may repeat it: at most ``limit`` characters, control
+    characters and whitespace percent-encoded again (the path arrives decoded, so a client's
+    %0A would otherwise start a forged line, and a space would shift the fields after it)."""
+    return "".join(c if c.isprintable() and not c.isspace() else quote(c, safe="") for c in text[:limit])
 
 
 def text_line(r: AccessRecord) -> str:
@@ -323,7 +320,7 @@ def _workers(out: Exposition, workers: dict[str, Any]) -> None:
     for m, w in workers.items():
         h = Histogram(row_bounds(w.max_batch))
         for rows, n in sorted(dict(w.batch_stats.by_rows).items()):
-            h.add(rows, n)
+            h.observe(rows, n)
         out.histogram("ttscli_batch_rows", h, model=m)
     out.family("ttscli_batch_rows_largest", "gauge", "The most rows the model's batch has stepped at once.")
     for m, w in workers.items():
