@@ -18,6 +18,7 @@ row by one frame per forward; everything around that is here, the same for ``spe
 """
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,16 +33,19 @@ DONE = "done"            # the event that ends a request's audio
 
 @dataclass
 class BatchStats:
-    """How full the batch ran: steps taken, rows stepped in all, the most rows in one step."""
+    """How full the batch ran: steps taken, rows stepped in all, the most rows in one step, and
+    how many steps stepped each number of rows (the server's /metrics histogram)."""
 
     steps: int = 0
     rows_stepped: int = 0
     largest: int = 0
+    by_rows: collections.Counter = field(default_factory=collections.Counter)
 
     def record(self, rows: int) -> None:
         self.steps += 1
         self.rows_stepped += rows
         self.largest = max(self.largest, rows)
+        self.by_rows[rows] += 1
 
 
 @dataclass(eq=False)

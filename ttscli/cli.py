@@ -678,13 +678,21 @@ def serve(
                                                "incomplete. 0: no limit."),
     voices_dir: Optional[Path] = typer.Option(None, "--voices-dir", file_okay=False,
                                               help="Saved voices (NAME.safetensors) that `voice` can name."),
+    access_log: bool = typer.Option(False, "--access-log",
+                                    help="One line per request on stderr: client, method, path, status, model, "
+                                         "input characters, first-byte and total ms, bytes sent, how it ended "
+                                         "(never the API key or the text). On with -v as well."),
+    log_format: str = typer.Option("text", "--log-format",
+                                   help="text or json (one JSON object per access-log line; turns the access "
+                                        "log on)."),
     backend: Optional[List[str]] = BackendChoice,
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
     dtype: Optional[str] = Dtype,
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
 ):
-    """Serve models over HTTP: OpenAI's /v1/audio/speech, /v1/models, /v1/audio/voices, /health."""
+    """Serve models over HTTP: OpenAI's /v1/audio/speech, /v1/models, /v1/audio/voices, /health,
+    /metrics (Prometheus)."""
 
     def _plain_note(msg: str) -> None:  # unwrapped: scripts read the port from this line
         if not State.quiet:
@@ -692,6 +700,8 @@ def serve(
             sys.stderr.flush()
 
     set_flags(quiet, verbose, debug)
+    if log_format not in ("text", "json"):
+        raise UsageError(f"--log-format takes text or json, not {log_format!r}")
     from ttscli.paths import config_dir
     from ttscli.serve import is_loopback, require_extra, serve as run_server
 
@@ -723,7 +733,8 @@ def serve(
     try:
         run_server(loaders, specs, reg, host=host, port=port, api_key=api_key, max_queue=max_queue, max_batch=max_batch,
                    voices_dir=voices_dir or config_dir() / "voices", http=http, note=_plain_note,
-                   max_input_chars=max_input_chars, request_timeout=request_timeout)
+                   max_input_chars=max_input_chars, request_timeout=request_timeout,
+                   access_log=log_format if access_log or State.verbose or log_format == "json" else None)
     except KeyboardInterrupt:
         raise Interrupted("stopped") from None
 

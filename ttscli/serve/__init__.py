@@ -98,12 +98,13 @@ def serve(loaders: dict[str, Callable[[], Any]], specs: dict[str, Any], registry
           voices_dir: Path | None = None,
           http: HTTPOptions | None = None,
           max_input_chars: int = 4096, request_timeout: float = 300.0,
-          note: Callable[[str], None] = print) -> None:
+          access_log: str | None = None, note: Callable[[str], None] = print) -> None:
     """Load every model (each on its own thread), then serve until stopped.
 
     ``max_input_chars``: the longest ``input`` accepted (longer gets 400 before it is queued).
     ``request_timeout``: seconds a request may generate, from when it leaves the queue (0: no
     limit); past it, it stops at its next chunk (504 before any audio, else a cut-off stream).
+    ``access_log``: None, or "text" / "json" for one line per request on stderr (observe.py).
     """
     require_extra()
     import uvicorn
@@ -111,6 +112,7 @@ def serve(loaders: dict[str, Callable[[], Any]], specs: dict[str, Any], registry
     from ttscli.models import family_of
     from ttscli.serve.app import ServeConfig, create_app
     from ttscli.serve.guard import guarded
+    from ttscli.serve.observe import LINES, Observed, RequestMetrics, enable_access_log
     from ttscli.serve.protocol import ConnectionStats, protocol_factory
     from ttscli.serve.worker import ModelWorker
 
@@ -125,11 +127,18 @@ def serve(loaders: dict[str, Callable[[], Any]], specs: dict[str, Any], registry
                             max_batch, interleave=interleaves, request_timeout=request_timeout)
             w.start()
             workers[model_id] = w
+        metrics = RequestMetrics()
         cfg = ServeConfig(workers=workers, specs=specs, registry=registry, api_key=api_key,
                           voices_dir=voices_dir, families={m: family_of(s) for m, s in specs.items()},
-                          connections=connections, max_input_chars=max_input_chars)
+                          connections=connections, max_input_chars=max_input_chars, metrics=metrics)
+        api = create_app(cfg)
+        if access_log:
+            enable_access_log()
+        # outside the guard, so that what it refuses is logged and counted too
+        app = Observed(guarded(api, host, http), metrics, {r.path for r in api.routes},
+                       LINES[access_log] if access_log else None)
         # ws="none": no WebSocket routes, so an Upgrade header is just a header
-        config = uvicorn.Config(guarded(create_app(cfg), host, http), log_level="warning", access_log=False,
+        config = uvicorn.Config(app, log_level="warning", access_log=False,
                                 lifespan="off", timeout_graceful_shutdown=5, ws="none",
                                 http=protocol_factory(http, connections),
                                 timeout_keep_alive=http.keep_alive_timeout)

@@ -71,6 +71,7 @@ class ServeConfig:
     families: dict[str, Any] = field(default_factory=dict)
     connections: Any = None                  # the server's ConnectionStats (protocol.py), shown by /health
     max_input_chars: int = MAX_INPUT_CHARS
+    metrics: Any = None                      # the server's RequestMetrics (observe.py), shown by /metrics
 
     @property
     def default_model(self) -> str:
@@ -217,6 +218,17 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         if cfg.connections is not None:
             out["connections"] = cfg.connections.snapshot()
         return out
+
+    @app.get("/metrics")
+    async def metrics(request: Request):
+        """Prometheus' text format; behind the API key like the API (its counters describe the traffic)."""
+        authorize(request)
+        from fastapi.responses import PlainTextResponse
+
+        from ttscli.serve.observe import CONTENT_TYPE, RequestMetrics, render
+
+        page = render(cfg.metrics or RequestMetrics(), cfg.workers, cfg.connections)
+        return PlainTextResponse(page, media_type=CONTENT_TYPE, headers={"Cache-Control": "no-store"})
 
     @app.get("/v1/models")
     async def list_models(request: Request):

@@ -37,6 +37,7 @@ from typing import Any
 from ttscli import memory
 from ttscli.batching import BatchStats
 from ttscli.errors import TTSError
+from ttscli.serve.observe import note_job
 
 DONE = object()          # end of a job's audio
 
@@ -147,7 +148,9 @@ class ModelWorker:
             job = Job(request, loop)
             self._pending.append(job)
             self._cond.notify()
-            return job
+        # for the request's access-log line (the server's requests have .text; a test's may not)
+        note_job(self.model_id, len(getattr(request, "text", "") or ""))
+        return job
 
     def cancel(self, job: Job) -> None:
         """The client went away: drop the job from the queue, or stop it at its next chunk."""
