@@ -42,6 +42,12 @@ class GenerationError(TTSError):
     """Generation failed, e.g. max frames reached before end of speech."""
 
 
+class LimitReached(GenerationError):
+    """A request's own bound (its frame or token limit, a decoder's position capacity) reached
+    before the model ended its speech: an error, never cut-off audio. The server answers 422,
+    as the request cannot be voiced within its limits; the CLI exits 1 as for any generation error."""
+
+
 class Interrupted(TTSError):
     """Ctrl-C: exit 130, no partial output."""
 

@@ -111,3 +111,13 @@ def test_disconnect_frees_the_row(server):
         assert time.monotonic() < deadline, h
         time.sleep(0.1)
     assert post(server, input="Still serving.", voice="ryan").status_code == 200
+
+
+def test_a_frame_limit_reached_is_a_4xx_not_cut_audio(server):
+    """The request's own frame limit reached before the model's end: the request cannot be voiced
+    within its bounds, so a 422 naming the limit (before, a 500), never a shortened file."""
+    r = post(server, input="A sentence far longer than one frame of speech can hold.", voice="ryan",
+             response_format="wav", max_frames=1, seed=1)
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and "max frames (1," in err["message"]

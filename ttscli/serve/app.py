@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ttscli.errors import (
     BackendUnavailableError,
     InputTooLongError,
+    LimitReached,
     ModelNotFoundError,
     NotImplementedModelError,
     TTSError,
@@ -104,6 +105,8 @@ def status_for(e: BaseException) -> int:
         return 404
     if isinstance(e, (UsageError, BackendUnavailableError)):
         return 400
+    if isinstance(e, LimitReached):
+        return 422
     return 500
 
 

@@ -24,7 +24,7 @@ from typing import Iterator
 import mlx.core as mx
 import numpy as np
 
-from ttscli.errors import GenerationError, InputTooLongError, UsageError
+from ttscli.errors import InputTooLongError, LimitReached, UsageError
 from ttscli.lm.sample import KeyStream, SamplingParams, logit_bias, sample
 from ttscli.models.base import Stats
 from ttscli.models.breeze_tts.config import GenerationConfig
@@ -173,5 +173,5 @@ def generate_frames(model, decoder, cond: Prompt, uncond: Prompt | None, scale: 
     last = sample(b.logits, cfg.backbone, keys.next(), seen=seen if use_penalty else None, bias=bias0)
     if int(last.item()) == eos:
         return
-    raise GenerationError(f"reached --max-frames {cfg.max_frames} ({cfg.max_frames / 12.5:.1f} s of audio) before "
+    raise LimitReached(f"reached --max-frames {cfg.max_frames} ({cfg.max_frames / 12.5:.1f} s of audio) before "
                           "the end of speech; raise --max-frames or shorten the text chunk")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from ttscli.errors import GenerationError
+from ttscli.errors import GenerationError, LimitReached
 from ttscli.lm.batch import RowAudio, RowBatch
 from ttscli.lm.sample import KeyStream, logit_bias, sample
 from ttscli.models.base import Request, Row
@@ -180,5 +180,5 @@ class BreezeRows:
         last = sample(logits, m.cfg.backbone, m.keys.next(), seen=self._seen(m), bias=self.bias0[False])
         if int(last.item()) == self.eos:
             return None
-        return GenerationError(f"reached --max-frames {m.cfg.max_frames} ({m.cfg.max_frames / 12.5:.1f} s of audio) "
+        return LimitReached(f"reached --max-frames {m.cfg.max_frames} ({m.cfg.max_frames / 12.5:.1f} s of audio) "
                                "before the end of speech; raise --max-frames or shorten the text chunk")

@@ -19,7 +19,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from ttscli.errors import GenerationError
+from ttscli.errors import LimitReached
 from ttscli.lm.batch import RowBatch
 from ttscli.lm.sample import NEG_INF, KeyStream
 from ttscli.models.base import Request, Row
@@ -171,7 +171,7 @@ class ChatterboxRows:
         if len(m.tokens) >= m.limit:
             if m.request.ignore_eos:
                 return None
-            raise GenerationError(f"T3 reached its limit of {m.limit} speech tokens without the stop token "
+            raise LimitReached(f"T3 reached its limit of {m.limit} speech tokens without the stop token "
                                   f"(raise it with --max-new-tokens, or split the text)")
         return self.t3.speech_embed(tok, len(m.tokens))
 

@@ -20,7 +20,7 @@ from typing import Any
 import mlx.core as mx
 from mlx import nn
 
-from ttscli.errors import GenerationError
+from ttscli.errors import GenerationError, LimitReached
 from ttscli.lm.model import DecoderLM
 from ttscli.lm.sample import (
     NEG_INF,
@@ -202,5 +202,5 @@ class T3(nn.Module):
             logits, _ = decoder.step(e, cache)
         if ignore_eos:
             return
-        raise GenerationError(f"T3 reached its limit of {limit} speech tokens without the stop token "
+        raise LimitReached(f"T3 reached its limit of {limit} speech tokens without the stop token "
                               f"(raise it with --max-new-tokens, or split the text)")

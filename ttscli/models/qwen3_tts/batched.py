@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from ttscli.errors import GenerationError
+from ttscli.errors import GenerationError, LimitReached
 from ttscli.lm import KeyStream, logit_bias
 from ttscli.lm.batch import RowAudio, RowBatch, sample_rows
 from ttscli.models.base import Request, Row
@@ -161,7 +161,7 @@ class TalkerBatch:
                       bias=self.bias_open[False])
         if int(last.item()) == self.eos:
             return None
-        return GenerationError(f"reached max frames ({cfg.max_frames}, {cfg.max_frames / 12.5:.1f} s of audio) "
+        return LimitReached(f"reached max frames ({cfg.max_frames}, {cfg.max_frames / 12.5:.1f} s of audio) "
                                "before end of speech; raise --max-frames or shorten the text chunk")
 
 

@@ -19,7 +19,7 @@ from typing import Iterator
 import mlx.core as mx
 import numpy as np
 
-from ttscli.errors import GenerationError, UsageError
+from ttscli.errors import GenerationError, LimitReached, UsageError
 from ttscli.lm import CodeDecoder
 from ttscli.lm.sample import KeyStream, SamplingParams, logit_bias, sample
 from ttscli.models.base import Stats
@@ -142,7 +142,7 @@ def generate_frames(talker: Talker, decoder: CodeDecoder, prompt: Prompt, cfg: L
     last = sample(logits, cfg.talker, keys.next(), seen=seen, bias=bias_open)
     if int(last.item()) == eos:
         return
-    raise GenerationError(f"reached max frames ({cfg.max_frames}, {cfg.max_frames / 12.5:.1f} s of audio) "
+    raise LimitReached(f"reached max frames ({cfg.max_frames}, {cfg.max_frames / 12.5:.1f} s of audio) "
                           "before end of speech; raise --max-frames or shorten the text chunk")
 
 
