@@ -145,6 +145,27 @@ def preload() -> str | None:
     return loaded
 
 
+class _BeforeMlx:
+    """A ``sys.meta_path`` finder that finds nothing: asked for ``mlx`` the first time, it loads
+    the BLAS and steps aside. Whoever imports mlx first, mlx's cblas calls resolve to the
+    BLAS, and a run that never imports mlx (``--help``, the onnxruntime voice) never loads it."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.partition(".")[0] == "mlx":
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+            preload()
+        return None
+
+
+def preload_before_mlx() -> None:
+    """:func:`preload` at the first ``import mlx`` (at once if mlx is already imported)."""
+    if "mlx" in sys.modules:
+        preload()
+    elif not any(isinstance(f, _BeforeMlx) for f in sys.meta_path):
+        sys.meta_path.insert(0, _BeforeMlx())
+
+
 def name() -> str:
     """What serves mlx's BLAS calls, for bench reports."""
     if not loaded:

@@ -15,7 +15,6 @@ import typer
 from rich.console import Console
 
 from ttscli import __version__
-from ttscli.audio import check_output
 from ttscli.errors import Interrupted, TTSError, UsageError
 from ttscli.serve import HTTPOptions
 
@@ -311,6 +310,7 @@ def speak(
 ):
     """Speak text with a model (default: the registry's default, an embedded voice)."""
     set_flags(quiet, verbose, debug)
+    from ttscli.audio import check_output
     from ttscli.generate import Request, check_request
     from ttscli.text import MAX_TEXT_BYTES, check_text
 
@@ -362,7 +362,7 @@ def clone(
     set_flags(quiet, verbose, debug)
     from dataclasses import replace
 
-    from ttscli.audio import read_reference, resample
+    from ttscli.audio import check_output, read_reference, resample
     from ttscli.generate import Request, check_request
     from ttscli.text import check_text
 
