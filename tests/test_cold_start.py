@@ -66,3 +66,16 @@ def test_bench_cold_times_ttscli_and_piper(run_cli):
     piper = report["commands"]["piper"].split()
     assert piper[1] == "-m" and piper[2].endswith(".onnx")
     assert report["speak_vs_piper"]["wall"] > 0 and report["speak_vs_piper"]["cpu"] > 0
+
+
+def test_the_blas_loads_at_the_first_import_of_mlx_and_not_before():
+    from ttscli import _blas
+
+    if not sys.platform.startswith("linux") or not (_blas.mkl_library() or any(map(os.path.exists, _blas.OPENBLAS))):
+        pytest.skip("needs Linux with MKL or OpenBLAS installed")
+    pytest.importorskip("mlx.core")
+    probe = ("import ttscli; from ttscli import _blas; print(_blas.loaded is None); "
+             "import mlx.core; print(_blas.loaded is not None)")
+    env = {**os.environ, "TTSCLI_BLAS": "mkl" if _blas.mkl_library() else "openblas"}
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env)
+    assert p.stdout.split() == ["True", "True"], p.stderr
