@@ -19,9 +19,12 @@ voice ran faster on OpenBLAS; docs/benchmarks.md#qwen3-cpu-backends-before). Ord
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover - ctypes is imported by the preload itself: `ttscli --help` loads no BLAS
+    import ctypes
 
 OPENBLAS = (
     "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
@@ -131,6 +134,8 @@ def preload() -> str | None:
             problems.append(f"{path}: no such file")
             continue
         try:
+            import ctypes
+
             _lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
         except OSError as err:
             problems.append(str(err))
