@@ -38,7 +38,7 @@ NOISES = {"dp": "dp_noise", "prior": "prior_noise"}
 FRAMES_PER_ID = 24         # first prior-noise buffer: frames per phoneme id (x length scale)
 SEEDED_FORMAT = 1          # bumped when seeded_graph's edit changes: older cached graphs are rebuilt
 GRAPH_FILE = "seeded.onnx"
-RECORD_KEY = "ttscli.seeded"    # metadata entry: the source, format and channels the graph was built from
+RECORD_KEY = "ttscli.seeded"    # metadata entry: the source, format, onnxruntime version and channels
 
 _LOG = logging.getLogger(__name__)
 
@@ -102,8 +102,8 @@ def build_graph(onnx_path: Path, cache_dir: Path | None) -> tuple[bytes, int]:
     """The seeded graph as bytes, stored (:func:`optimized`) in ``cache_dir`` for the next
     load where it can be.
 
-    The graph carries its own record (the source it was built from, the prior-noise channels)
-    in its metadata, so graph and record are replaced together in one rename. Written as
+    The graph carries its own record (:func:`_record` and the prior-noise channels) in its
+    metadata, so graph and record are replaced together in one rename. Written as
     user-named files are (ttscli.outfile): a link planted in the cache is not followed, and a
     run stopped halfway leaves no partial graph."""
     from ttscli.errors import TTSError
@@ -119,6 +119,8 @@ def build_graph(onnx_path: Path, cache_dir: Path | None) -> tuple[bytes, int]:
             write_destination(resolve(cache_dir / GRAPH_FILE, what, parents=True), optimized(data), what)
         except (TTSError, OSError) as e:
             _LOG.info("seeded graph not cached: %s", e)
+        except Exception as e:  # noqa: BLE001 - onnxruntime's own types; the voice loads from memory all the same
+            _LOG.warning("seeded graph not cached: onnxruntime could not optimise it: %s", e)
     return data, channels
 
 
