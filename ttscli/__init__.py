@@ -5,9 +5,9 @@
     for chunk in ttscli.synthesize(pipe, ttscli.Request("Hello there.")):
         ...  # float32 mono at pipe.sample_rate
 
-``load``, ``synthesize`` and ``Request`` are imported on first use: ``ttscli --help`` and the
-embedded voice on onnxruntime never pay for numpy's, mlx's or the model code's imports they
-do not run.
+``load``, ``synthesize`` and ``Request`` are imported on first use, and the BLAS that mlx calls
+is loaded at the first import of mlx: ``ttscli --help`` imports neither numpy nor the model
+code, and the embedded voice on onnxruntime never imports mlx.
 """
 from ttscli import signals as _signals
 
