@@ -4,19 +4,33 @@
     pipe = ttscli.load("piper-joe")
     for chunk in ttscli.synthesize(pipe, ttscli.Request("Hello there.")):
         ...  # float32 mono at pipe.sample_rate
+
+``load``, ``synthesize`` and ``Request`` are imported on first use, and the BLAS that mlx calls
+is loaded at the first import of mlx: ``ttscli --help`` imports neither numpy nor the model
+code, and the embedded voice on onnxruntime never imports mlx.
 """
 from ttscli import signals as _signals
 
-# first, before the ~0.5 s of imports below: a Ctrl-C there must not print a traceback (CLI only)
+# first, before the imports below: a Ctrl-C there must not print a traceback (CLI only)
 _signals.install_for_import()
 
 from ttscli import _blas  # noqa: E402
 
-_blas.preload()  # must run before anything imports mlx
+_blas.preload_before_mlx()  # the BLAS is loaded when, and only if, something imports mlx
 
 __version__ = "0.1.0"
 
-from ttscli.api import load  # noqa: E402
-from ttscli.generate import Request, synthesize  # noqa: E402
-
 __all__ = ["load", "synthesize", "Request", "__version__"]
+
+_LAZY = {"load": "ttscli.api", "synthesize": "ttscli.generate", "Request": "ttscli.generate"}
+
+
+def __getattr__(name: str):
+    """The public API, imported when first asked for (PEP 562)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'ttscli' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value

@@ -19,9 +19,12 @@ voice ran faster on OpenBLAS; docs/benchmarks.md#qwen3-cpu-backends-before). Ord
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover - ctypes is imported by the preload itself: `ttscli --help` loads no BLAS
+    import ctypes
 
 OPENBLAS = (
     "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
@@ -131,6 +134,8 @@ def preload() -> str | None:
             problems.append(f"{path}: no such file")
             continue
         try:
+            import ctypes
+
             _lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
         except OSError as err:
             problems.append(str(err))
@@ -143,6 +148,27 @@ def preload() -> str | None:
         sys.stderr.write(f"ttscli: warning: TTSCLI_BLAS={choice} could not be loaded ({why}); "
                          "using mlx's built-in BLAS, which is much slower\n")
     return loaded
+
+
+class _BeforeMlx:
+    """A ``sys.meta_path`` finder that finds nothing: asked for ``mlx`` the first time, it loads
+    the BLAS and steps aside. Whoever imports mlx first, mlx's cblas calls resolve to the
+    BLAS, and a run that never imports mlx (``--help``, the onnxruntime voice) never loads it."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.partition(".")[0] == "mlx":
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+            preload()
+        return None
+
+
+def preload_before_mlx() -> None:
+    """:func:`preload` at the first ``import mlx`` (at once if mlx is already imported)."""
+    if "mlx" in sys.modules:
+        preload()
+    elif not any(isinstance(f, _BeforeMlx) for f in sys.meta_path):
+        sys.meta_path.insert(0, _BeforeMlx())
 
 
 def name() -> str:

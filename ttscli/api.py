@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +18,7 @@ DEFAULT_CACHE_LIMIT = 2 << 30
 
 def limit_mlx_cache() -> None:
     """Bound MLX's buffer cache to min(2 GiB, RAM/4), never raising a lower limit already set.
+    ``load`` calls it only where MLX runs: a model on onnxruntime alone never imports mlx.
 
     Nothing to bound where MLX has no backend (a Linux install without ``[cpu]`` or ``[cuda]``): the
     onnxruntime voices still load, and an MLX model's own import says what to install.
@@ -58,7 +60,8 @@ def load(
     chosen = resolve(spec, family, options.backends, random_weights=options.random_weights)
     options = replace(options, backends={c: choice.backend for c, choice in chosen.items()})
     checkpoint = None if options.random_weights else hub.locate(spec, Path(model_dir) if model_dir else None)
-    limit_mlx_cache()
+    if "mlx" in options.backends.values() or "mlx.core" in sys.modules:
+        limit_mlx_cache()       # before the weights load
     if options.prefill_mode not in PREFILL_MODES:
         raise UsageError(f"prefill mode {options.prefill_mode!r}: choose {' or '.join(PREFILL_MODES)}")
     try:
@@ -67,6 +70,8 @@ def load(
         if mlx_runtime.is_missing_backend(exc):
             raise mlx_runtime.unavailable(exc) from exc
         raise
+    if "mlx.core" in sys.modules:
+        limit_mlx_cache()       # a pipeline that imported MLX for a part no backend names
     if not isinstance(pipe, Pipeline):
         raise TypeError(f"the {spec.family} family's load() returned {type(pipe).__name__}, not a Pipeline")
     pipe.spec = spec

@@ -17,7 +17,7 @@ import numpy as np
 
 from ttscli import __version__, hub
 from ttscli.api import load
-from ttscli.errors import NotImplementedModelError, UsageError
+from ttscli.errors import NotImplementedModelError, TTSError, UsageError
 from ttscli.generate import Request, Stats, synthesize
 from ttscli.models import family_of
 from ttscli.models.base import PREFILL_MODES, LoadOptions
@@ -387,3 +387,152 @@ def bench_batches(spec, req: BenchRequest, text: str, registry, console=None) ->
         console.print(render(report))
     return report
 
+
+
+# ---- cold start: whole processes ----------------------------------------------------------------
+
+COLD_TEXT = "Hello."
+COLD_SIDES = ("ttscli --help", "ttscli speak", "piper")
+
+
+@dataclass
+class ColdRequest:
+    """`ttscli bench --cold`: whole `ttscli` and `piper` processes, timed from start to exit."""
+
+    model: str | None = None                 # a Piper voice (None: the registry default, the embedded one)
+    text: str = COLD_TEXT
+    runs: int = 5                            # timed runs of each side
+    warmup: int = 1                          # untimed runs of each side first (page cache, converted files)
+    model_dir: Path | None = None
+    registry_files: list[Path] = field(default_factory=list)
+    timeout_s: float = 300.0                 # one process at most; past it the bench stops with an error
+
+
+@dataclass(frozen=True)
+class ColdSide:
+    """One side: its command line, its stdin, and the file a finished run must have written."""
+
+    argv: list[str]
+    stdin: bytes | None = None
+    writes: Path | None = None
+
+
+def console_script(name: str, install: str) -> str:
+    """The `name` executable of this interpreter's environment (else on $PATH)."""
+    beside = Path(sys.executable).with_name(name)
+    if beside.exists():
+        return str(beside)
+    import shutil
+
+    found = shutil.which(name)
+    if found is None:
+        raise UsageError(f"--cold runs `{name}`, which is not installed: {install}")
+    return found
+
+
+def cold_sides(spec, req: ColdRequest, out_dir: Path) -> dict[str, ColdSide]:
+    """`ttscli --help`, a one-line `ttscli speak` and `piper` on the same voice and text."""
+    from ttscli.models.piper.load import find_onnx
+
+    ttscli = console_script("ttscli", "pip install -e .")
+    piper = console_script("piper", "pip install piper-tts")
+    extra = [a for f in req.registry_files for a in ("--registry", str(f))]
+    if req.model_dir is not None:
+        extra += ["--model-dir", str(req.model_dir)]
+    onnx = find_onnx(hub.locate(spec, req.model_dir))
+    return {
+        "ttscli --help": ColdSide([ttscli, "--help"]),
+        "ttscli speak": ColdSide([ttscli, "speak", req.text, "-m", spec.id, "-o", str(out_dir / "ttscli.wav"), *extra],
+                                 writes=out_dir / "ttscli.wav"),
+        "piper": ColdSide([piper, "-m", str(onnx), "-f", str(out_dir / "piper.wav")], stdin=req.text.encode(),
+                          writes=out_dir / "piper.wav"),
+    }
+
+
+def time_process(name: str, side: ColdSide, timeout_s: float) -> tuple[float, float]:
+    """Wall and CPU (user + system) seconds of one run of ``side``, from start to exit."""
+    import subprocess
+
+    if side.writes is not None:
+        side.writes.unlink(missing_ok=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(side.argv, input=side.stdin, capture_output=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        raise TTSError(f"--cold: {name} ran past {timeout_s:g} s") from None
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode != 0:
+        said = (p.stderr.decode("utf-8", "replace").strip().splitlines() or ["nothing on stderr"])[-1]
+        raise TTSError(f"--cold: {name} failed (exit {p.returncode}): {said}")
+    if side.writes is not None and not (side.writes.is_file() and side.writes.stat().st_size > 44):
+        raise TTSError(f"--cold: {name} exited 0 but wrote no audio to {side.writes}")
+    if side.writes is None and not p.stdout.strip():
+        raise TTSError(f"--cold: {name} printed nothing")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def spread(xs: list[float]) -> dict:
+    return {"median_s": float(np.median(xs)), "min_s": min(xs), "max_s": max(xs)}
+
+
+def run_cold(req: ColdRequest, registry: Registry, console=None) -> dict:
+    """Each side's runs in turn, the order alternating from one round to the next, so load
+    that comes and goes on the machine falls on both sides alike."""
+    import os
+    import shlex
+    import tempfile
+
+    spec = registry.resolve(req.model)
+    if spec.family != "piper":
+        raise UsageError(f"--cold compares with piper-tts, which runs Piper voices; {spec.id} is a {spec.family} model")
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="ttscli-cold-") as tmp:
+        sides = cold_sides(spec, req, Path(tmp))
+        wall = {n: [] for n in sides}
+        cpu = {n: [] for n in sides}
+        for i in range(req.warmup + req.runs):
+            order = list(sides) if i % 2 == 0 else list(reversed(sides))
+            if console:
+                step = f"warm-up {i + 1}" if i < req.warmup else f"run {i - req.warmup + 1} of {req.runs}"
+                console.print(f"[dim]bench --cold: {step} …[/dim]")
+            for name in order:
+                w, c = time_process(name, sides[name], req.timeout_s)
+                if i >= req.warmup:
+                    wall[name].append(w)
+                    cpu[name].append(c)
+    report = {
+        "model": spec.id,
+        "text": req.text,
+        "runs": req.runs,
+        "warmup": req.warmup,
+        "commands": {n: shlex.join(s.argv) for n, s in sides.items()},
+        "sides": {n: {**spread(wall[n]), "cpu_median_s": float(np.median(cpu[n])), "wall_s": wall[n],
+                      "cpu_s": cpu[n]} for n in sides},
+        "load_before": list(load_before),
+        "load_after": list(os.getloadavg()),
+        "environment": {"ttscli": __version__, "python": platform.python_version(), "platform": platform.platform(),
+                        "cpu_count": os.cpu_count()},
+    }
+    speak, piper = report["sides"]["ttscli speak"], report["sides"]["piper"]
+    report["speak_vs_piper"] = {"wall": speak["median_s"] / piper["median_s"],
+                                "cpu": speak["cpu_median_s"] / piper["cpu_median_s"]}
+    if console:
+        console.print(render_cold(report))
+    return report
+
+
+def render_cold(report: dict):
+    from rich.table import Table
+
+    ratio = report["speak_vs_piper"]
+    t = Table(title=f"ttscli bench --cold {report['model']}: {report['runs']} runs each, alternating",
+              caption=f"ttscli speak / piper (medians): {ratio['wall']:.2f}x wall, {ratio['cpu']:.2f}x CPU; "
+                      "load average {:.2f} before, {:.2f} after".format(report["load_before"][0],
+                                                                         report["load_after"][0]))
+    for col in ("command", "median (s)", "min (s)", "max (s)", "CPU median (s)"):
+        t.add_column(col, justify="left" if col == "command" else "right")
+    for name, s in report["sides"].items():
+        t.add_row(name, *(f"{s[k]:.3f}" for k in ("median_s", "min_s", "max_s", "cpu_median_s")))
+    return t

@@ -15,7 +15,6 @@ import typer
 from rich.console import Console
 
 from ttscli import __version__
-from ttscli.audio import check_output
 from ttscli.errors import Interrupted, TTSError, UsageError
 from ttscli.serve import HTTPOptions
 
@@ -317,6 +316,7 @@ def speak(
 ):
     """Speak text with a model (default: the registry's default, an embedded voice)."""
     set_flags(quiet, verbose, debug)
+    from ttscli.audio import check_output
     from ttscli.generate import Request, check_request
     from ttscli.text import MAX_TEXT_BYTES, check_text
 
@@ -369,7 +369,7 @@ def clone(
     set_flags(quiet, verbose, debug)
     from dataclasses import replace
 
-    from ttscli.audio import read_reference, resample
+    from ttscli.audio import check_output, read_reference, resample
     from ttscli.generate import Request, check_request
     from ttscli.text import check_text
 
@@ -483,6 +483,10 @@ def bench(
     peer: Optional[str] = typer.Option(
         None, "--peer", help="Also time a peer on the same text (`ttscli models MODEL` lists them)."),
     stream: bool = typer.Option(False, "--stream", help="Measure time to first audio when streaming."),
+    cold: bool = typer.Option(
+        False, "--cold", help="Time whole processes instead: `ttscli --help`, a one-line `ttscli speak` and "
+                              "piper-tts's `piper` on the same voice and text (default: Hello.), -n runs each "
+                              "in alternating order, after --warmup runs."),
     max_frames: Optional[int] = MaxFrames,
     prompt_tokens: int = typer.Option(200, "--prompt-tokens", min=1, help="Prefill length for prefill timing."),
     batch: Optional[str] = typer.Option(
@@ -501,6 +505,15 @@ def bench(
     from ttscli.bench import BenchRequest, run_bench
 
     body = read_text(text, file) if (text is not None or file is not None) else None
+    if cold:
+        from ttscli.bench import COLD_TEXT, ColdRequest, run_cold
+
+        req = ColdRequest(model=model, text=body or COLD_TEXT, runs=repeats, warmup=warmup, model_dir=model_dir,
+                          registry_files=list(registry or []))
+        report = run_cold(req, registry_from(registry), console=None if quiet else err)
+        if json_out:
+            typer.echo(json.dumps(report, indent=2))
+        return
     from ttscli.backends.select import parse_backend_options
 
     fixed, compared, component = {}, [b.strip() for b in code_decoder_backend.split(",") if b.strip()], None

@@ -9,7 +9,6 @@ other. ttscli therefore leaves the choice to an extra (``ttscli[cpu]``, ``ttscli
 from __future__ import annotations
 
 import sys
-from importlib import metadata
 
 from ttscli.errors import BackendUnavailableError
 
@@ -20,6 +19,8 @@ INSTALL_HINT = ("pip install 'ttscli[cpu]' for the CPU, 'ttscli[cuda]' for an NV
 
 def installed_backends() -> list[str]:
     """The MLX backend wheels installed in this environment (Linux has one when all is well)."""
+    from importlib import metadata
+
     found = []
     for name in BACKEND_WHEELS:
         try:

@@ -1,7 +1,7 @@
 """Stop signals for the command line: SIGINT, SIGTERM and SIGHUP all end the way Ctrl-C does.
 
-Two phases. While the console script imports ttscli (the BLAS preload, mlx, typer: about half a
-second) nothing has been written yet, so a stop prints the one line and exits at once: Python's
+Two phases. While the console script imports ttscli (typer and the command line's options)
+nothing has been written yet, so a stop prints the one line and exits at once: Python's
 own KeyboardInterrupt would print a traceback from inside some import. Once `cli.main` runs,
 SIGINT raises KeyboardInterrupt and SIGTERM/SIGHUP raise `Terminated` (a KeyboardInterrupt), so
 the one abort path (Sink.abort) removes the temporary file whichever signal came. A second stop

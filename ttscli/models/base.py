@@ -42,11 +42,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
 
-import numpy as np
-
 from ttscli.errors import UsageError
 
-if TYPE_CHECKING:  # pragma: no cover
+if TYPE_CHECKING:  # pragma: no cover - numpy only in annotations: `ttscli --help` reads this module
+    import numpy as np
+
     from ttscli.registry import ModelSpec
 
 COMMANDS = ("speak", "clone")

@@ -117,7 +117,8 @@ def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = N
     if backend == "onnx" and not options.random_weights:
         from .onnx_vits import OnnxVitsModel, PiperOnnxPipeline
 
-        pipe = PiperOnnxPipeline(OnnxVitsModel(onnx_path), voice["phoneme_id_map"],
+        pipe = PiperOnnxPipeline(OnnxVitsModel(onnx_path, converted_dir(spec.id, "onnx-seeded")),
+                                 voice["phoneme_id_map"],
                                  voice.get("espeak", {}).get("voice", "en-us"),
                                  int(voice.get("audio", {}).get("sample_rate", 22050)), voice.get("inference", {}))
         if getattr(spec, "sample_rate", None) and spec.sample_rate != pipe.sample_rate:

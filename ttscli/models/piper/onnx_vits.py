@@ -7,11 +7,21 @@ that noise from the request's seed, so a seed gives the same audio on every run 
 worker. The prior noise's frame count is only known inside the graph (it follows the
 predicted durations), so a generous buffer is passed and a short one is retried larger.
 
+The edited graph is kept in ttscli's cache (``paths.converted_dir(MODEL, "onnx-seeded")``),
+already through onnxruntime's CPU-independent optimizations and recording in its metadata the
+source file's name, size and mtime and the onnxruntime version; later loads read it from there.
+Editing the graph needs the ``onnx`` package, whose import (it loads ml_dtypes) cost a one-line
+`ttscli speak` about as much CPU time as piper-tts's whole run, and the optimizations were half
+of the session's start. A cache that is stale, unreadable or cannot be written is rebuilt, or
+skipped, in memory: the voice always loads, with the same audio to the bit.
+
 The session holds no request state and runs on the backend's global thread pool, so
 sentence chunks may run concurrently (``concurrent_safe``).
 """
 from __future__ import annotations
 
+import json
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -26,6 +36,11 @@ from .settings import scales, sentence_audio
 
 NOISES = {"dp": "dp_noise", "prior": "prior_noise"}
 FRAMES_PER_ID = 24         # first prior-noise buffer: frames per phoneme id (x length scale)
+SEEDED_FORMAT = 1          # bumped when seeded_graph's edit changes: older cached graphs are rebuilt
+GRAPH_FILE = "seeded.onnx"
+RECORD_KEY = "ttscli.seeded"    # metadata entry: the source, format, onnxruntime version and channels
+
+_LOG = logging.getLogger(__name__)
 
 
 def seeded_graph(onnx_path: Path):
@@ -56,20 +71,99 @@ def seeded_graph(onnx_path: Path):
     return model, channels
 
 
+def _record(onnx_path: Path) -> dict:
+    """What a cached seeded graph must have been built from, and by which onnxruntime."""
+    import onnxruntime as ort
+
+    from .convert import source_fingerprint
+
+    return {"format": SEEDED_FORMAT, "source": source_fingerprint(onnx_path), "onnxruntime": ort.__version__}
+
+
+def optimized(graph: bytes) -> bytes:
+    """``graph`` after onnxruntime's basic and extended optimizations, the ones that do not
+    depend on the CPU: a session made from it starts in less than half the time (the fusions
+    are done), and its output is the same to the bit (the same optimizations, done earlier).
+    onnxruntime writes the file itself, so it writes it into a fresh private folder."""
+    import tempfile
+
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory(prefix="ttscli-seeded-") as tmp:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        so.log_severity_level = 3
+        so.optimized_model_filepath = str(Path(tmp) / GRAPH_FILE)
+        ort.InferenceSession(graph, so, providers=["CPUExecutionProvider"])
+        return (Path(tmp) / GRAPH_FILE).read_bytes()
+
+
+def build_graph(onnx_path: Path, cache_dir: Path | None) -> tuple[bytes, int]:
+    """The seeded graph as bytes, stored (:func:`optimized`) in ``cache_dir`` for the next
+    load where it can be.
+
+    The graph carries its own record (:func:`_record` and the prior-noise channels) in its
+    metadata, so graph and record are replaced together in one rename. Written as
+    user-named files are (ttscli.outfile): a link planted in the cache is not followed, and a
+    run stopped halfway leaves no partial graph."""
+    from ttscli.errors import TTSError
+    from ttscli.outfile import resolve, write_destination
+
+    model, channels = seeded_graph(onnx_path)
+    entry = model.metadata_props.add()
+    entry.key, entry.value = RECORD_KEY, json.dumps({**_record(onnx_path), "channels": channels})
+    data = model.SerializeToString()
+    if cache_dir is not None:
+        what = "the seeded-graph cache"
+        try:
+            write_destination(resolve(cache_dir / GRAPH_FILE, what, parents=True), optimized(data), what)
+        except (TTSError, OSError) as e:
+            _LOG.info("seeded graph not cached: %s", e)
+        except Exception as e:  # noqa: BLE001 - onnxruntime's own types; the voice loads from memory all the same
+            _LOG.warning("seeded graph not cached: onnxruntime could not optimise it: %s", e)
+    return data, channels
+
+
+def record_channels(session, onnx_path: Path) -> int | None:
+    """The prior-noise channels a cached graph recorded, if it was built from ``onnx_path`` as
+    it is now (None: stale or not ttscli's)."""
+    try:
+        record = json.loads(session.get_modelmeta().custom_metadata_map[RECORD_KEY])
+        current = _record(onnx_path)
+        if {k: record.get(k) for k in current} == current:
+            return int(record["channels"])
+    except (KeyError, ValueError, TypeError, AttributeError):
+        pass
+    return None
+
+
 class OnnxVitsModel:
-    def __init__(self, onnx_path: Path):
+    def __init__(self, onnx_path: Path, cache_dir: Path | None = None):
+        """``cache_dir``: where the seeded graph is kept between runs (None: built each time)."""
         from ttscli.backends.onnx.runtime import require_onnxruntime, session_options
 
         require_onnxruntime()
         import onnxruntime as ort
 
-        model, self.channels = seeded_graph(Path(onnx_path))
+        onnx_path = Path(onnx_path)
         so = session_options()
         # tensors here are sized by the sentence: an arena would hold the longest sentence's
         # high-water mark for the session's life (+86 MB RSS in a server, README "Serve"); plain
         # malloc per run: the same best time of 6-8 runs on the loaded 2-core CPU (medians ~8% apart, noise)
         so.enable_cpu_mem_arena = False
-        self.session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        cached = cache_dir / GRAPH_FILE if cache_dir is not None else None
+        if cached is not None and cached.is_file():
+            try:
+                self.session = ort.InferenceSession(str(cached), so, providers=["CPUExecutionProvider"])
+                channels = record_channels(self.session, onnx_path)
+                if channels is not None:
+                    self.channels = channels
+                    return
+                _LOG.info("the cached seeded graph %s is stale; rebuilding", cached)
+            except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types for a damaged file
+                _LOG.warning("rebuilding the cached seeded graph %s: %s", cached, e)
+        graph, self.channels = build_graph(onnx_path, cache_dir)
+        self.session = ort.InferenceSession(graph, so, providers=["CPUExecutionProvider"])
 
     def __call__(self, ids: list[int], noise_scale: float, length_scale: float, noise_w: float,
                  rng: np.random.Generator) -> tuple[np.ndarray, int]:
