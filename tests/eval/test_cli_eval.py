@@ -43,6 +43,7 @@ def test_gate_fails_on_noise(run_cli, tmp_path):
     assert "> --max-wer 0.1" in line and "< --min-mos 2.5" in line
 
 
+@pytest.mark.slow
 def test_gate_fails_on_perturbed_weights(monkeypatch, tmp_path):
     """The real voice with one weight tensor scrambled: audio still comes out, words do not."""
     import mlx.core as mx
@@ -82,6 +83,7 @@ def _piper(texts, seed, **knobs):
     return out, pipe.sample_rate
 
 
+@pytest.mark.slow
 def test_speaker_similarity_separates_voices():
     """Joe at two noise settings, other sentences, is closer to Joe than espeak-ng's voice is."""
     pytest.importorskip("webrtcvad")
