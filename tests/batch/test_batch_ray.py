@@ -132,6 +132,7 @@ def test_ray_engine_survives_a_killed_worker_and_equals_local(cluster, tmp_path,
         assert np.abs(a.astype(np.int32) - b).max() <= 4
 
 
+@pytest.mark.slow
 def test_ray_actors_batch_rows_like_the_local_engine(cluster, tmp_path, shared_cache):
     """A family with batched generation (tiny Qwen3-TTS, MLX talker): each actor gets --batch-size
     rows per call and runs them through the family's synthesize_many, as the local engine does;

@@ -102,6 +102,7 @@ def test_speaker_similarity_separates_voices():
     assert other < min(joe) - 0.2, (other, joe)
 
 
+@pytest.mark.slow
 def test_min_sim_gate_names_the_similarity(run_cli, tmp_path):
     pytest.importorskip("webrtcvad")
     (tmp_path / "t.txt").write_text("A rainbow is a division of white light into many beautiful colors.\n")
@@ -161,6 +162,7 @@ def test_sentences_on_the_embedded_voice(run_cli, tmp_path):
     assert len(report["lines"]) == 24 and report["total"]["words"] > 250
 
 
+@pytest.mark.slow
 def test_bench_quality_adds_the_eval_columns(run_cli):
     p = run_cli("bench", "--quality", "--repeats", "1", "--warmup", "0", "--text", FOX, "--json", "-q")
     assert p.returncode == 0, p.err
@@ -169,6 +171,7 @@ def test_bench_quality_adds_the_eval_columns(run_cli):
     assert 2.5 < fig["dnsmos_ovrl"] < 5 and fig["rtf"] > 0
 
 
+@pytest.mark.slow
 def test_audio_from_a_batch_folder_takes_its_manifest(run_cli, tmp_path):
     out = tmp_path / "out"
     (out / "00").mkdir(parents=True)

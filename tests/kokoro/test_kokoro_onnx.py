@@ -43,6 +43,7 @@ def _prosody(model, voices, vocab, ps: str):
     return p, s
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("utt", parity.UTTERANCES)
 def test_decoder_matches_mlx_on_the_same_features(kokoro_model, onnx_model, kokoro_voices, kokoro_vocab, utt):
     p, s = _prosody(kokoro_model, kokoro_voices, kokoro_vocab, utt[1])
@@ -82,6 +83,7 @@ def test_text_side_matches_mlx(kokoro_model, onnx_model, kokoro_voices, kokoro_v
         assert parity.rel_l2(np.array(getattr(got, k)), np.array(getattr(ref, k))) < 1e-5, k
 
 
+@pytest.mark.slow
 def test_end_to_end_passes_the_float_twin_checks(onnx_model, refs):
     checks = parity.compare(onnx_model, refs)
     bad = [(c.name, c.value, c.threshold) for c in checks if not c.passed]

@@ -15,6 +15,7 @@ def _failing(model, refs):
     return {c.name for c in parity.compare(model, refs) if not c.passed}
 
 
+@pytest.mark.slow
 def test_all_checks_pass(kokoro_model, refs):
     checks = parity.compare(kokoro_model, refs)
     assert len(checks) == 13
