@@ -1,6 +1,9 @@
 # Two commands set everything up from nothing:
 #   make speak TEXT="Hello"   creates .venv, installs ttscli, speaks with the embedded voice -> speech.wav
-#   make test                 creates .venv, installs ttscli with its test extras, lints (ruff), builds the docs, runs the tests
+#   make test                 creates .venv, installs ttscli with its test extras, lints (ruff), builds the docs, runs the
+#                             fast tests (all but those marked slow)
+#   make test-all             the slow tests only (soak, eval over many sentences, real-weight end-to-end, Ray runs);
+#                             make test then make test-all runs every test once, as .ci/run does
 #   make docs                 builds the documentation site from docs/ into site/ (broken links fail the build)
 PYTHON ?= python3
 VENV   ?= .venv
@@ -9,7 +12,7 @@ TEXT   ?= Hello from ttscli, speaking on this machine with no network.
 OUT    ?= speech.wav
 STAMP  := $(VENV)/.installed
 
-.PHONY: install speak test docs clean blas
+.PHONY: install speak test test-all docs clean blas
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,7 +33,10 @@ docs: $(STAMP)
 
 test: $(STAMP) docs
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
 
 blas:
 	scripts/install-openblas.sh

@@ -118,6 +118,7 @@ def test_torn_manifest_line_is_dropped(run_cli, tmp_path):
     assert sorted(e["id"] for e in entries(tmp_path / "out")) == ["a", "b"]
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_with_nothing_lost_or_doubled(tmp_path, shared_cache):
     """SIGKILL mid-run (no clean-up at all), then the same command: every row exactly once."""
     n = 16

@@ -28,6 +28,7 @@ def manifest_entries(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_full_disk_stops_at_the_first_row_it_cannot_write_and_resumes(run_cli, tmp_path):
     n = 40
     m = tmp_path / "m.jsonl"

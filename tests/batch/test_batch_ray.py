@@ -83,6 +83,7 @@ def alive_actor_pids() -> list[int]:
     return out
 
 
+@pytest.mark.slow
 def test_ray_engine_survives_a_killed_worker_and_equals_local(cluster, tmp_path, shared_cache):
     m = tmp_path / "m.jsonl"
     m.write_text("".join(json.dumps({"id": f"u{i:02d}", "text": f"Ray row {i} speaks a short sentence."}) + "\n"
@@ -131,6 +132,7 @@ def test_ray_engine_survives_a_killed_worker_and_equals_local(cluster, tmp_path,
         assert np.abs(a.astype(np.int32) - b).max() <= 4
 
 
+@pytest.mark.slow
 def test_ray_actors_batch_rows_like_the_local_engine(cluster, tmp_path, shared_cache):
     """A family with batched generation (tiny Qwen3-TTS, MLX talker): each actor gets --batch-size
     rows per call and runs them through the family's synthesize_many, as the local engine does;
@@ -283,6 +285,7 @@ def recorded_ids(out: Path) -> set[str]:
 
 
 @needs_proc
+@pytest.mark.slow
 def test_local_cluster_is_loopback_only_ends_with_a_killed_driver_and_keeps_its_rows(tmp_path, shared_cache):
     """No --ray-address, no RAY_ADDRESS: the first line says a local cluster on 127.0.0.1 starts;
     every socket any process of the run listens on (driver, GCS, raylet, agents, actors) is on
@@ -352,7 +355,7 @@ def test_local_cluster_is_loopback_only_ends_with_a_killed_driver_and_keeps_its_
 
 
 @needs_proc
-@pytest.mark.parametrize("how", ["--ray-address", "RAY_ADDRESS"])
+@pytest.mark.parametrize("how", ["--ray-address", pytest.param("RAY_ADDRESS", marks=pytest.mark.slow)])
 def test_a_named_cluster_is_joined_and_the_first_line_says_so(cluster, tmp_path, shared_cache, how):
     """--ray-address, or RAY_ADDRESS in the environment: the first line names the cluster and where
     its address came from, and the command starts no cluster of its own."""
@@ -405,6 +408,7 @@ def test_an_address_nothing_answers_on_is_one_line_at_once(run_cli, tmp_path):
                                   "Connection refused"], p.err
 
 
+@pytest.mark.slow
 def test_an_actor_on_a_full_disk_stops_the_run(cluster, tmp_path, shared_cache):
     """An actor that meets a full disk ends the run: the last line names the path and says the
     disk is full, exit 1, and the manifest lists only complete files (actors' journals included)."""

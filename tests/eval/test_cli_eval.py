@@ -43,6 +43,7 @@ def test_gate_fails_on_noise(run_cli, tmp_path):
     assert "> --max-wer 0.1" in line and "< --min-mos 2.5" in line
 
 
+@pytest.mark.slow
 def test_gate_fails_on_perturbed_weights(monkeypatch, tmp_path):
     """The real voice with one weight tensor scrambled: audio still comes out, words do not."""
     import mlx.core as mx
@@ -81,6 +82,7 @@ def _piper(texts, seed, **knobs):
     return out, pipe.sample_rate
 
 
+@pytest.mark.slow
 def test_speaker_similarity_separates_voices():
     """Joe at two noise settings, other sentences, is closer to Joe than espeak-ng's voice is."""
     pytest.importorskip("webrtcvad")
@@ -99,6 +101,7 @@ def test_speaker_similarity_separates_voices():
     assert other < min(joe) - 0.2, (other, joe)
 
 
+@pytest.mark.slow
 def test_min_sim_gate_names_the_similarity(run_cli, tmp_path):
     pytest.importorskip("webrtcvad")
     (tmp_path / "t.txt").write_text("A rainbow is a division of white light into many beautiful colors.\n")
@@ -158,6 +161,7 @@ def test_sentences_on_the_embedded_voice(run_cli, tmp_path):
     assert len(report["lines"]) == 24 and report["total"]["words"] > 250
 
 
+@pytest.mark.slow
 def test_bench_quality_adds_the_eval_columns(run_cli):
     p = run_cli("bench", "--quality", "--repeats", "1", "--warmup", "0", "--text", FOX, "--json", "-q")
     assert p.returncode == 0, p.err
@@ -166,6 +170,7 @@ def test_bench_quality_adds_the_eval_columns(run_cli):
     assert 2.5 < fig["dnsmos_ovrl"] < 5 and fig["rtf"] > 0
 
 
+@pytest.mark.slow
 def test_audio_from_a_batch_folder_takes_its_manifest(run_cli, tmp_path):
     out = tmp_path / "out"
     (out / "00").mkdir(parents=True)

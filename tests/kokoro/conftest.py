@@ -29,3 +29,15 @@ def kokoro_vocab(kokoro_ckpt):
     from ttscli.models.kokoro.load import read_vocab
 
     return read_vocab(kokoro_ckpt / "vocab.json")
+
+
+@pytest.fixture(scope="session")
+def refs(kokoro_ckpt, kokoro_voices, kokoro_vocab, shared_cache):
+    """The published graph's outputs (float twin, teacher-forced twin, int8) on parity's utterances:
+    onnxruntime runs them once for every parity check of the session."""
+    pytest.importorskip("onnxruntime")
+    from ttscli.models.kokoro import parity
+    from ttscli.models.kokoro.load import joined_onnx
+
+    onnx_path = joined_onnx(kokoro_ckpt, shared_cache / "converted" / "kokoro-82m" / "mlx")
+    return parity.references(onnx_path, kokoro_voices, kokoro_vocab, parity.UTTERANCES[1:])

@@ -30,14 +30,6 @@ def monkeypatch_module(shared_cache):
     mp.undo()
 
 
-@pytest.fixture(scope="module")
-def refs(kokoro_ckpt, kokoro_voices, kokoro_vocab, shared_cache):
-    from ttscli.models.kokoro.load import joined_onnx
-
-    onnx_path = joined_onnx(kokoro_ckpt, shared_cache / "converted" / "kokoro-82m" / "mlx")
-    return parity.references(onnx_path, kokoro_voices, kokoro_vocab, parity.UTTERANCES[1:])
-
-
 def _prosody(model, voices, vocab, ps: str):
     from ttscli.models.kokoro.load import style_row
     from ttscli.models.kokoro.pipeline import tokens_of
@@ -51,6 +43,7 @@ def _prosody(model, voices, vocab, ps: str):
     return p, s
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("utt", parity.UTTERANCES)
 def test_decoder_matches_mlx_on_the_same_features(kokoro_model, onnx_model, kokoro_voices, kokoro_vocab, utt):
     p, s = _prosody(kokoro_model, kokoro_voices, kokoro_vocab, utt[1])
@@ -90,6 +83,7 @@ def test_text_side_matches_mlx(kokoro_model, onnx_model, kokoro_voices, kokoro_v
         assert parity.rel_l2(np.array(getattr(got, k)), np.array(getattr(ref, k))) < 1e-5, k
 
 
+@pytest.mark.slow
 def test_end_to_end_passes_the_float_twin_checks(onnx_model, refs):
     checks = parity.compare(onnx_model, refs)
     bad = [(c.name, c.value, c.threshold) for c in checks if not c.passed]
@@ -98,6 +92,7 @@ def test_end_to_end_passes_the_float_twin_checks(onnx_model, refs):
     assert by["float twin: decoder on its durations + STFT features (rel L2)"] < 1e-4
 
 
+@pytest.mark.slow
 def test_perturbed_weights_fail_their_checks(kokoro_model, refs, monkeypatch_module):
     from mlx.utils import tree_flatten
 
@@ -118,6 +113,7 @@ def test_perturbed_weights_fail_their_checks(kokoro_model, refs, monkeypatch_mod
     assert {"float twin: decoder on its durations + STFT features (rel L2)", "float twin: F0 (rel L2)"} <= failing
 
 
+@pytest.mark.slow
 def test_conversion_is_found_by_source_hash_and_rebuilt_when_stale(kokoro_model, kokoro_ckpt, tmp_path,
                                                                    monkeypatch, capsys):
     import shutil

@@ -11,18 +11,11 @@ mx = pytest.importorskip("mlx.core")
 pytest.importorskip("onnxruntime")
 
 
-@pytest.fixture(scope="module")
-def refs(kokoro_ckpt, kokoro_voices, kokoro_vocab, shared_cache):
-    from ttscli.models.kokoro.load import joined_onnx
-
-    onnx_path = joined_onnx(kokoro_ckpt, shared_cache / "converted" / "kokoro-82m" / "mlx")
-    return parity.references(onnx_path, kokoro_voices, kokoro_vocab, parity.UTTERANCES[1:])
-
-
 def _failing(model, refs):
     return {c.name for c in parity.compare(model, refs) if not c.passed}
 
 
+@pytest.mark.slow
 def test_all_checks_pass(kokoro_model, refs):
     checks = parity.compare(kokoro_model, refs)
     assert len(checks) == 13
@@ -33,6 +26,7 @@ def test_all_checks_pass(kokoro_model, refs):
     assert by["float twin: F0 (rel L2)"] < 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, change, must_fail", [
     ("predictor.duration_proj.linear_layer.bias", lambda w: w + 3.0,
      {"float twin: durations equal (tokens)", "int8 graph: largest duration difference (frames)",

@@ -26,7 +26,8 @@ def _norm(t):
 
 @pytest.mark.parametrize("text, args, lang", [
     ("The quick brown fox jumps over the lazy dog.", [], "en"),
-    ("Hello, my name is Sarah, and I will read the news today.", ["--voice", "jf_alpha:0.7,jf_nezumi:0.3"], "en"),
+    pytest.param("Hello, my name is Sarah, and I will read the news today.", ["--voice", "jf_alpha:0.7,jf_nezumi:0.3"],
+                 "en", marks=pytest.mark.slow),
     ("こんにちは、今日はいい天気ですね。", ["--voice", "jf_alpha"], "ja"),
 ])
 def test_speech_is_heard(run_cli, kokoro_model, asr, tmp_path, text, args, lang):

@@ -145,6 +145,7 @@ def test_bad_input_is_one_line(server, client, body, status, needle):
     assert r.status_code == status and needle in error(r), r.text
 
 
+@pytest.mark.slow
 def test_at_the_limit_is_accepted(server, client):
     text = ("Ok. " * 8192)[:32_768]
     assert len(text.encode()) == 32_768
