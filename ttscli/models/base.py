@@ -380,6 +380,8 @@ class Check:
 
 def cosine(a, b) -> float:
     """Cosine similarity of two arrays, flattened (NaN when either is all zeros)."""
+    import numpy as np  # here, not at import: `ttscli --help` reads this module
+
     a = np.asarray(a, np.float64).ravel()
     b = np.asarray(b, np.float64).ravel()
     den = np.linalg.norm(a) * np.linalg.norm(b)
@@ -388,6 +390,8 @@ def cosine(a, b) -> float:
 
 def max_abs(a, b) -> float:
     """The largest absolute difference (inf when the shapes differ)."""
+    import numpy as np  # here, not at import: `ttscli --help` reads this module
+
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if a.shape != b.shape:
         return float("inf")
@@ -396,6 +400,8 @@ def max_abs(a, b) -> float:
 
 def rel_l2(a, b) -> float:
     """||a - b|| / ||b|| (b is the reference)."""
+    import numpy as np  # here, not at import: `ttscli --help` reads this module
+
     a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
     if a.shape != b.shape:
         return float("inf")
