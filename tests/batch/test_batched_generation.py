@@ -68,7 +68,7 @@ def check_equal_alone(pipe, reqs, got: dict, errors: dict) -> None:
         np.testing.assert_array_equal(got[k], want, err_msg=f"request {k}")
 
 
-@pytest.mark.parametrize("max_batch", [8, 3])
+@pytest.mark.parametrize("max_batch", [pytest.param(8, marks=pytest.mark.slow), 3])
 def test_whole_requests_as_rows_equal_alone(pipe, max_batch):
     """ttscli batch's path: every chunk of every request a row; with 3 slots the later rows are
     admitted as earlier ones end."""

@@ -59,6 +59,7 @@ WAVE = "S3Gen HiFT waveform vs golden, recorded draws (max abs)"
 MEL = "S3Gen flow mel vs golden, recorded noise (max abs)"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key, change, must_fail", [
     ("s3gen__flow__mel", _bump, {MEL}),
     ("s3gen__flow__noise", lambda x: x[:, ::-1], {MEL}),

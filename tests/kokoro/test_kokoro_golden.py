@@ -27,6 +27,7 @@ def test_kmodel_golden_passes(kokoro_model):
     assert checks[DECODER].value < 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, change, must_fail", [
     ("predictor.N_proj.bias", lambda w: w + 1.0, {"N vs golden (rel L2)"}),
     ("predictor.F0_proj.bias", lambda w: w + 3.0, {"F0 vs golden (rel L2)", DECODER}),
@@ -45,6 +46,7 @@ def test_a_perturbed_weight_fails_its_check(kokoro_model, name, change, must_fai
     assert must_fail <= failing, failing
 
 
+@pytest.mark.slow
 def test_the_recorded_source_features_matter(kokoro_model, tmp_path):
     g = dict(np.load(GOLDEN))
     feats = g["har_features"].copy()

@@ -66,6 +66,7 @@ def test_decoder_matches_mlx_on_the_same_features(kokoro_model, onnx_model, koko
     assert np.abs(dphi[live]).max() < 1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("utt", parity.UTTERANCES)
 def test_text_side_matches_mlx(kokoro_model, onnx_model, kokoro_voices, kokoro_vocab, utt):
     from ttscli.models.kokoro.load import style_row

@@ -26,6 +26,7 @@ def _as_published(weights: dict) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_torch_named_safetensors_folder(kokoro_model, kokoro_ckpt, tmp_path):
     from mlx.utils import tree_flatten
     from safetensors.numpy import save_file

@@ -106,12 +106,14 @@ def test_unperturbed_copy_passes(tmp_path):
     assert all(c.passed for c in checks.values()), checks
 
 
+@pytest.mark.slow
 def test_prompt_check_fails_on_text_projection(tmp_path):
     checks = run_checks(perturbed(tmp_path, {"talker.text_projection.linear_fc2.bias": 0.1}))
     assert not checks[PROMPT].passed
     assert checks[LOGITS].passed          # prefill runs from the golden's own embeddings
 
 
+@pytest.mark.slow
 def test_hidden_check_fails_on_talker_layer(tmp_path):
     checks = run_checks(perturbed(tmp_path, {"talker.model.layers.1.mlp.down_proj.weight": 0.1}))
     assert not checks[HIDDEN].passed and checks[HIDDEN].value < 0.99999
@@ -124,6 +126,7 @@ def test_greedy_check_fails_on_code_predictor_head(tmp_path):
     assert checks[LOGITS].passed and checks[HIDDEN].passed     # the talker itself is intact
 
 
+@pytest.mark.slow
 def test_decoder_check_fails_on_decoder_conv(tmp_path):
     checks = run_checks(perturbed(tmp_path, decoder={"decoder.decoder.0.conv.weight": 0.05}))
     assert not checks[DECODER].passed and checks[DECODER].value > 1e-4
@@ -141,6 +144,7 @@ def test_batched_prefill_check_fails_without_causal_mask(tmp_path, monkeypatch):
     assert not checks[BATCHED].passed and checks[BATCHED].value > 1e-4
 
 
+@pytest.mark.slow
 def test_stream_check_fails_when_chunks_forget_their_context(tmp_path, monkeypatch):
     """Decode each streamed chunk on its own (no carried conv tails / KV): the classic chunking bug."""
     from ttscli.codecs.qwen3_12hz import streaming
@@ -156,6 +160,7 @@ def test_stream_check_fails_when_chunks_forget_their_context(tmp_path, monkeypat
     assert checks[DECODER].passed
 
 
+@pytest.mark.slow
 def test_reprime_check_fails_when_the_reprime_keeps_only_inputs(tmp_path, monkeypatch):
     """Re-prime by re-running the stack's input frames (every layer but the first loses context)."""
     from decoder_variants import input_only_reprime

@@ -39,7 +39,8 @@ def joined(chunks) -> np.ndarray:
     return np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "kokoro" else n
+                                  for n in sorted(CASES)])
 def test_generations_in_turns_equal_each_alone(name, tmp_path):
     case = CASES[name](tmp_path)
     pipe = api.load(case.model, model_dir=case.model_dir, options=LoadOptions(random_weights=case.random_weights))

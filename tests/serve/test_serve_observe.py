@@ -232,7 +232,7 @@ def test_metrics_need_the_key_and_count_requests(text_server):
 
 
 ROWS = [
-    pytest.param("chatterbox", FIXTURES / "chatterbox" / "tiny", 300, id="chatterbox"),
+    pytest.param("chatterbox", FIXTURES / "chatterbox" / "tiny", 300, id="chatterbox", marks=pytest.mark.slow),
     pytest.param("breeze-tts-2", FIXTURES / "breeze" / "tiny", 60, id="breeze"),
 ]
 
@@ -249,7 +249,7 @@ def test_two_concurrent_requests_run_as_rows_of_one_batch(tmp_path_factory, mode
 
     def send(k: int) -> None:
         body = {"input": f"Hello the world, number {k}.", "seed": k, "max_frames": frames,
-                "response_format": "wav", "model": model}
+                "response_format": "wav", "stream": True, "model": model}   # a streamed WAV: audio as it comes
         data, cut = b"", False
         with httpx.Client(timeout=WAIT * 4) as c, c.stream("POST", s.url + "/v1/audio/speech", json=body,
                                                            headers=AUTH) as r:

@@ -222,6 +222,7 @@ def test_concurrent_clients_and_a_full_queue(server, client):
     assert h["refused"] >= len(refused)
 
 
+@pytest.mark.slow
 def test_disconnects_free_their_rows(server, client):
     """A client that leaves mid-stream, and one that leaves while queued behind it: both rows are
     freed, and the server goes on serving."""

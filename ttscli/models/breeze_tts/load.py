@@ -177,9 +177,12 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
 
     backend = options.backend("code_decoder")
     for component, name in options.backends.items():
-        if name != "mlx" and not (component == "code_decoder" and name.startswith(("coreml", "onnx"))):
+        # the depth decoder (code_predictor) runs where the backbone's graph does: it follows
+        follows = component == "code_predictor" and name.split("-")[0] == backend.split("-")[0]
+        if name != "mlx" and not follows and not (component == "code_decoder" and name.startswith(("coreml", "onnx"))):
             raise BackendUnavailableError(f"{spec.id} {component}: backend {name!r} is not available "
-                                          "(code_decoder: mlx, coreml or onnx; the rest: mlx)")
+                                          "(code_decoder: mlx, coreml or onnx; code_predictor: as code_decoder; "
+                                          "the rest: mlx)")
     if backend.startswith("onnx"):
         # fail before the model loads: a bad precision, a missing onnxruntime
         from ttscli.backends.onnx import require_onnxruntime
