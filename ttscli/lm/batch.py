@@ -135,6 +135,50 @@ class RowBatch:
         return self.lm.norm(h)[:, -1, :]
 
 
+class MemberBatch:
+    """Requests that each own consecutive rows of one :class:`RowBatch` (a CFG request owns two:
+    its conditioned and unconditioned branches), with every row's latest hidden state. Shared by
+    the families whose rows are whole requests, so joining, spans and removal are written once."""
+
+    def __init__(self, lm: DecoderLM):
+        self.batch = RowBatch(lm)
+        self.members: list[Any] = []          # in batch order
+        self.hidden: mx.array | None = None   # [rows, H] of the latest position
+        self._rows: dict[int, int] = {}
+
+    def join(self, member: Any, caches: Sequence[list[KVCache]], hidden: Sequence[mx.array]) -> None:
+        """Append ``member`` with its rows, prefilled without the batch: per-layer ``caches`` of one
+        row or of several prefilled together, and their last hidden states ``[rows, H]``."""
+        self.batch.join(caches)
+        self.hidden = mx.concatenate(([self.hidden] if self.hidden is not None else []) + list(hidden), 0)
+        self.members.append(member)
+        self._rows[id(member)] = sum(h.shape[0] for h in hidden)
+
+    def spans(self) -> dict[int, tuple[int, int]]:
+        """``id(member) -> (first row, end row)`` in the batch."""
+        out, at = {}, 0
+        for m in self.members:
+            n = self._rows[id(m)]
+            out[id(m)] = (at, at + n)
+            at += n
+        return out
+
+    def remove(self, member: Any) -> None:
+        """``member``'s rows leave the batch; the others keep their order."""
+        lo, hi = self.spans()[id(member)]
+        keep = [i for i in range(self.hidden.shape[0]) if not lo <= i < hi]
+        self.members.remove(member)
+        del self._rows[id(member)]
+        self.batch.keep(keep)
+        self.hidden = self.hidden[mx.array(keep, dtype=mx.int32)] if keep else None
+
+    def step(self, embeds: mx.array) -> mx.array:
+        """One position for every row (``embeds [rows, 1, H]``, in batch order)."""
+        self.hidden = self.batch.step(embeds)
+        mx.async_eval(self.hidden)
+        return self.hidden
+
+
 def sample_rows(logits: mx.array, params: Sequence[SamplingParams], keys: Sequence[mx.array | None] | mx.array,
                 seen: Sequence[mx.array | None] | mx.array | None = None,
                 bias: Sequence[mx.array | None] | mx.array | None = None) -> mx.array:

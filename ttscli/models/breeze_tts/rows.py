@@ -18,7 +18,7 @@ import mlx.core as mx
 import numpy as np
 
 from ttscli.errors import GenerationError, LimitReached
-from ttscli.lm.batch import RowAudio, RowBatch
+from ttscli.lm.batch import MemberBatch, RowAudio
 from ttscli.lm.sample import KeyStream, logit_bias, sample
 from ttscli.models.base import Request, Row
 from ttscli.models.breeze_tts.family import FAMILY
@@ -51,9 +51,7 @@ class BreezeRows:
                       for flag in (False, True)}
         self.bias_d = logit_bias(self.V, reserved)[None]
         self.vocab = mx.arange(self.V + 1)[None]
-        self.batch = RowBatch(self.model.backbone_model)
-        self.members: list[BreezeRow] = []    # in batch order; a CFG member owns two batch rows
-        self.hidden = None                    # [rows, H] of the latest position
+        self.rows = MemberBatch(self.model.backbone_model)   # a CFG member owns two batch rows
 
     # ---- the row protocol
     def start(self, request: Request) -> Row:
@@ -75,15 +73,15 @@ class BreezeRows:
 
     def step(self, rows: Sequence[Row]) -> None:
         by_state = {id(row.state): row for row in rows}
-        self._join([row.state for row in rows if row.state not in self.members])
-        logits = self.model.head(self.hidden)
-        spans = self._spans()
+        self._join([row.state for row in rows if row.state not in self.rows.members])
+        logits = self.model.head(self.rows.hidden)
+        spans = self.rows.spans()
         going, embeds, ended = [], [], []
-        for m in self.members:
+        for m in self.rows.members:
             row = by_state[id(m)]
             lo, hi = spans[id(m)]
             try:
-                codes = self._frame(m, self._guide(m, logits[lo:hi]), self.hidden[lo:hi])
+                codes = self._frame(m, self._guide(m, logits[lo:hi]), self.rows.hidden[lo:hi])
                 if codes is None:
                     m.audio.flush()
                     row.done = True
@@ -99,57 +97,38 @@ class BreezeRows:
             e = self.model.embed_frames(codes)[:, None, :]
             embeds.append(mx.broadcast_to(e, (hi - lo, *e.shape[1:])))
         for m in ended:
-            self._remove(m)
+            self.rows.remove(m)
         if not going:
             return
-        self.hidden = self.batch.step(mx.concatenate(embeds, 0))
-        mx.async_eval(self.hidden)
+        self.rows.step(mx.concatenate(embeds, 0))
         for m in [m for m in going if m.frames >= m.cfg.max_frames]:
             row = by_state[id(m)]
-            lo, hi = self._spans()[id(m)]
-            row.done, row.error = True, self._overrun(m, self._guide(m, self.model.head(self.hidden[lo:hi])))
+            lo, hi = self.rows.spans()[id(m)]
+            row.done, row.error = True, self._overrun(m, self._guide(m, self.model.head(self.rows.hidden[lo:hi])))
             if row.error is None:
                 m.audio.flush()
-            self._remove(m)
+            self.rows.remove(m)
 
     def take(self, row: Row) -> np.ndarray | None:
         return row.state.audio.take(row.done)
 
     def drop(self, row: Row) -> None:
-        if row.state in self.members:
-            self._remove(row.state)
+        if row.state in self.rows.members:
+            self.rows.remove(row.state)
 
     # ---- the batch
     def _join(self, new: list[BreezeRow]) -> None:
         """Prefill each branch alone (as :class:`~ttscli.models.breeze_tts.loop.Branches` does
         for CFG) and merge the caches into the batch."""
-        if not new:
-            return
-        caches, hidden = [], []
         for m in new:
+            caches, hidden = [], []
             for p in m.prompts:
                 c = self.model.new_cache()
                 _, h = self.model(p.embeds, c)
                 mx.eval(h, [x.state for x in c])
                 caches.append(c)
                 hidden.append(h)
-            self.members.append(m)
-        self.batch.join(caches)
-        self.hidden = mx.concatenate(([self.hidden] if self.hidden is not None else []) + hidden, 0)
-
-    def _spans(self) -> dict[int, tuple[int, int]]:
-        out, at = {}, 0
-        for m in self.members:
-            out[id(m)] = (at, at + len(m.prompts))
-            at += len(m.prompts)
-        return out
-
-    def _remove(self, m: BreezeRow) -> None:
-        lo, hi = self._spans()[id(m)]
-        keep = [i for i in range(self.hidden.shape[0]) if not lo <= i < hi]
-        self.members.remove(m)
-        self.batch.keep(keep)
-        self.hidden = self.hidden[mx.array(keep, dtype=mx.int32)] if keep else None
+            self.rows.join(m, caches, hidden)
 
     # ---- one request's frame, as the single loop makes it
     @staticmethod

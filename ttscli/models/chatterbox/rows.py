@@ -20,7 +20,7 @@ import mlx.core as mx
 import numpy as np
 
 from ttscli.errors import LimitReached
-from ttscli.lm.batch import RowBatch
+from ttscli.lm.batch import MemberBatch
 from ttscli.lm.sample import NEG_INF, KeyStream
 from ttscli.models.base import Request, Row
 from ttscli.models.chatterbox.pipeline import SAMPLE_RATE, SPEECH_CODES, s3gen_key, speech_tokens
@@ -47,18 +47,12 @@ class T3Row:
     sent: int = 0                             # stream chunks sent to S3Gen
     audio: list[np.ndarray] = field(default_factory=list)
 
-    @property
-    def rows(self) -> int:
-        return self.embeds.shape[0]
-
 
 class ChatterboxRows:
     def __init__(self, pipe):
         self.pipe = pipe
         self.t3 = pipe.t3
-        self.batch = RowBatch(self.t3.tfmr)
-        self.members: list[T3Row] = []        # in batch order; a CFG member owns two batch rows
-        self.hidden = None                    # [rows, D] of the latest position
+        self.rows = MemberBatch(self.t3.tfmr)   # a CFG member owns two batch rows
 
     # ---- the row protocol
     def start(self, request: Request) -> Row:
@@ -88,11 +82,11 @@ class ChatterboxRows:
 
     def step(self, rows: Sequence[Row]) -> None:
         by_state = {id(row.state): row for row in rows}
-        self._join([row.state for row in rows if row.state not in self.members])
-        logits = self.t3.speech_head(self.hidden).astype(mx.float32)
-        spans = self._spans()
+        self._join([row.state for row in rows if row.state not in self.rows.members])
+        logits = self.t3.speech_head(self.rows.hidden).astype(mx.float32)
+        spans = self.rows.spans()
         embeds, ended = [], []
-        for m in self.members:
+        for m in self.rows.members:
             row = by_state[id(m)]
             lo, hi = spans[id(m)]
             try:
@@ -107,10 +101,9 @@ class ChatterboxRows:
             else:
                 embeds.append(mx.broadcast_to(e, (hi - lo, *e.shape[1:])))
         for m in ended:
-            self._remove(m)
+            self.rows.remove(m)
         if embeds:
-            self.hidden = self.batch.step(mx.concatenate(embeds, 0))
-            mx.async_eval(self.hidden)
+            self.rows.step(mx.concatenate(embeds, 0))
 
     def take(self, row: Row) -> np.ndarray | None:
         m = row.state
@@ -121,36 +114,15 @@ class ChatterboxRows:
         return out
 
     def drop(self, row: Row) -> None:
-        if row.state in self.members:
-            self._remove(row.state)
+        if row.state in self.rows.members:
+            self.rows.remove(row.state)
 
     # ---- the batch
     def _join(self, new: list[T3Row]) -> None:
-        if not new:
-            return
-        caches, hidden = [], []
         for m in new:
             c = self.t3.new_cache()
             _, h = self.t3(m.embeds, c)
-            caches.append(c)
-            hidden.append(h)
-            self.members.append(m)
-        self.batch.join(caches)
-        self.hidden = mx.concatenate(([self.hidden] if self.hidden is not None else []) + hidden, 0)
-
-    def _spans(self) -> dict[int, tuple[int, int]]:
-        out, at = {}, 0
-        for m in self.members:
-            out[id(m)] = (at, at + m.rows)
-            at += m.rows
-        return out
-
-    def _remove(self, m: T3Row) -> None:
-        lo, hi = self._spans()[id(m)]
-        keep = [i for i in range(self.hidden.shape[0]) if not lo <= i < hi]
-        self.members.remove(m)
-        self.batch.keep(keep)
-        self.hidden = self.hidden[mx.array(keep, dtype=mx.int32)] if keep else None
+            self.rows.join(m, [c], [h])
 
     # ---- one request's token, as T3.generate draws it
     def _token(self, m: T3Row, logits: mx.array) -> mx.array | None:
