@@ -458,10 +458,15 @@ sys.meta_path.insert(0, _NoLibsndfile())
 
 
 def test_missing_libsndfile_is_named_not_an_internal_error(run_cli, tmp_path, tmp_path_factory):
+    """Writing needs no libsndfile (ttscli's own encoders); reading audio does, and its absence
+    is one line naming the fix."""
     site = tmp_path_factory.mktemp("site")
     (site / "sitecustomize.py").write_text(NO_LIBSNDFILE, encoding="utf-8")
-    p = run_cli("speak", "Hi.", "-o", "x.wav", env={"PYTHONPATH": str(site)})
+    env = {"PYTHONPATH": str(site)}
+    p = run_cli("speak", "Hi.", "-o", "x.wav", env=env)
+    assert p.returncode == 0, p.err
+    (tmp_path / "t.txt").write_text("Hi.\n", encoding="utf-8")
+    p = run_cli("eval", "--audio", "x.wav", "--texts", "t.txt", env=env)
     line = only_line(p.err)
     assert p.returncode == 1 and "internal error" not in line
     assert "libsndfile" in line and "pip install --force-reinstall --only-binary=:all: soundfile" in line
-    no_files(tmp_path)

@@ -9,7 +9,7 @@ import pytest
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the BLAS preload is Linux-only")
 
-PROBE = "import ttscli, ttscli._blas as b; print(b.name().split()[0]); print(b.why)"
+PROBE = "import ttscli, ttscli._blas as b, mlx.core; print(b.name().split()[0]); print(b.why)"  # loaded with mlx
 
 
 def probe(tmp_path, blas=None):

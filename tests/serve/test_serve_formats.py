@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile as sf
 
 pytest.importorskip("fastapi")
 av = pytest.importorskip("av")
@@ -129,7 +130,8 @@ def decoded_seconds(data: bytes) -> tuple[float, int]:
 
 @pytest.mark.parametrize("fmt", ["mp3", "opus", "aac", "flac"])
 def test_compressed_formats_stream_from_the_first_chunk(served, fmt):
-    ex = post(served, response_format=fmt)
+    # FLAC, like WAV, is sent whole unless the request asks for a stream (its header's length)
+    ex = post(served, response_format=fmt, **({"stream": True} if fmt == "flac" else {}))
     assert ex.status == 200, b"".join(ex.parts)
     assert ex.early, "the first bytes waited for the end of generation"
     seconds, _ = decoded_seconds(b"".join(ex.parts))
@@ -148,6 +150,17 @@ def test_wav_sent_whole_has_true_sizes_at_24_khz(served):
         assert abs(w.getnframes() - DURATION * 24000) <= 2
     assert int.from_bytes(body[4:8], "little") == len(body) - 8
     assert ex.headers["x-sample-rate"] == "24000"
+
+
+def test_flac_sent_whole_has_its_length_and_reads_back(served):
+    """Sent whole, FLAC's header carries the sample count, so libsndfile reads it in one call (a
+    streamed FLAC's unknown count is valid but soundfile.read cannot size it)."""
+    ex = post(served, response_format="flac")
+    assert ex.status == 200
+    body = b"".join(ex.parts)
+    assert int(ex.headers["content-length"]) == len(body)
+    audio, rate = sf.read(io.BytesIO(body), dtype="int16")
+    assert rate == 24000 and abs(len(audio) - DURATION * 24000) <= 2
 
 
 def test_streamed_wav_keeps_the_open_header(served):

@@ -231,9 +231,10 @@ def test_disconnects_free_their_rows(server, client):
         with a.stream("POST", server.url + "/v1/audio/speech", json={"input": LONG, "response_format": "pcm"}) as r:
             assert r.status_code == 200
             next(r.iter_raw())
-            # a second client queues behind the first, then gives up before its turn
+            # a second client asks for a whole WAV (sent once complete), then gives up before it is
             with pytest.raises(httpx.ReadTimeout):
-                httpx.post(server.url + "/v1/audio/speech", json={"input": LONG}, headers=AUTH, timeout=1.0)
+                httpx.post(server.url + "/v1/audio/speech", json={"input": LONG, "response_format": "wav"},
+                           headers=AUTH, timeout=1.0)
         # leaving the `with` closes the connection mid-stream
     h = server.wait_idle(client)["piper-joe"]
     assert h["cancelled"] >= before + 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import hmac
 import json
 import logging
@@ -82,7 +83,8 @@ class ServeConfig:
 @dataclass(frozen=True)
 class Reply:
     """How a response carries its audio: ``fmt`` at ``rate`` Hz, as SSE events or as the body;
-    ``whole``: a WAV sent once complete, so its header holds the true sizes."""
+    ``whole``: a WAV or FLAC sent once complete, so its header holds the true sizes (a FLAC
+    whose sample count is unknown is valid, yet libsndfile cannot read it whole)."""
 
     fmt: str
     rate: int
@@ -279,10 +281,11 @@ def create_app(cfg: ServeConfig) -> FastAPI:
             return fail(status_for(first), one_line(first))
         if first is DONE:
             return fail(400, "the text has nothing the voice can speak (only punctuation or symbols?)")
-        enc = make_encoder(reply.fmt, worker.pipeline.sample_rate, reply.rate)
+        buf = io.BytesIO() if reply.whole and reply.fmt != "wav" else None   # the muxer seeks back in it
+        enc = make_encoder(reply.fmt, worker.pipeline.sample_rate, reply.rate, out=buf)
         headers = {"X-Sample-Rate": str(reply.rate), "Cache-Control": "no-store"}
         if reply.whole:
-            got = await whole_wav(job, request, worker, enc, first)
+            got = await whole_body(job, request, worker, enc, first, buf)
             if got is None:
                 return fail(499, "client closed the request")
             if isinstance(got, BaseException):
@@ -307,9 +310,10 @@ async def next_item(job, request):
                 return None
 
 
-async def whole_wav(job, request, worker, enc, first):
-    """The whole WAV with its true sizes, once generation has ended; None if the client left,
-    or the exception that ended generation (still answerable with a status: nothing was sent)."""
+async def whole_body(job, request, worker, enc, first, buf=None):
+    """The whole file with its true sizes, once generation has ended (a WAV's header rewritten;
+    a compressed format's muxer finishing its headers in ``buf``); None if the client left, or
+    the exception that ended generation (still answerable with a status: nothing was sent)."""
     parts = [enc.push(first)]
     try:
         while True:
@@ -322,6 +326,8 @@ async def whole_wav(job, request, worker, enc, first):
     finally:
         worker.cancel(job)
     parts.append(enc.finish())
+    if buf is not None:
+        return buf.getvalue()
     body = b"".join(parts)
     return enc.header() + body[len(enc.header()):]
 
@@ -597,7 +603,7 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
     if stream is not None and not isinstance(stream, bool):
         raise UsageError(f"stream must be true or false, not {shown(stream)}")
     sse = stream_format == "sse"
-    reply = Reply(fmt, rate, sse=sse, whole=fmt == "wav" and not sse and not stream)
+    reply = Reply(fmt, rate, sse=sse, whole=fmt in ("wav", "flac") and not sse and not stream)
     speed = _number(data, "speed", float, 0.25, 4.0)
     seed = _number(data, "seed", int, 0, 2**32 - 1)
     max_frames = _number(data, "max_frames", int, 1, 1 << 20)
