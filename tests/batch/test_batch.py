@@ -148,3 +148,16 @@ def test_killed_run_resumes_with_nothing_lost_or_doubled(tmp_path, shared_cache)
     files = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*.wav"))
     assert files == sorted(e["path"] for e in es)
     assert not list((tmp_path / "out").rglob("*.part"))
+
+
+def test_resume_sweeps_a_killed_writers_temp_file_beside_a_done_row(run_cli, tmp_path):
+    """A writer killed after another finished the same row (a retried task) leaves its temp file
+    beside a row that is done; the next run skips the row, so it sweeps the file itself."""
+    m = write_jsonl(tmp_path / "m.jsonl", [{"id": "r1", "text": "One row."}])
+    assert run_cli("batch", m, "-o", "out").returncode == 0
+    folder = tmp_path / "out" / rel_path("r1", "wav").split("/")[0]
+    dead = folder / ".r1.wav.999999999.0123456789abcdef.part"   # no process has this pid
+    dead.write_bytes(b"RIFF")
+    p = run_cli("batch", m, "-o", "out")
+    assert p.returncode == 0 and "(1 already done, 0 failed)" in p.err, p.err
+    assert not dead.exists()

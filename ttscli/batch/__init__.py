@@ -257,7 +257,28 @@ def plan(job: BatchJob) -> tuple[list[Row], dict[str, dict], list[Row]]:
         e = done.get(r.id)
         if e is None or e.get("key") != request_key(r, job.ref.model, job.fmt, seed_of(r, job)):
             todo.append(r)
+        else:
+            sweep_stale_parts(job.out, rel_path(r.id, job.fmt))
     return rows, done, todo
+
+
+def sweep_stale_parts(out: Path, rel: str) -> None:
+    """Remove the temp files a killed writer left beside a row that is already done (a row is
+    written again only when it is not, and that write sweeps its own): the shard folder opened
+    without following a link planted in its place."""
+    import os
+
+    from ttscli.outfile import remove_stale_parts
+
+    shard, name = rel.rsplit("/", 1)
+    try:
+        fd = os.open(out / shard, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        remove_stale_parts(fd, name)
+    finally:
+        os.close(fd)
 
 
 def run_batch(job: BatchJob, engine: Callable[[list[Row], BatchJob], Iterator[tuple[bool, dict]]] = run_local,
