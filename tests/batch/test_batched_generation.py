@@ -22,6 +22,9 @@ from ttscli.models.base import Request
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "qwen3_e2e"))
 from e2e_fixture import build
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rowcheck import check_equal_alone
+
 CV = "qwen3-tts-1.7b-customvoice"
 
 
@@ -47,25 +50,6 @@ def requests() -> list[Request]:
         Request("Streamed in small pieces.", voice="ryan", seed=105, max_frames=40, stream=True,
                 first_chunk_frames=2, chunk_frames=3),
     ]
-
-
-def alone(pipe, r: Request):
-    """The request through the sequential engine path: (audio, None) or (None, error text)."""
-    try:
-        return np.concatenate(list(synthesize(pipe, r))), None
-    except Exception as e:  # noqa: BLE001 - the error text is what the batched row must repeat
-        return None, str(e)
-
-
-def check_equal_alone(pipe, reqs, got: dict, errors: dict) -> None:
-    for k, r in enumerate(reqs):
-        want, err = alone(pipe, r)
-        if err is not None:
-            assert errors.get(k) == err, (k, errors.get(k), err)
-            continue
-        assert k not in errors, errors[k]
-        assert got[k].shape == want.shape, (k, got[k].shape, want.shape)
-        np.testing.assert_array_equal(got[k], want, err_msg=f"request {k}")
 
 
 @pytest.mark.parametrize("max_batch", [pytest.param(8, marks=pytest.mark.slow), 3])
