@@ -125,6 +125,31 @@ def test_stale_parts_removed_only_when_their_writer_is_gone(tmp_path):
     assert live.exists() and unrelated.exists()
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to see a zombie")
+def test_a_zombie_writer_counts_as_gone(tmp_path):
+    """A killed writer that nothing reaps (its parent died, and PID 1 does not reap) stays a
+    zombie: kill(pid, 0) still succeeds on it, yet its temp file is stale."""
+    import subprocess
+    import time
+
+    from ttscli.outfile import remove_stale_parts
+
+    child = subprocess.Popen(["sleep", "0"])  # not waited for: a zombie once it exits
+    try:
+        for _ in range(500):
+            if Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+            time.sleep(0.01)
+        else:
+            pytest.fail("the child never exited")
+        os.kill(child.pid, 0)  # the case: the pid still answers
+        part = tmp_path / f".o.wav.{child.pid}.x1.part"
+        part.write_bytes(b"x")
+        assert remove_stale_parts(tmp_path, "o.wav") == [part.name] and not part.exists()
+    finally:
+        child.wait()
+
+
 def test_file_sink_registers_and_releases_its_temp_file(tmp_path):
     from ttscli.outfile import _LIVE, remove_partial_files
 

@@ -409,6 +409,15 @@ def write_destination(dest: Destination, data: bytes, what: str = "output") -> P
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` is running. A zombie is not: a killed writer whose parent died too
+    is handed to PID 1, and an init that never reaps (many containers') keeps it a zombie for good,
+    which ``kill(pid, 0)`` alone would take for a live writer."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        state = b""     # no /proc (macOS), or gone: kill() below answers
+    if state in (b"Z", b"X"):
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
