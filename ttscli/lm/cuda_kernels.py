@@ -16,6 +16,14 @@ where MLX runs a scale, two matmuls, a select and a softmax.
 
 ``add_rms_norm``: a block's residual add and the RMSNorm that follows it (the next sublayer's or
 the final norm), ``h = x + r`` and ``rms_norm(h) * w`` from one node instead of two.
+
+Each kernel is built per dtype of its arrays (float32, bfloat16, float16: :data:`DTYPES`): MLX
+declares every input as a pointer of that array's own type and instantiates the source once per
+template, so the sources read inputs through ``auto`` pointers, compute in float32 and store in
+the output type, which is the dtype MLX's own ops would give (``mx.result_type`` of the inputs,
+as the residual add and ``mx.fast.rms_norm`` promote). A model whose arrays are of another dtype
+runs the plain MLX ops (:func:`supports`). ``scripts/cuda_compile_check.py`` compiles every
+kernel for every dtype and family shape with NVRTC, without a GPU.
 """
 from __future__ import annotations
 
@@ -30,7 +38,7 @@ _QK_NORM_ROPE = """
     const int head = blockIdx.x;
     const int row = blockIdx.y;
     const int i = threadIdx.x;
-    const T* src = y + (size_t)row * N + (size_t)head * D;
+    const auto* src = y + (size_t)row * N + (size_t)head * D;
     float a = static_cast<float>(src[i]);
     float b = static_cast<float>(src[i + HALF]);
     if (NORM) {
@@ -43,8 +51,9 @@ _QK_NORM_ROPE = """
         }
         const float r = rsqrtf(part[0] / D + eps[0]);
         const T* w = head < H ? qw : kw;
-        a = static_cast<float>(static_cast<T>(static_cast<float>(w[i]) * (a * r)));
-        b = static_cast<float>(static_cast<T>(static_cast<float>(w[i + HALF]) * (b * r)));
+        a = static_cast<float>(static_cast<T>(static_cast<float>(w[i]) * static_cast<float>(static_cast<T>(a * r))));
+        b = static_cast<float>(static_cast<T>(static_cast<float>(w[i + HALF])
+                                              * static_cast<float>(static_cast<T>(b * r))));
     }
     const float ang = static_cast<float>(pos[0]) * inv_freq[i];
     const float c = cosf(ang);
@@ -58,13 +67,13 @@ _QK_NORM_ROPE = """
 _ADD_RMS_NORM = """
     const int row = blockIdx.x;
     const int t = threadIdx.x;
-    const T* xr = x + (size_t)row * N;
-    const T* rr = r + (size_t)row * N;
-    T* hr = h + (size_t)row * N;
+    const auto* xr = x + (size_t)row * N;
+    const auto* rr = r + (size_t)row * N;
+    TH* hr = h + (size_t)row * N;
     __shared__ float part[THREADS];
     float ss = 0.0f;
     for (int j = t; j < N; j += THREADS) {
-        const T v = xr[j] + rr[j];
+        const TH v = static_cast<TH>(static_cast<float>(xr[j]) + static_cast<float>(rr[j]));
         hr[j] = v;
         const float f = static_cast<float>(v);
         ss += f * f;
@@ -76,9 +85,10 @@ _ADD_RMS_NORM = """
         __syncthreads();
     }
     const float scale = rsqrtf(part[0] / N + eps[0]);
-    T* nr = n + (size_t)row * N;
+    TN* nr = n + (size_t)row * N;
     for (int j = t; j < N; j += THREADS) {
-        nr[j] = static_cast<T>(static_cast<float>(w[j]) * (static_cast<float>(hr[j]) * scale));
+        const float v = static_cast<float>(static_cast<TN>(static_cast<float>(hr[j]) * scale));
+        nr[j] = static_cast<TN>(static_cast<float>(w[j]) * v);
     }
 """
 
@@ -91,9 +101,9 @@ _ONE_QUERY_ATTENTION = """
     const int lane = threadIdx.x % 32;
     const int warp = threadIdx.x / 32;
     const int kvh = head / (H / HK);
-    const T* qr = q + ((size_t)row * H + head) * D;
-    const T* kr = keys + ((size_t)row * HK + kvh) * (size_t)S * D;
-    const T* vr = values + ((size_t)row * HK + kvh) * (size_t)S * D;
+    const auto* qr = q + ((size_t)row * H + head) * D;
+    const auto* kr = keys + ((size_t)row * HK + kvh) * (size_t)S * D;
+    const auto* vr = values + ((size_t)row * HK + kvh) * (size_t)S * D;
     const bool* mr = mask + (MASK_ROWS == 1 ? 0 : (size_t)row * S);
     constexpr int PER = (D + 31) / 32;
     float qv[PER], acc[PER];
@@ -105,7 +115,7 @@ _ONE_QUERY_ATTENTION = """
     float m = -INFINITY, l = 0.0f;
     for (int s = warp; s < S; s += WARPS) {
         if (!mr[s]) continue;
-        const T* ks = kr + (size_t)s * D;
+        const auto* ks = kr + (size_t)s * D;
         float dot = 0.0f;
         for (int e = 0; e < PER; ++e) {
             const int d = lane + 32 * e;
@@ -116,7 +126,7 @@ _ONE_QUERY_ATTENTION = """
         const float corr = expf(m - mn);
         const float p = expf(dot - mn);
         l = l * corr + p;
-        const T* vs = vr + (size_t)s * D;
+        const auto* vs = vr + (size_t)s * D;
         for (int e = 0; e < PER; ++e) {
             const int d = lane + 32 * e;
             acc[e] = acc[e] * corr + (d < D ? p * static_cast<float>(vs[d]) : 0.0f);
@@ -143,6 +153,24 @@ _ONE_QUERY_ATTENTION = """
         }
     }
 """
+
+
+# the dtypes every kernel here is built and compile-checked for
+DTYPES = (mx.float32, mx.bfloat16, mx.float16)
+
+
+def supports(*arrays: mx.array) -> bool:
+    """Every array is of a dtype the kernels take (else the caller runs MLX's ops)."""
+    return all(a.dtype in DTYPES for a in arrays)
+
+
+def all_float32(*modules) -> bool:
+    """Every parameter of these modules is float32: the one-kernel step and frame (cuda_step.py,
+    Qwen3-TTS's cuda_frame.py) read their weights as float4 rows of float32, so any other dtype
+    runs MLX's ops instead."""
+    from mlx.utils import tree_flatten
+
+    return all(v.dtype == mx.float32 for m in modules for _, v in tree_flatten(m.parameters()))
 
 
 def available() -> bool:
@@ -360,17 +388,20 @@ class QKNormRope:
         """``y [B, (H + 2 Hk) D]`` at position ``offset`` (int or int32 array) -> ``q [B, H, 1, D]``,
         ``k [B, Hk, 1, D]``."""
         B = y.shape[0]
-        ones = None if self.norm else mx.ones((self.d,), y.dtype)
-        qw = self.q_norm.weight if self.norm else ones
-        kw = self.k_norm.weight if self.norm else ones
+        if self.norm:   # mx.fast.rms_norm's output dtype, then RoPE's (the same)
+            out = mx.result_type(y.dtype, self.q_norm.weight.dtype, self.k_norm.weight.dtype)
+            qw, kw = self.q_norm.weight.astype(out), self.k_norm.weight.astype(out)
+        else:
+            out = y.dtype
+            qw = kw = mx.ones((self.d,), out)
         pos = offset.astype(mx.int32).reshape(1) if isinstance(offset, mx.array) else mx.array([offset], mx.int32)
         half = self.d // 2
-        q, k = _qk_kernel()(inputs=[y, qw.astype(y.dtype), kw.astype(y.dtype), self.inv_freq, pos, self.eps],
-                            template=[("T", y.dtype), ("H", self.h), ("HK", self.hk), ("D", self.d),
+        q, k = _qk_kernel()(inputs=[y, qw, kw, self.inv_freq, pos, self.eps],
+                            template=[("T", out), ("H", self.h), ("HK", self.hk), ("D", self.d),
                                       ("NORM", self.norm)],
                             grid=(half * (self.h + self.hk), B, 1), threadgroup=(half, 1, 1),
                             output_shapes=[(B, self.h, 1, self.d), (B, self.hk, 1, self.d)],
-                            output_dtypes=[y.dtype, y.dtype])
+                            output_dtypes=[out, out])
         return q, k
 
 
@@ -381,14 +412,17 @@ def _add_norm_kernel():
 
 
 def add_rms_norm(x: mx.array, r: mx.array, norm) -> tuple[mx.array, mx.array]:
-    """``x + r`` and ``norm(x + r)`` for rows ``[B, hidden]``; ``norm`` an RMSNorm (weight, eps)."""
+    """``x + r`` and ``norm(x + r)`` for rows ``[B, hidden]``; ``norm`` an RMSNorm (weight, eps).
+    Both in the dtypes MLX's ops give: ``x + r`` promoted, the norm promoted with its weight."""
     B, N = x.shape
     threads = 256
+    th = mx.result_type(x.dtype, r.dtype)
+    tn = mx.result_type(th, norm.weight.dtype)
     eps = mx.array([norm.eps], mx.float32)
-    h, n = _add_norm_kernel()(inputs=[x, r, norm.weight.astype(x.dtype), eps],
-                              template=[("T", x.dtype), ("N", N), ("THREADS", threads)],
+    h, n = _add_norm_kernel()(inputs=[x, r, norm.weight, eps],
+                              template=[("TH", th), ("TN", tn), ("N", N), ("THREADS", threads)],
                               grid=(threads * B, 1, 1), threadgroup=(threads, 1, 1),
-                              output_shapes=[(B, N), (B, N)], output_dtypes=[x.dtype, x.dtype])
+                              output_shapes=[(B, N), (B, N)], output_dtypes=[th, tn])
     return h, n
 
 
@@ -405,8 +439,9 @@ def one_query_attention(q: mx.array, keys: mx.array, values: mx.array, scale: fl
     B, H, _, D = q.shape
     Hk, S = keys.shape[1], keys.shape[2]
     rows = mask.shape[0]
+    dt = mx.result_type(q.dtype, keys.dtype, values.dtype)
     out, = _attention_kernel()(inputs=[q, keys, values, mask.reshape(rows, S), mx.array([scale], mx.float32)],
-                               template=[("T", q.dtype), ("H", H), ("HK", Hk), ("D", D), ("MASK_ROWS", rows)],
+                               template=[("T", dt), ("H", H), ("HK", Hk), ("D", D), ("MASK_ROWS", rows)],
                                grid=(128 * H, B, 1), threadgroup=(128, 1, 1),
-                               output_shapes=[(B, H, 1, D)], output_dtypes=[q.dtype])
+                               output_shapes=[(B, H, 1, D)], output_dtypes=[dt])
     return out

@@ -229,7 +229,7 @@ def unsupported(lm, head, rows: int) -> str | None:
         return "odd head_dim, or query heads not a multiple of key/value heads"
     if any(n % 4 for n in (a.hidden_size, a.intermediate_size, a.num_attention_heads * a.head_dim)):
         return "widths must be multiples of 4"
-    if lm.layers[0].self_attn.q_proj.weight.dtype != mx.float32 or head.weight.dtype != mx.float32:
+    if not cuda_kernels.all_float32(*lm.layers, lm.norm, head):
         return "float32 weights only"
     rope = lm.layers[0].self_attn.rope
     if getattr(rope, "dims", None) != a.head_dim or getattr(rope, "traditional", False):

@@ -58,6 +58,14 @@ def _one_query_attention(q: mx.array, k: mx.array, v: mx.array, scale: float, ma
     return (p @ v).reshape(B, H, 1, D)
 
 
+def _kernel_dtypes(*arrays: mx.array) -> bool:
+    """The CUDA kernels of ours take these arrays' dtypes (ttscli.lm.cuda_kernels.DTYPES); where
+    not, the step runs MLX's ops."""
+    from ttscli.lm.cuda_kernels import supports
+
+    return supports(*arrays)
+
+
 def _row_mask(mask: Any) -> bool:
     """A one-query boolean mask per row, ``[B or 1, 1, 1, S]``, on a GPU: the case the masked
     one-query attention (ours or :func:`_one_query_attention`) takes over from MLX's kernel."""
@@ -100,6 +108,9 @@ class LMAttention(Attention):
                     k = False
             object.__setattr__(self, "_qk_kernel", k)
         return k or None
+
+    def _norm_weights(self) -> list[mx.array]:
+        return [self.q_norm.weight, self.k_norm.weight] if self.qk_norm else []
 
     def fuse(self) -> None:
         parts = [self.q_proj, self.k_proj, self.v_proj]
@@ -152,6 +163,8 @@ class LMAttention(Attention):
         offset = cache.offset if cache is not None else 0
         f = self._fused_now()
         kernel = self._qk_norm_rope() if f is not None else None
+        if kernel is not None and not _kernel_dtypes(x, f[1], *self._norm_weights()):
+            kernel = None
         if kernel is not None:
             y = _linear(x, f[1], f[2])
             q, k = kernel(y, offset)
@@ -170,7 +183,7 @@ class LMAttention(Attention):
         if cache is not None:
             k, v = cache.update_and_fetch(k, v)
         if _row_mask(mask):
-            if kernel is not None and self.fused_attention is not False:
+            if kernel is not None and self.fused_attention is not False and _kernel_dtypes(q, k, v):
                 from ttscli.lm.cuda_kernels import one_query_attention
 
                 out = one_query_attention(q, k, v, self.scale, mask)
@@ -266,7 +279,7 @@ class DecoderLM(nn.Module):
         flat = h.shape[1] == 1 and (not on_cpu() if self.flat_decode is None else self.flat_decode)
         if flat:
             h = h.reshape(h.shape[0], h.shape[-1])
-            if self._fuse_norms():
+            if self._fuse_norms() and _kernel_dtypes(h, *self._norm_weights()):
                 return self._flat_fused(h, mask, cache)[:, None]
         for i, layer in enumerate(self.layers):
             h = layer(h, mask, cache[i] if cache else None)
@@ -279,6 +292,10 @@ class DecoderLM(nn.Module):
         from ttscli.lm import cuda_kernels
 
         return cuda_kernels.available()
+
+    def _norm_weights(self) -> list[mx.array]:
+        return [self.norm.weight] + [m.weight for layer in self.layers
+                                     for m in (layer.input_layernorm, layer.post_attention_layernorm)]
 
     def _flat_fused(self, h: mx.array, mask: Any, cache: list[Any] | None) -> mx.array:
         """The layers of :meth:`__call__` on rows, each residual add fused with the norm after it

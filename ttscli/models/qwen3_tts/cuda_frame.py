@@ -315,7 +315,7 @@ def unsupported(cp, params, rows: int | None = None) -> str | None:
     """Why the one-kernel frame cannot run this predictor with these sampling params (None: it can)."""
     import os
 
-    from ttscli.lm.cuda_kernels import available
+    from ttscli.lm.cuda_kernels import all_float32, available
 
     if not available():
         return "not on MLX's CUDA backend"
@@ -340,7 +340,7 @@ def unsupported(cp, params, rows: int | None = None) -> str | None:
         # the kernel has the projection (PROJ) but it has not been checked on a GPU yet:
         # tests/lm/test_cuda_frame.py's GPU check at the 1.7B's dimensions first
         return "a predictor narrower than its talker (1.7B) is not checked on a GPU yet"
-    if layers[0].self_attn.q_proj.weight.dtype != mx.float32:
+    if not all_float32(*layers, cp.model.norm, *cp.lm_head, *cp.model.codec_embedding):
         return "float32 weights only"
     rope = layers[0].self_attn.rope
     if getattr(rope, "dims", None) != a.head_dim or getattr(rope, "traditional", False):
