@@ -64,5 +64,11 @@ def test_a_kernel_that_does_not_compile_is_reported(check, nvrtc):
     assert not ok and "const float *" in log
 
 
+def test_breeze_backbone_kernels_compile(check, nvrtc):
+    """The case that reached a GPU: Breeze's bfloat16 backbone with its float32 residual."""
+    assert check.check(nvrtc, only="/breeze-backbone/bfloat16/") == []
+
+
+@pytest.mark.slow
 def test_every_kernel_compiles(check, nvrtc):
     assert check.check(nvrtc) == []
