@@ -34,6 +34,26 @@ def test_the_gate_on_cuda(talker, monkeypatch):
     assert "rows" in cuda_step.unsupported(lm, head, cuda_step.MAX_ROWS + 1)
 
 
+def test_any_weight_not_float32_keeps_mlx_ops(talker, monkeypatch):
+    """The step kernel reads every weight as float32: one bfloat16 norm (the rest float32, as a
+    bf16 checkpoint's norms can be) is enough to run MLX's ops instead; the small kernels take
+    float32, bfloat16 and float16 arrays and nothing else."""
+    import mlx.core as mx
+
+    monkeypatch.setattr(cuda_kernels, "available", lambda: True)
+    monkeypatch.setattr(cuda_step, "multiprocessors", lambda: 132)
+    lm, head = talker.step_parts()
+    w = lm.norm.weight
+    try:
+        lm.norm.weight = w.astype(mx.bfloat16)
+        assert cuda_step.unsupported(lm, head, 1) == "float32 weights only"
+    finally:
+        lm.norm.weight = w
+    assert cuda_step.unsupported(lm, head, 1) is None
+    assert cuda_kernels.supports(mx.zeros(2, mx.bfloat16), mx.zeros(2, mx.float16), mx.zeros(2))
+    assert not cuda_kernels.supports(mx.zeros(2), mx.zeros(2, mx.int32))
+
+
 def test_the_step_hands_the_kernel_one_cache_and_keeps_its_views(talker, monkeypatch):
     """The decoder's side of the kernel (inputs, the stacked cache in and out, the caches'
     views and offsets) with a stand-in that does what the kernel does to the cache (copies the
