@@ -218,13 +218,14 @@ def run_synthesis(pipe, request, output: Optional[str], fmt: Optional[str], play
              f"(real-time factor {took / (n / pipe.sample_rate):.3f}, {n_workers} worker(s))")
 
 
-def resolve_model(model, registry):
-    """The registry entry for -m, and its family (errors before anything is loaded)."""
+def resolve_model(model, registry, model_dir=None):
+    """The registry entry for -m (with --model-dir: the Piper voice the folder holds), and its
+    family (errors before anything is loaded)."""
     from ttscli.errors import NotImplementedModelError
     from ttscli.models import family_of
 
     reg = registry_from(registry)
-    spec = reg.resolve(model)
+    spec = reg.resolve(model, model_dir)
     if not spec.implemented:
         raise NotImplementedModelError(
             f"{spec.id} is in the registry but ttscli does not implement it yet; see `ttscli models`")
@@ -324,7 +325,7 @@ def speak(
     check_output(default_output(output, play), fmt, sample_rate)
     if instruct is not None:
         instruct = check_text(instruct, "--instruct", MAX_TEXT_BYTES)
-    reg, spec, family = resolve_model(model, registry)
+    reg, spec, family = resolve_model(model, registry, model_dir)
     request = check_request(spec, family, Request(
         text=body, voice=voice, instruct=instruct, language=language, seed=seed, speed=speed,
         max_frames=max_frames, stream=stream, first_chunk_frames=first_chunk_frames, chunk_frames=chunk_frames,
@@ -386,7 +387,7 @@ def clone(
         raise UsageError("--save-voice must name a .safetensors file")
     if model is None:
         model = registry_from(registry).default_clone
-    reg, spec, family = resolve_model(model, registry)
+    reg, spec, family = resolve_model(model, registry, model_dir)
     if not spec.can("clone"):
         raise UsageError(f"{spec.id} cannot clone voices; pick a model with clone support (see `ttscli models`)")
     mono, sr = read_reference(ref, max_seconds=float(spec.defaults.get("max_ref_seconds", 30.0)))
@@ -732,7 +733,7 @@ def serve(
     asked = backends_asked(backend, code_decoder_backend)
     loaders, specs, reg = {}, {}, None
     for name in names:
-        reg, spec, family = resolve_model(name, registry)
+        reg, spec, family = resolve_model(name, registry, model_dir)
         specs[spec.id] = spec
         mine = asked.for_model(spec) if len(names) > 1 else asked
         check_backends(spec, family, mine)    # a bad --backend is one line before any model loads
@@ -791,7 +792,7 @@ def batch(
 
         cluster = choose_cluster(ray_address)
         note(cluster.describe())  # the first line: where the rows will run, and who can reach it
-    _, spec, family = resolve_model(model, registry)
+    _, spec, family = resolve_model(model, registry, model_dir)
     if spec.license_notice:
         note(f"note: {spec.license_notice}")
     asked = backends_asked(backend, code_decoder_backend)

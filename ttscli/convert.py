@@ -87,7 +87,7 @@ def default_output(spec, req: ConvertRequest) -> Path:
 
 def convert(req: ConvertRequest, registry: Registry, note: Callable[[str], None] = print) -> Path:
     check(req)
-    spec = registry.resolve(req.model)
+    spec = registry.resolve(req.model, req.model_dir)
     if req.output is None:
         req.output = default_output(spec, req)
         check(req)

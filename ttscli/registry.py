@@ -106,18 +106,38 @@ class Registry:
     def __iter__(self):
         return iter(self.specs.values())
 
-    def resolve(self, name: str | None) -> ModelSpec:
-        """Model id, alias (case-insensitive) or None for the default."""
-        if name is None:
-            name = self.default
+    def resolve(self, name: str | None, model_dir: Path | None = None) -> ModelSpec:
+        """Model id, alias (case-insensitive), a Piper voice (``PATH.onnx`` or ``piper:VOICE``)
+        or None for the default. With ``model_dir``, a Piper entry whose files the folder lacks
+        becomes the voice the folder holds (``--model-dir`` with any voice)."""
+        spec = self._lookup(self.default if name is None else name)
+        if model_dir is not None and spec.family == "piper":
+            from ttscli.models.piper.voice import for_model_dir
+
+            spec = self._remember(for_model_dir(spec, model_dir))
+        return spec
+
+    def _lookup(self, name: str) -> ModelSpec:
         if name in self.specs:
             return self.specs[name]
         low = name.lower()
         for spec in self.specs.values():
             if spec.id.lower() == low or low in (a.lower() for a in spec.aliases):
                 return spec
+        from ttscli.models.piper.voice import resolve_voice
+
+        voice = resolve_voice(name)
+        if voice is not None:
+            return self._remember(voice)
         known = ", ".join(sorted(self.specs))
-        raise ModelNotFoundError(f"unknown model '{name}'; known models: {known} (see `ttscli models`)")
+        raise ModelNotFoundError(f"unknown model '{name}'; known models: {known}, a Piper voice PATH.onnx or "
+                                 "piper:VOICE (see `ttscli models`)")
+
+    def _remember(self, spec: ModelSpec) -> ModelSpec:
+        """Keep a voice named by path under its id, so that resolving the id again (the engine,
+        a worker) finds the same entry."""
+        self.specs.setdefault(spec.id, spec)
+        return self.specs[spec.id]
 
 
 def _parse(text: str, origin: str) -> tuple[dict[str, ModelSpec], dict[str, str]]:
