@@ -106,13 +106,13 @@ def vits_backend(options: LoadOptions) -> str:
 
 def cache_key(spec, onnx_path: Path) -> str:
     """The converted-weights folder's name: a registry entry's id, or for a voice named by its
-    file the file's SHA-256 (two voices called ``model.onnx`` never share a cache, and one voice
-    found at two paths converts once)."""
+    file, the voice's name and the file's SHA-256 (two different voices with one name never
+    share a folder; the name keeps the folder readable)."""
     if "local" not in getattr(spec, "source", {}):
         return spec.id
     from ttscli.filehash import file_sha256_cached
 
-    return f"piper-{file_sha256_cached(onnx_path)[:16]}"
+    return f"piper-{onnx_path.stem}-{file_sha256_cached(onnx_path)[:16]}"
 
 
 def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = None) -> "PiperPipeline":
