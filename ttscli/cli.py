@@ -52,8 +52,10 @@ class Backend(str, Enum):
 
 # ---- shared options --------------------------------------------------------------------------
 
-Model = typer.Option(None, "-m", "--model", help="Model id or alias (see `ttscli models`).")
-ModelDir = typer.Option(None, "--model-dir", help="Use a local copy of the checkpoint in DIR.", file_okay=False)
+Model = typer.Option(None, "-m", "--model", help="Model id or alias (see `ttscli models`), a Piper voice "
+                     "PATH.onnx (its .onnx.json beside it), or piper:VOICE from the Hugging Face cache.")
+ModelDir = typer.Option(None, "--model-dir", help="Use a local copy of the checkpoint in DIR (for Piper: any one "
+                        "voice's .onnx and .onnx.json).", file_okay=False)
 Registry = typer.Option(None, "--registry", help="Extra registry TOML file (repeatable).", exists=False)
 Output = typer.Option(None, "-o", "--output",
                       help="Audio file (.wav .flac .mp3 .opus .ogg .aac .m4a), or - for WAV on stdout.")
@@ -298,7 +300,8 @@ def speak(
     fmt: Optional[str] = Format,
     sample_rate: Optional[int] = SampleRate,
     play: bool = Play,
-    voice: Optional[str] = typer.Option(None, "--voice", help="Preset voice name, or a saved voice .safetensors."),
+    voice: Optional[str] = typer.Option(None, "--voice", help="Preset voice name (a multi-speaker Piper voice: "
+                                        "a speaker's name or number), or a saved voice .safetensors."),
     instruct: Optional[str] = typer.Option(None, "--instruct", help="Style instruction or voice description."),
     language: Optional[str] = Language,
     speed: float = typer.Option(1.0, "--speed", min=0.25, max=4.0, help="Speaking rate (1.0 = model default)."),
@@ -405,7 +408,8 @@ def clone(
 
 @app.command(epilog="Examples: [bold]ttscli models --json[/bold], [bold]ttscli models qwen3-tts-0.6b-base[/bold]")
 def models(
-    model: Optional[str] = typer.Argument(None, help="Show one model: its knobs, voices, languages, backends."),
+    model: Optional[str] = typer.Argument(None, help="Show one model: its knobs, voices, languages, backends "
+                                          "(also a Piper voice PATH.onnx or piper:VOICE)."),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,

@@ -38,6 +38,12 @@ class ModelSpec:
     license_notice: str | None = None
     origin: str = "builtin"
 
+    @property
+    def cache_id(self) -> str:
+        """The name of this model's folders in ttscli's converted-weights cache: its id, or what
+        the entry gives for a model named by a file (whose id is a path)."""
+        return self.source.get("cache_id", self.id)
+
     def can(self, capability: str) -> bool:
         return bool(self.capabilities.get(capability, False))
 

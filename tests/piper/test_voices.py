@@ -102,7 +102,6 @@ def test_voice_cache_is_keyed_by_content(voices, tmp_path, monkeypatch):
     """A voice named by its file converts into a folder named by the file's hash, not its name."""
     import shutil
 
-    from ttscli.models.piper.load import cache_key
     from ttscli.registry import load_registry
 
     other = tmp_path / "de_DE-test-medium.onnx"
@@ -111,11 +110,14 @@ def test_voice_cache_is_keyed_by_content(voices, tmp_path, monkeypatch):
     reg = load_registry()
     spec_a, spec_b = reg.resolve(str(voices["de"])), reg.resolve(str(other))
     assert spec_a.id != spec_b.id and spec_b.sample_rate == 16000
+    assert spec_a.cache_id.startswith("piper-de_DE-test-medium-") and "/" not in spec_a.cache_id
+    assert spec_a.cache_id == spec_b.cache_id           # the same bytes under the same name
     with open(other, "r+b") as f:       # same name, other bytes: another cache
         f.seek(-1, os.SEEK_END)
-        f.write(b"\x00" if f.read(1) != b"\x00" else b"\x01")
-    assert cache_key(spec_a, voices["de"]) != cache_key(spec_b, other)
-    assert cache_key(spec_a, voices["de"]).startswith("piper-de_DE-test-medium-")
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(b"\x01" if last == b"\x00" else b"\x00")
+    assert load_registry().resolve(str(other)).cache_id != spec_a.cache_id
 
 
 # ---- the CLI, as a user runs it -----------------------------------------------------------------
@@ -190,3 +192,13 @@ def test_multi_speaker_voice_defaults_to_onnx_everywhere(voices, monkeypatch):
     spec = load_registry().resolve(str(voices["multi"]))
     assert select.resolve(spec, get_family("piper"))["vits"].backend == "onnx"
     assert select.resolve(load_registry().resolve("piper-joe"), get_family("piper"))["vits"].backend == "mlx"
+
+
+def test_user_voice_converts_to_mlx(voices, cache, monkeypatch):
+    """The MLX VITS runs any single-speaker voice, converted into the voice's own cache folder."""
+    pytest.importorskip("mlx.core")
+    pipe = load(voices["de"], cache, monkeypatch, backend="mlx")
+    assert pipe.backends == {"vits": "mlx"} and pipe.espeak_voice == "de"
+    assert (cache / "converted" / pipe.spec.cache_id / "mlx" / "model.safetensors").is_file()
+    audio = speak(pipe, "Guten Tag.")
+    assert audio.size > 2000 and np.isfinite(audio).all()

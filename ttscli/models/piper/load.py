@@ -2,7 +2,7 @@
 
 ``load_pipeline(spec, checkpoint, options)``: ``checkpoint`` is ``X.onnx`` or the folder holding
 it, with ``X.onnx.json`` beside it (:mod:`.voice` reads that). The ONNX initializers are
-converted once into ``ttscli.paths.converted_dir(cache_key(...))`` (safetensors + config.json)
+converted once into ``ttscli.paths.converted_dir(spec.cache_id)`` (safetensors + config.json)
 and that cache is reused while it matches the source file; a stale or unreadable cache is rebuilt.
 """
 from __future__ import annotations
@@ -104,17 +104,6 @@ def vits_backend(options: LoadOptions) -> str:
     return pick
 
 
-def cache_key(spec, onnx_path: Path) -> str:
-    """The converted-weights folder's name: a registry entry's id, or for a voice named by its
-    file, the voice's name and the file's SHA-256 (two different voices with one name never
-    share a folder; the name keeps the folder readable)."""
-    if "local" not in getattr(spec, "source", {}):
-        return spec.id
-    from ttscli.filehash import file_sha256_cached
-
-    return f"piper-{onnx_path.stem}-{file_sha256_cached(onnx_path)[:16]}"
-
-
 def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = None) -> "PiperPipeline":
     from ttscli.paths import converted_dir
 
@@ -133,7 +122,7 @@ def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = N
     if backend == "onnx" and not options.random_weights:
         from .onnx_vits import OnnxVitsModel, PiperOnnxPipeline
 
-        model = OnnxVitsModel(voice.onnx, converted_dir(cache_key(spec, voice.onnx), "onnx-seeded"))
+        model = OnnxVitsModel(voice.onnx, converted_dir(spec.cache_id, "onnx-seeded"))
         return PiperOnnxPipeline(model, voice)
     from .model import ModelArgs
     from .pipeline import PiperPipeline
@@ -144,5 +133,5 @@ def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = N
     if options.random_weights:
         model = random_model(ModelArgs(sample_rate=voice.sample_rate))
     else:
-        model, _ = _cached_model(voice.onnx, converted_dir(cache_key(spec, voice.onnx)))
+        model, _ = _cached_model(voice.onnx, converted_dir(spec.cache_id))
     return PiperPipeline(model, voice.phoneme_id_map, voice.espeak_voice)

@@ -133,7 +133,7 @@ def voice_spec(onnx: Path, model_id: str | None = None) -> ModelSpec:
         family="piper",
         sample_rate=voice.sample_rate,
         implemented=True,
-        source={"local": str(onnx), "files": [onnx.name, config_path(onnx).name]},
+        source={"local": str(onnx), "files": [onnx.name, config_path(onnx).name], "cache_id": cache_id(onnx)},
         capabilities={"speak": True, "streaming": True, "languages": languages, "voices": voices,
                       "speakers": voice.num_speakers if multi else 0},
         backends={"vits": ["onnx"] if multi else ["mlx", "onnx"]},
@@ -141,6 +141,14 @@ def voice_spec(onnx: Path, model_id: str | None = None) -> ModelSpec:
         license="see the voice's MODEL_CARD",
         origin=str(onnx),
     )
+
+
+def cache_id(onnx: Path) -> str:
+    """A voice file's folder name in ttscli's cache: its name and the file's SHA-256, so that two
+    different voices with one name never share converted weights or a seeded graph."""
+    from ttscli.filehash import file_sha256_cached
+
+    return f"piper-{onnx.stem}-{file_sha256_cached(onnx)[:16]}"
 
 
 def find_voice(folder: Path) -> Path:
