@@ -113,14 +113,16 @@ class Registry:
         return iter(self.specs.values())
 
     def resolve(self, name: str | None, model_dir: Path | None = None) -> ModelSpec:
-        """Model id, alias (case-insensitive), a Piper voice (``PATH.onnx`` or ``piper:VOICE``)
-        or None for the default. With ``model_dir``, a Piper entry whose files the folder lacks
-        becomes the voice the folder holds (``--model-dir`` with any voice)."""
+        """Model id, alias (case-insensitive), a model a family knows by its files (a Piper voice
+        ``PATH.onnx`` or ``piper:VOICE``: ``Family.named``) or None for the default. With
+        ``model_dir``, the family may take the folder's own model instead of the entry's
+        (``Family.in_folder``: ``--model-dir`` with any Piper voice)."""
         spec = self._lookup(self.default if name is None else name)
-        if model_dir is not None and spec.family == "piper":
-            from ttscli.models.piper.voice import for_model_dir
+        if model_dir is not None:
+            from ttscli.models import family_names, get_family
 
-            spec = self._remember(for_model_dir(spec, model_dir))
+            if spec.family in family_names() and (in_folder := get_family(spec.family).in_folder) is not None:
+                spec = self._remember(in_folder(spec, model_dir))
         return spec
 
     def _lookup(self, name: str) -> ModelSpec:
@@ -130,11 +132,11 @@ class Registry:
         for spec in self.specs.values():
             if spec.id.lower() == low or low in (a.lower() for a in spec.aliases):
                 return spec
-        from ttscli.models.piper.voice import resolve_voice
+        from ttscli.models import families
 
-        voice = resolve_voice(name)
-        if voice is not None:
-            return self._remember(voice)
+        for family in families():
+            if family.named is not None and (spec := family.named(name)) is not None:
+                return self._remember(spec)
         known = ", ".join(sorted(self.specs))
         raise ModelNotFoundError(f"unknown model '{name}'; known models: {known}, a Piper voice PATH.onnx or "
                                  "piper:VOICE (see `ttscli models`)")
