@@ -50,7 +50,7 @@ def load(
     ``options.backends`` (component -> backend) is checked before anything loads; the components
     it leaves out get their defaults here (:func:`ttscli.backends.select.resolve`)."""
     registry = registry or load_registry()
-    spec = registry.resolve(model)
+    spec = registry.resolve(model, Path(model_dir) if model_dir else None)
     if not spec.implemented:
         raise NotImplementedModelError(
             f"{spec.id} is in the registry but ttscli does not implement it yet; see `ttscli models`"

@@ -52,8 +52,10 @@ class Backend(str, Enum):
 
 # ---- shared options --------------------------------------------------------------------------
 
-Model = typer.Option(None, "-m", "--model", help="Model id or alias (see `ttscli models`).")
-ModelDir = typer.Option(None, "--model-dir", help="Use a local copy of the checkpoint in DIR.", file_okay=False)
+Model = typer.Option(None, "-m", "--model", help="Model id or alias (see `ttscli models`), a Piper voice "
+                     "PATH.onnx (its .onnx.json beside it), or piper:VOICE from the Hugging Face cache.")
+ModelDir = typer.Option(None, "--model-dir", help="Use a local copy of the checkpoint in DIR (for Piper: any one "
+                        "voice's .onnx and .onnx.json).", file_okay=False)
 Registry = typer.Option(None, "--registry", help="Extra registry TOML file (repeatable).", exists=False)
 Output = typer.Option(None, "-o", "--output",
                       help="Audio file (.wav .flac .mp3 .opus .ogg .aac .m4a), or - for WAV on stdout.")
@@ -218,13 +220,14 @@ def run_synthesis(pipe, request, output: Optional[str], fmt: Optional[str], play
              f"(real-time factor {took / (n / pipe.sample_rate):.3f}, {n_workers} worker(s))")
 
 
-def resolve_model(model, registry):
-    """The registry entry for -m, and its family (errors before anything is loaded)."""
+def resolve_model(model, registry, model_dir=None):
+    """The registry entry for -m (with --model-dir: the Piper voice the folder holds), and its
+    family (errors before anything is loaded)."""
     from ttscli.errors import NotImplementedModelError
     from ttscli.models import family_of
 
     reg = registry_from(registry)
-    spec = reg.resolve(model)
+    spec = reg.resolve(model, model_dir)
     if not spec.implemented:
         raise NotImplementedModelError(
             f"{spec.id} is in the registry but ttscli does not implement it yet; see `ttscli models`")
@@ -297,7 +300,8 @@ def speak(
     fmt: Optional[str] = Format,
     sample_rate: Optional[int] = SampleRate,
     play: bool = Play,
-    voice: Optional[str] = typer.Option(None, "--voice", help="Preset voice name, or a saved voice .safetensors."),
+    voice: Optional[str] = typer.Option(None, "--voice", help="Preset voice name (a multi-speaker Piper voice: "
+                                        "a speaker's name or number), or a saved voice .safetensors."),
     instruct: Optional[str] = typer.Option(None, "--instruct", help="Style instruction or voice description."),
     language: Optional[str] = Language,
     speed: float = typer.Option(1.0, "--speed", min=0.25, max=4.0, help="Speaking rate (1.0 = model default)."),
@@ -324,7 +328,7 @@ def speak(
     check_output(default_output(output, play), fmt, sample_rate)
     if instruct is not None:
         instruct = check_text(instruct, "--instruct", MAX_TEXT_BYTES)
-    reg, spec, family = resolve_model(model, registry)
+    reg, spec, family = resolve_model(model, registry, model_dir)
     request = check_request(spec, family, Request(
         text=body, voice=voice, instruct=instruct, language=language, seed=seed, speed=speed,
         max_frames=max_frames, stream=stream, first_chunk_frames=first_chunk_frames, chunk_frames=chunk_frames,
@@ -386,7 +390,7 @@ def clone(
         raise UsageError("--save-voice must name a .safetensors file")
     if model is None:
         model = registry_from(registry).default_clone
-    reg, spec, family = resolve_model(model, registry)
+    reg, spec, family = resolve_model(model, registry, model_dir)
     if not spec.can("clone"):
         raise UsageError(f"{spec.id} cannot clone voices; pick a model with clone support (see `ttscli models`)")
     mono, sr = read_reference(ref, max_seconds=float(spec.defaults.get("max_ref_seconds", 30.0)))
@@ -404,7 +408,8 @@ def clone(
 
 @app.command(epilog="Examples: [bold]ttscli models --json[/bold], [bold]ttscli models qwen3-tts-0.6b-base[/bold]")
 def models(
-    model: Optional[str] = typer.Argument(None, help="Show one model: its knobs, voices, languages, backends."),
+    model: Optional[str] = typer.Argument(None, help="Show one model: its knobs, voices, languages, backends "
+                                          "(also a Piper voice PATH.onnx or piper:VOICE)."),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
@@ -732,7 +737,7 @@ def serve(
     asked = backends_asked(backend, code_decoder_backend)
     loaders, specs, reg = {}, {}, None
     for name in names:
-        reg, spec, family = resolve_model(name, registry)
+        reg, spec, family = resolve_model(name, registry, model_dir)
         specs[spec.id] = spec
         mine = asked.for_model(spec) if len(names) > 1 else asked
         check_backends(spec, family, mine)    # a bad --backend is one line before any model loads
@@ -791,7 +796,7 @@ def batch(
 
         cluster = choose_cluster(ray_address)
         note(cluster.describe())  # the first line: where the rows will run, and who can reach it
-    _, spec, family = resolve_model(model, registry)
+    _, spec, family = resolve_model(model, registry, model_dir)
     if spec.license_notice:
         note(f"note: {spec.license_notice}")
     asked = backends_asked(backend, code_decoder_backend)

@@ -82,12 +82,12 @@ def default_output(spec, req: ConvertRequest) -> Path:
         from ttscli.backends.onnx.manifest import variant as onnx_variant
 
         variant = onnx_variant({8: "int8", 4: "int4"}[req.q_bits] if req.quantize else "float32")
-    return converted_dir(spec.id, variant)
+    return converted_dir(spec.cache_id, variant)
 
 
 def convert(req: ConvertRequest, registry: Registry, note: Callable[[str], None] = print) -> Path:
     check(req)
-    spec = registry.resolve(req.model)
+    spec = registry.resolve(req.model, req.model_dir)
     if req.output is None:
         req.output = default_output(spec, req)
         check(req)

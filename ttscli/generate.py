@@ -75,7 +75,9 @@ def check_request(spec, family, request: Request) -> Request:
         voices = family.voices(spec, None) if family.voices else spec.voices
         # a blend "a:0.7,b:0.3" (families that mix style vectors) names only known voices too
         wanted = [part.partition(":")[0].strip().lower() for part in request.voice.split(",")]
-        if voices and any(w not in (v.lower() for v in voices) for w in wanted):
+        # a multi-speaker model also takes a speaker's number (capabilities.speakers: how many)
+        numbered = [str(i) for i in range(int(spec.capabilities.get("speakers", 0)))] if len(wanted) == 1 else []
+        if voices and any(w not in (v.lower() for v in voices) and w not in numbered for w in wanted):
             raise UsageError(f"{spec.id} has no voice {request.voice!r} (it has {', '.join(voices)})")
     if request.seed is not None and not 0 <= request.seed < 2**63:
         raise UsageError(f"--seed must be in [0, 2^63), got {request.seed}")

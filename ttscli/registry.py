@@ -38,6 +38,12 @@ class ModelSpec:
     license_notice: str | None = None
     origin: str = "builtin"
 
+    @property
+    def cache_id(self) -> str:
+        """The name of this model's folders in ttscli's converted-weights cache: its id, or what
+        the entry gives for a model named by a file (whose id is a path)."""
+        return self.source.get("cache_id", self.id)
+
     def can(self, capability: str) -> bool:
         return bool(self.capabilities.get(capability, False))
 
@@ -106,18 +112,40 @@ class Registry:
     def __iter__(self):
         return iter(self.specs.values())
 
-    def resolve(self, name: str | None) -> ModelSpec:
-        """Model id, alias (case-insensitive) or None for the default."""
-        if name is None:
-            name = self.default
+    def resolve(self, name: str | None, model_dir: Path | None = None) -> ModelSpec:
+        """Model id, alias (case-insensitive), a model a family knows by its files (a Piper voice
+        ``PATH.onnx`` or ``piper:VOICE``: ``Family.named``) or None for the default. With
+        ``model_dir``, the family may take the folder's own model instead of the entry's
+        (``Family.in_folder``: ``--model-dir`` with any Piper voice)."""
+        spec = self._lookup(self.default if name is None else name)
+        if model_dir is not None:
+            from ttscli.models import family_names, get_family
+
+            if spec.family in family_names() and (in_folder := get_family(spec.family).in_folder) is not None:
+                spec = self._remember(in_folder(spec, model_dir))
+        return spec
+
+    def _lookup(self, name: str) -> ModelSpec:
         if name in self.specs:
             return self.specs[name]
         low = name.lower()
         for spec in self.specs.values():
             if spec.id.lower() == low or low in (a.lower() for a in spec.aliases):
                 return spec
+        from ttscli.models import families
+
+        for family in families():
+            if family.named is not None and (spec := family.named(name)) is not None:
+                return self._remember(spec)
         known = ", ".join(sorted(self.specs))
-        raise ModelNotFoundError(f"unknown model '{name}'; known models: {known} (see `ttscli models`)")
+        raise ModelNotFoundError(f"unknown model '{name}'; known models: {known}, a Piper voice PATH.onnx or "
+                                 "piper:VOICE (see `ttscli models`)")
+
+    def _remember(self, spec: ModelSpec) -> ModelSpec:
+        """Keep a voice named by path under its id, so that resolving the id again (the engine,
+        a worker) finds the same entry."""
+        self.specs.setdefault(spec.id, spec)
+        return self.specs[spec.id]
 
 
 def _parse(text: str, origin: str) -> tuple[dict[str, ModelSpec], dict[str, str]]:

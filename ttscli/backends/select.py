@@ -146,8 +146,21 @@ def components_of(spec: ModelSpec, family: Family) -> dict[str, Component]:
     out = {}
     for name, listed in spec.backends.items():
         declared = family.component(name) or Component(name, tuple(listed))
-        out[name] = replace(declared, backends=tuple(b for b in declared.backends if b in listed) or ("mlx",))
+        out[name] = narrowed(declared, tuple(b for b in declared.backends if b in listed) or ("mlx",))
     return out
+
+
+def narrowed(component: Component, backends: tuple[str, ...]) -> Component:
+    """``component`` on ``backends`` only, its defaults too (a model whose registry entry lists
+    fewer backends than its family, e.g. a multi-speaker Piper voice on onnx alone, never
+    defaults to one it lacks)."""
+    if backends == tuple(component.backends):
+        return component
+    return replace(component, backends=backends,
+                   default=component.default if component.default in backends else backends[0],
+                   measured={k: v for k, v in component.measured.items() if v in backends},
+                   on_gpu=component.on_gpu if component.on_gpu in backends else None,
+                   random_weights=component.random_weights if component.random_weights in backends else None)
 
 
 def check_asked(spec: ModelSpec, name: str, backend: str, label: str, components: Mapping[str, Component]) -> str:

@@ -289,6 +289,11 @@ class Family:
     components: tuple[Component, ...] = ()
     # ``ttscli convert --to coreml --capacity``: the code decoder's KV-cache positions when not given
     coreml_capacity: int | None = None
+    # models named by their files rather than by a registry entry (a Piper voice ``PATH.onnx``):
+    # named(name) -> an entry for ``-m NAME``, or None when the name is not one of this family's
+    named: Callable[[str], "ModelSpec | None"] | None = None
+    # ``--model-dir`` holding another model of the family than the entry's: in_folder(spec, dir) -> entry
+    in_folder: Callable[["ModelSpec", Path], "ModelSpec"] | None = None
 
     def component(self, name: str) -> Component | None:
         return next((c for c in self.components if c.name == name), None)

@@ -171,7 +171,8 @@ def convert_onnx(onnx_path: Path, out_dir: Path, progress: Callable[[str], None]
         raise CheckpointError(f"{onnx_path.name}: phoneme_type {voice.get('phoneme_type')!r} "
                               "is not supported (espeak only)")
     if int(voice.get("num_speakers", 1)) > 1:
-        raise CheckpointError(f"{onnx_path.name}: multi-speaker Piper voices are not supported yet")
+        raise UsageError(f"{onnx_path.name}: a multi-speaker voice runs on onnxruntime only (--backend vits=onnx); "
+                         "ttscli's MLX VITS has no speaker conditioning")
 
     say = progress or (lambda _msg: None)
     say(f"reading {onnx_path.name}")

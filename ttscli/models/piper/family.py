@@ -24,6 +24,8 @@ FAMILY = Family(
     parity_checks=hook("ttscli.models.piper.parity:parity_checks"),
     parity_against=("onnxruntime", "onnx"),
     honours=frozenset({"speed", "language", "voice"}),
+    named=hook("ttscli.models.piper.voice:resolve_voice"),
+    in_folder=hook("ttscli.models.piper.voice:for_model_dir"),
     components=(
         # On the project's Linux CPU the published graph on onnxruntime ran faster than piper-tts and
         # ttscli's MLX VITS slower (docs/benchmarks.md#piper-workers); on Apple silicon MLX runs on the

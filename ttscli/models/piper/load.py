@@ -1,9 +1,9 @@
 """Loading Piper voices.
 
-``load_pipeline(spec, checkpoint, options)``: ``checkpoint`` is the folder holding ``X.onnx``
-and ``X.onnx.json``. The ONNX initializers are converted once into
-``ttscli.paths.converted_dir(spec.id)`` (safetensors + config.json) and that cache is reused
-while it matches the source file; a stale or unreadable cache is rebuilt.
+``load_pipeline(spec, checkpoint, options)``: ``checkpoint`` is ``X.onnx`` or the folder holding
+it, with ``X.onnx.json`` beside it (:mod:`.voice` reads that). The ONNX initializers are
+converted once into ``ttscli.paths.converted_dir(spec.cache_id)`` (safetensors + config.json)
+and that cache is reused while it matches the source file; a stale or unreadable cache is rebuilt.
 """
 from __future__ import annotations
 
@@ -107,33 +107,31 @@ def vits_backend(options: LoadOptions) -> str:
 def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = None) -> "PiperPipeline":
     from ttscli.paths import converted_dir
 
+    from .phonemize import check_espeak_voice
+    from .voice import read_voice
+
     options = options or LoadOptions()
     checkpoint = Path(checkpoint) if checkpoint is not None else default_voice_dir()
     if options.dtype not in (None, "float32"):
         raise UsageError(f"Piper voices run in float32; drop --dtype {options.dtype}")
     backend = vits_backend(options)
-    onnx_path = find_onnx(checkpoint)
-    voice = json.loads(onnx_path.with_name(onnx_path.name + ".json").read_text(encoding="utf-8"))
+    voice = read_voice(find_onnx(checkpoint))
+    if getattr(spec, "sample_rate", None) and spec.sample_rate != voice.sample_rate:
+        raise CheckpointError(f"{spec.id}: registry says {spec.sample_rate} Hz, the voice is {voice.sample_rate} Hz")
+    check_espeak_voice(voice.espeak_voice, voice.name)
     if backend == "onnx" and not options.random_weights:
         from .onnx_vits import OnnxVitsModel, PiperOnnxPipeline
 
-        pipe = PiperOnnxPipeline(OnnxVitsModel(onnx_path, converted_dir(spec.id, "onnx-seeded")),
-                                 voice["phoneme_id_map"],
-                                 voice.get("espeak", {}).get("voice", "en-us"),
-                                 int(voice.get("audio", {}).get("sample_rate", 22050)), voice.get("inference", {}))
-        if getattr(spec, "sample_rate", None) and spec.sample_rate != pipe.sample_rate:
-            raise CheckpointError(f"{spec.id}: registry says {spec.sample_rate} Hz, the voice is {pipe.sample_rate} Hz")
-        return pipe
+        model = OnnxVitsModel(voice.onnx, converted_dir(spec.cache_id, "onnx-seeded"))
+        return PiperOnnxPipeline(model, voice)
     from .model import ModelArgs
     from .pipeline import PiperPipeline
 
+    if voice.num_speakers > 1:
+        raise UsageError(f"{voice.name} has {voice.num_speakers} speakers; ttscli's MLX VITS runs single-speaker "
+                         "voices only: use --backend vits=onnx")
     if options.random_weights:
-        args = ModelArgs(sample_rate=int(voice.get("audio", {}).get("sample_rate", 22050)))
-        model, config = random_model(args), {"phoneme_id_map": voice["phoneme_id_map"],
-                                             "espeak_voice": voice.get("espeak", {}).get("voice", "en-us")}
+        model = random_model(ModelArgs(sample_rate=voice.sample_rate))
     else:
-        model, config = _cached_model(onnx_path, converted_dir(spec.id))
-    pipe = PiperPipeline(model, config["phoneme_id_map"], config.get("espeak_voice", "en-us"))
-    if getattr(spec, "sample_rate", None) and spec.sample_rate != pipe.sample_rate:
-        raise CheckpointError(f"{spec.id}: registry says {spec.sample_rate} Hz, the voice is {pipe.sample_rate} Hz")
-    return pipe
+        model, _ = _cached_model(voice.onnx, converted_dir(spec.cache_id))
+    return PiperPipeline(model, voice.phoneme_id_map, voice.espeak_voice)

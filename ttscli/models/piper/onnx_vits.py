@@ -33,6 +33,7 @@ from ttscli.errors import BackendUnavailableError
 from ttscli.models.base import Pipeline, Request
 
 from .settings import scales, sentence_audio
+from .voice import Voice
 
 NOISES = {"dp": "dp_noise", "prior": "prior_noise"}
 FRAMES_PER_ID = 24         # first prior-noise buffer: frames per phoneme id (x length scale)
@@ -137,6 +138,25 @@ def record_channels(session, onnx_path: Path) -> int | None:
     return None
 
 
+def cached_session(cached: Path, so, onnx_path: Path):
+    """(session, prior-noise channels) from the seeded graph cached for ``onnx_path``; None when
+    there is none, or it is stale or damaged (then it is rebuilt)."""
+    import onnxruntime as ort
+
+    if not cached.is_file():
+        return None
+    try:
+        session = ort.InferenceSession(str(cached), so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types for a damaged file
+        _LOG.warning("rebuilding the cached seeded graph %s: %s", cached, e)
+        return None
+    channels = record_channels(session, onnx_path)
+    if channels is None:
+        _LOG.info("the cached seeded graph %s is stale; rebuilding", cached)
+        return None
+    return session, channels
+
+
 class OnnxVitsModel:
     def __init__(self, onnx_path: Path, cache_dir: Path | None = None):
         """``cache_dir``: where the seeded graph is kept between runs (None: built each time)."""
@@ -151,23 +171,17 @@ class OnnxVitsModel:
         # high-water mark for the session's life (+86 MB RSS in a server, README "Serve"); plain
         # malloc per run: the same best time of 6-8 runs on the loaded 2-core CPU (medians ~8% apart, noise)
         so.enable_cpu_mem_arena = False
-        cached = cache_dir / GRAPH_FILE if cache_dir is not None else None
-        if cached is not None and cached.is_file():
-            try:
-                self.session = ort.InferenceSession(str(cached), so, providers=["CPUExecutionProvider"])
-                channels = record_channels(self.session, onnx_path)
-                if channels is not None:
-                    self.channels = channels
-                    return
-                _LOG.info("the cached seeded graph %s is stale; rebuilding", cached)
-            except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types for a damaged file
-                _LOG.warning("rebuilding the cached seeded graph %s: %s", cached, e)
-        graph, self.channels = build_graph(onnx_path, cache_dir)
-        self.session = ort.InferenceSession(graph, so, providers=["CPUExecutionProvider"])
+        found = cached_session(cache_dir / GRAPH_FILE, so, onnx_path) if cache_dir is not None else None
+        if found is None:
+            graph, channels = build_graph(onnx_path, cache_dir)
+            found = ort.InferenceSession(graph, so, providers=["CPUExecutionProvider"]), channels
+        self.session, self.channels = found
+        self.takes_speaker = "sid" in {i.name for i in self.session.get_inputs()}
 
     def __call__(self, ids: list[int], noise_scale: float, length_scale: float, noise_w: float,
-                 rng: np.random.Generator) -> tuple[np.ndarray, int]:
-        """Audio of one sentence and how many prior-noise frames it used."""
+                 rng: np.random.Generator, speaker: int | None = None) -> tuple[np.ndarray, int]:
+        """Audio of one sentence and how many prior-noise frames it used; ``speaker`` feeds a
+        multi-speaker graph's ``sid`` (speaker 0 when None)."""
         t = len(ids)
         dp = rng.standard_normal((1, 2, t), dtype=np.float32)
         frames = max(256, int(FRAMES_PER_ID * max(1.0, length_scale) * t))
@@ -176,6 +190,8 @@ class OnnxVitsModel:
             feeds = {"input": np.array([ids], np.int64), "input_lengths": np.array([t], np.int64),
                      "scales": np.array([noise_scale, length_scale, noise_w], np.float32),
                      NOISES["dp"]: dp, NOISES["prior"]: prior}
+            if self.takes_speaker:
+                feeds["sid"] = np.array([speaker or 0], np.int64)
             try:
                 return self.session.run(None, feeds)[0].reshape(-1), frames
             except Exception as e:  # the slice came out shorter than the frames: retry longer
@@ -193,16 +209,15 @@ class PiperOnnxPipeline(Pipeline):
     max_chunk_chars = 200
     concurrent_safe = True
 
-    def __init__(self, model: OnnxVitsModel, id_map: dict, espeak_voice: str, sample_rate: int, inference: dict):
+    def __init__(self, model: OnnxVitsModel, voice: Voice):
         super().__init__()
         self.backends = {"vits": "onnx"}
         self.model = model
-        self.id_map = id_map
-        self.espeak_voice = espeak_voice
-        self.sample_rate = sample_rate
-        self.inference = {"noise_scale": float(inference.get("noise_scale", 0.667)),
-                          "length_scale": float(inference.get("length_scale", 1.0)),
-                          "noise_w": float(inference.get("noise_w", 0.8))}
+        self.voice = voice
+        self.id_map = voice.phoneme_id_map
+        self.espeak_voice = voice.espeak_voice
+        self.sample_rate = voice.sample_rate
+        self.inference = dict(voice.inference)
 
     def settings(self, request: Request) -> dict:
         return scales(self.inference, request)
@@ -211,6 +226,7 @@ class PiperOnnxPipeline(Pipeline):
         from .phonemize import text_to_ids
 
         cfg = self.settings(request)
+        speaker = self.voice.speaker_id(request.voice)
         seed = request.seed if request.seed is not None else int.from_bytes(os.urandom(4), "little")
         rng = np.random.default_rng(seed)
         normalize = request.knobs.get("normalize", True)
@@ -221,7 +237,7 @@ class PiperOnnxPipeline(Pipeline):
         stats.extra.update(phonemize_s=time.perf_counter() - t0, sentences=len(sentences))
         for ids in sentences:
             t1 = time.perf_counter()
-            audio, _ = self.model(ids, cfg["noise_scale"], cfg["length_scale"], cfg["noise_w"], rng)
+            audio, _ = self.model(ids, cfg["noise_scale"], cfg["length_scale"], cfg["noise_w"], rng, speaker)
             stats.decoder_s += time.perf_counter() - t1
             audio = sentence_audio(audio, normalize, volume)
             stats.prefill_tokens += len(ids)

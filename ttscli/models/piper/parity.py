@@ -47,7 +47,7 @@ def our_model(spec, onnx_path: Path):
 
     from .load import _cached_model
 
-    return _cached_model(onnx_path, converted_dir(spec.id))
+    return _cached_model(onnx_path, converted_dir(spec.cache_id))
 
 
 def synthesize(model, ids, noise_scale: float, length_scale: float, noise_w: float,

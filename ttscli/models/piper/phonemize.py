@@ -120,6 +120,18 @@ def _as_piper_espeak(ipa: str, names: str) -> str:
     return " ".join(words)
 
 
+def check_espeak_voice(espeak_voice: str, voice_name: str) -> None:
+    """Refuse, before any text, a voice whose language espeak-ng here cannot phonemize (rather
+    than reading its text with another language's rules)."""
+    from ttscli.errors import UsageError
+
+    try:
+        Espeak.get().passes("", espeak_voice, ())
+    except UsageError:
+        raise UsageError(f"{voice_name}: cannot phonemize its language here: espeak-ng has no voice "
+                         f"{espeak_voice!r}") from None
+
+
 def phonemize(text: str, voice: str = "en-us") -> list[list[str]]:
     """Text -> phonemes (NFD code points, punctuation kept) grouped by sentence."""
     sentences: list[list[str]] = []
