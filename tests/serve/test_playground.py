@@ -6,13 +6,16 @@ pcm through Web Audio, and offer the file for download, loading nothing from ano
 """
 from __future__ import annotations
 
+import base64
 import io
+import json
 import os
 import re
 import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import soundfile as sf
 
@@ -108,6 +111,9 @@ def check_requests(w: Watched, server) -> None:
     assert not any(KEY in u for u in urls)
     api = [r for r in w.requests if "/v1/" in r.url]
     assert api and all(r.headers.get("authorization") == f"Bearer {KEY}" for r in api)
+    # the posts carry the page's Origin, which the Host/Origin guard took as this server's own
+    posts = [r for r in api if r.method == "POST"]
+    assert posts and all(r.all_headers().get("origin") == server.url for r in posts)
     assert not w.problems, w.problems
 
 
@@ -187,6 +193,61 @@ def test_docs_render_from_this_server_only(chromium, server):
         assert w.page.locator(".opblock").count() >= 5
         assert all(r.url.startswith(server.url + "/") or r.url.startswith("data:") for r in w.requests), \
             [r.url for r in w.requests]
+        assert not w.problems, w.problems
+    finally:
+        w.page.close()
+
+
+BASE = "qwen3-tts-0.6b-base"
+
+
+@pytest.fixture(scope="module")
+def clone_server(tmp_path_factory):
+    """A model that clones: the complete tiny Qwen3-TTS Base checkpoint (random weights, real paths)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "qwen3_e2e"))
+    from e2e_fixture import build
+
+    ckpt = build("base", tmp_path_factory.mktemp("play-qwen3") / "base", eos_gain=3.0)
+    s = Server(["-m", BASE, "--model-dir", ckpt])
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def ref_clip(tmp_path_factory):
+    path = tmp_path_factory.mktemp("play-ref") / "ref.wav"
+    sr = 24000
+    t = np.arange(int(sr * 1.5)) / sr
+    sf.write(str(path), (0.3 * np.sin(2 * np.pi * 180 * t)).astype(np.float32), sr)
+    return path
+
+
+def test_clone_upload_from_the_page(chromium, clone_server, ref_clip):
+    """The page uploads the chosen clip with its transcript; without the transcript it shows the
+    server's one-line reason."""
+    w = Watched(chromium)
+    try:
+        assert w.page.goto(clone_server.url + "/").status == 200
+        w.wait_state("ready")
+        p = w.page
+        assert p.is_visible("#clone-controls") and p.is_hidden("#clone-note")
+        p.fill("#text", "Words in the new voice.")
+        p.set_input_files("#ref-audio", str(ref_clip))
+        p.click("#speak")
+        w.wait_state("error")
+        assert "--ref-text" in p.text_content("#status")
+        w.problems.clear()                     # the 400 the browser logged
+        p.fill("#ref-text", "A reference sentence.")
+        p.click("#speak")
+        w.wait_state("ended")
+        with p.expect_download() as download:
+            p.click("#download")
+        data = Path(download.value.path()).read_bytes()
+        assert wav_seconds(data) > 0
+        sent = [r for r in w.requests if r.url.endswith("/v1/audio/speech")]
+        body = json.loads(sent[-1].post_data)
+        assert base64.b64decode(body["ref_audio"]) == ref_clip.read_bytes()
+        assert body["ref_text"] == "A reference sentence." and body["model"] == BASE
         assert not w.problems, w.problems
     finally:
         w.page.close()
