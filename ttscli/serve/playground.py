@@ -26,7 +26,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from starlette.staticfiles import StaticFiles
 
 from ttscli.serve.app import error_body
-from ttscli.serve.formats import RESPONSE_FORMATS
+from ttscli.serve.formats import RESPONSE_FORMATS, content_type
 
 STATIC = Path(str(files("ttscli.serve") / "static"))
 # Swagger UI sets style attributes and <style> elements as it renders, hence 'unsafe-inline' for
@@ -100,7 +100,13 @@ def openapi_schema(app: FastAPI, api_key: bool) -> dict:
     schema = copy.deepcopy(app.openapi())
     post = schema.get("paths", {}).get(SPEECH_PATH, {}).get("post")
     if post is not None:
-        post["requestBody"] = {"required": True, "content": {"application/json": {"schema": speech_body_schema()}}}
+        example = {"input": "Hello from ttscli.", "response_format": "wav"}
+        post["requestBody"] = {"required": True, "content": {"application/json": {
+            "schema": speech_body_schema(), "example": example}}}
+        audio = {"schema": {"type": "string", "format": "binary"}}
+        post["responses"]["200"] = {"description": "the audio, or Server-Sent Events with stream_format sse",
+                                    "content": {**{content_type(f): audio for f in RESPONSE_FORMATS},
+                                                "text/event-stream": {"schema": {"type": "string"}}}}
     if api_key:
         schema.setdefault("components", {})["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
         schema["security"] = [{"bearer": []}]
