@@ -34,7 +34,7 @@ STATIC = Path(__file__).resolve().parents[2] / "ttscli" / "serve" / "static"
 def missing(reason: str):
     """No browser here: a skip on a developer's machine, a failure in CI (where `make test` installs one)."""
     if os.environ.get("CI"):
-        pytest.fail(f"{reason}; CI must run the browser test (make browser installs chromium)")
+        pytest.fail(f"{reason}; CI must run the browser test (make test installs playwright and chromium)")
     pytest.skip(reason)
 
 
