@@ -126,6 +126,8 @@ def test_pages_are_served_with_their_headers(server):
             assert r.headers["x-content-type-options"] == "nosniff"
             script_src = re.search(r"script-src ([^;]*)", r.headers["content-security-policy"]).group(1)
             assert script_src.split() == ["'self'"], r.headers["content-security-policy"]
+        # the pages are behind the Host guard like the API (a DNS-rebinding page cannot read them)
+        assert c.get(server.url + "/", headers={"Host": "rebound.example"}).status_code == 400
         schema = c.get(server.url + "/openapi.json").json()
         body = schema["paths"]["/v1/audio/speech"]["post"]["requestBody"]["content"]["application/json"]["schema"]
         assert body["required"] == ["input"] and "wav" in body["properties"]["response_format"]["enum"]
