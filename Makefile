@@ -5,6 +5,8 @@
 #   make test-all             the slow tests only (soak, eval over many sentences, real-weight end-to-end, Ray runs);
 #                             make test then make test-all runs every test once, as .ci/run does
 #   make docs                 builds the documentation site from docs/ into site/ (broken links fail the build)
+#   make browser              installs Debian's chromium when it is missing (as root), for the playground page's
+#                             test in a headless browser; make test runs it first
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -12,7 +14,7 @@ TEXT   ?= Hello from ttscli, speaking on this machine with no network.
 OUT    ?= speech.wav
 STAMP  := $(VENV)/.installed
 
-.PHONY: install speak test test-all docs clean blas
+.PHONY: install speak test test-all docs clean blas browser
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,12 +33,18 @@ speak: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --site-dir site
 
-test: $(STAMP) docs
+test: $(STAMP) docs browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not slow"
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+# Playwright drives this chromium (its own browser download needs a site other than the registries)
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || \
+	  echo "note: chromium could not be installed (apt-get install chromium, as root); the browser test skips outside CI"
 
 blas:
 	scripts/install-openblas.sh

@@ -710,7 +710,7 @@ def serve(
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
 ):
     """Serve models over HTTP: OpenAI's /v1/audio/speech, /v1/models, /v1/audio/voices, /health,
-    /metrics (Prometheus)."""
+    /metrics (Prometheus); a playground page at / and the API docs at /docs."""
 
     def _plain_note(msg: str) -> None:  # unwrapped: scripts read the port from this line
         if not State.quiet:

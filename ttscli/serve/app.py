@@ -36,7 +36,7 @@ from ttscli.errors import (
 )
 from ttscli.paths import cache_dir, config_dir
 from ttscli.encode import MAX_RATE, MIN_RATE, make_encoder
-from ttscli.serve.formats import DEFAULT_RATE, STREAMED, check_format, content_type
+from ttscli.serve.formats import DEFAULT_RATE, RESPONSE_FORMATS, STREAMED, check_format, content_type
 from ttscli.serve.worker import DONE, ModelWorker, QueueFull, RequestTimeout
 
 log = logging.getLogger("ttscli.serve")
@@ -240,7 +240,7 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         authorize(request)
         return {"object": "list", "data": [
             {"id": m, "object": "model", "created": 0, "owned_by": "ttscli",
-             "sample_rate": w.pipeline.sample_rate} for m, w in cfg.workers.items()]}
+             "sample_rate": w.pipeline.sample_rate, **model_extras(cfg, m)} for m, w in cfg.workers.items()]}
 
     @app.get("/v1/audio/voices")
     async def list_voices(request: Request, model: str | None = None):
@@ -297,6 +297,9 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         media = "text/event-stream" if reply.sse else content_type(reply.fmt)
         return StreamingResponse(body, media_type=media, headers=headers)
 
+    from ttscli.serve.playground import add_pages
+
+    add_pages(app, api_key=cfg.api_key is not None)
     return app
 
 
@@ -523,6 +526,25 @@ def resolve_model(cfg: ServeConfig, name: Any) -> str:
 def preset_voices(cfg: ServeConfig, model_id: str) -> list[str]:
     spec, fam = cfg.specs[model_id], cfg.families[model_id]
     return list(fam.voices(spec, None) if fam.voices else spec.voices)
+
+
+def model_extras(cfg: ServeConfig, model_id: str) -> dict:
+    """What a client needs to offer a model's choices (the playground's pickers): its voices,
+    whether it clones from a reference upload, and the response formats this server can write."""
+    clone = cfg.specs[model_id].can("clone")
+    return {"voices": preset_voices(cfg, model_id) + (saved_voices(cfg) if clone else []),
+            "clone": clone, "response_formats": writable_formats()}
+
+
+def writable_formats() -> list[str]:
+    out = []
+    for fmt in RESPONSE_FORMATS:
+        try:
+            check_format(fmt)
+        except TTSError:
+            continue
+        out.append(fmt)
+    return out
 
 
 def saved_voices(cfg: ServeConfig) -> list[str]:
