@@ -158,3 +158,52 @@ def test_strict_loading_names_the_published_tensor(tmp_path):
         save_file(weights, folder / "model.safetensors")
         with pytest.raises(CheckpointError, match=expect):
             load_model(folder)
+
+
+def test_flow_lm_keeps_the_code_decoder_contract(pipe):
+    from ttscli.lm.decoder import LATENT_HEAD, CodeDecoder
+
+    dec, lm = pipe.code_decoder, pipe.model.flow_lm
+    assert isinstance(dec, CodeDecoder)
+    cache = dec.new_cache()
+    logits, hidden = dec.prefill(lm.text_embeddings(mx.array([[1, 2, 3]])), cache)
+    assert logits.shape == (1, LATENT_HEAD) and hidden.shape == (1, lm.args.d_model)
+    logits, hidden = dec.step(lm.latent_embeddings(None), cache)
+    assert logits.shape == (1, LATENT_HEAD) and cache[0].offset == 4
+    latent = pipe.latent(hidden, mx.zeros((1, pipe.args.latent_dim)), 1)
+    assert latent.shape == (1, pipe.args.latent_dim)
+
+
+def test_noise_clamp_truncates_the_flow_noise(pipe):
+    from ttscli.lm.sample import KeyStream
+
+    keys = KeyStream(0)
+    noise = np.concatenate([np.array(pipe.noise(keys, 1.0, 0.5)) for _ in range(50)])
+    free = np.concatenate([np.array(pipe.noise(keys, 1.0, None)) for _ in range(50)])
+    assert np.abs(noise).max() <= 0.5 + 1e-6 and np.abs(free).max() > 1.0
+    assert np.array_equal(np.array(pipe.noise(keys, 0.0, None)), np.zeros((1, pipe.args.latent_dim)))
+
+
+def test_cli_speak_clone_and_errors(run_cli, tmp_path, golden):
+    import soundfile as sf
+
+    tiny = FIX / "tiny"
+    p = run_cli("speak", "-m", "pocket-tts", "--model-dir", tiny, "--seed", "1", "--temperature", "0.5",
+                "--eos-threshold", "-4", "--frames-after-eos", "1", TEXT, "-o", "a.wav")
+    assert p.returncode == 0, p.err
+    audio, rate = sf.read(tmp_path / "a.wav")
+    assert rate == 24000 and audio.ndim == 1 and len(audio) > 0 and len(audio) % 1920 == 0
+    sf.write(tmp_path / "ref.wav", golden["ref_audio"], 24000)
+    # the CLI asks every clone for a transcript before it knows the family; Pocket TTS reads none
+    p = run_cli("clone", "-m", "pocket-tts", "--model-dir", tiny, "--ref", "ref.wav", "--ref-text", "unused",
+                "--seed", "1", TEXT, "-o", "b.wav")
+    assert p.returncode == 0, p.err
+    assert sf.read(tmp_path / "b.wav")[0].size > 0
+    for args, says in ((("--voice", "nobody"), "no voice 'nobody'"),
+                       (("--sampler-decode-steps", "0"), "--sampler-decode-steps must be in [1..64]"),
+                       (("--instruct", "whisper"), "instruct"),
+                       (("--max-frames", "3"), "3 frames")):
+        p = run_cli("speak", "-m", "pocket-tts", "--model-dir", tiny, *args, TEXT, "-o", "c.wav")
+        lines = [ln for ln in p.err.strip().splitlines() if ln.strip()]
+        assert p.returncode != 0 and not (tmp_path / "c.wav").exists(), args
+        assert "Traceback" not in p.err and len(lines) == 1 and says in lines[0], (args, p.err)

@@ -172,8 +172,9 @@ def lsd_decode(flow: FlowNet, c: mx.array, noise: mx.array, steps: int) -> mx.ar
 
 
 class FlowLM(nn.Module):
-    """The LM a code decoder wraps (ttscli.lm.decoder): ``__call__(embeds, cache)`` ->
-    (EOS logit ``[B, 1]``, the normed hidden ``[B, d_model]`` the flow head is conditioned on)."""
+    """The LM a code decoder wraps (ttscli.lm.decoder, a continuous-latent LM):
+    ``__call__(embeds, cache)`` -> (EOS logit ``[B, LATENT_HEAD]``, the normed hidden
+    ``[B, d_model]`` the flow head is conditioned on)."""
 
     def __init__(self, a: FlowLMArgs, latent_dim: int):
         super().__init__()
