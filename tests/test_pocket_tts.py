@@ -207,3 +207,21 @@ def test_cli_speak_clone_and_errors(run_cli, tmp_path, golden):
         lines = [ln for ln in p.err.strip().splitlines() if ln.strip()]
         assert p.returncode != 0 and not (tmp_path / "c.wav").exists(), args
         assert "Traceback" not in p.err and len(lines) == 1 and says in lines[0], (args, p.err)
+
+
+def test_saved_clone_voice_speaks_as_the_clone(pipe, golden, tmp_path):
+    """--save-voice writes upstream's voice-state layout; --voice FILE reads it back to the same audio."""
+    from safetensors.numpy import load_file
+
+    path = tmp_path / "me.safetensors"
+    ref = dict(ref_audio=golden["ref_audio"], ref_sample_rate=24000)
+    cloned = np.concatenate(list(pipe.generate(Request(text=TEXT, seed=3, max_frames=5, ignore_eos=True,
+                                                       save_voice=path, **ref))))
+    saved = load_file(path)
+    assert saved["transformer.layers.0.self_attn/cache"].shape[:2] == (2, 1)
+    assert int(saved["transformer.layers.1.self_attn/offset"][0]) == 1 + len(golden["voice_latents"])
+    again = np.concatenate(list(pipe.generate(Request(text=TEXT, voice=str(path), seed=3, max_frames=5,
+                                                      ignore_eos=True))))
+    assert np.array_equal(cloned, again)
+    with pytest.raises(UsageError, match="--save-voice needs reference audio"):
+        list(pipe.generate(Request(text=TEXT, save_voice=tmp_path / "x.safetensors")))

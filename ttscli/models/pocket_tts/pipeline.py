@@ -38,6 +38,20 @@ MIN_FRAMES_BEFORE_EOS = 6
 FADE_IN_S = 0.005
 
 
+def save_voice_state(path: Path, state: list[tuple[mx.array, mx.array]]) -> Path:
+    """A clone's voice state in upstream's voice file layout (``export_model_state``: per layer
+    ``transformer.layers.{i}.self_attn/cache [2, 1, T, heads, head_dim]`` and ``/offset``), so
+    ttscli's ``--voice FILE`` and upstream's voice argument both read it."""
+    from ttscli import voicefile
+
+    tensors = {}
+    for i, (k, v) in enumerate(state):
+        name = f"transformer.layers.{i}.self_attn"
+        tensors[f"{name}/cache"] = np.stack([np.array(k), np.array(v)]).transpose(0, 1, 3, 2, 4)
+        tensors[f"{name}/offset"] = np.array([k.shape[2]], np.int64)
+    return voicefile.save(path, tensors, {"format": "pocket-tts-voice-state"})
+
+
 class PocketPipeline(Pipeline):
     sample_rate = SAMPLE_RATE
     ref_sample_rate = SAMPLE_RATE
@@ -75,7 +89,12 @@ class PocketPipeline(Pipeline):
         if r.ref_audio is not None:
             if r.voice:
                 raise UsageError("give either a voice (--voice) or reference audio (--ref), not both")
-            return self._cache_from(self.clone_state(r))
+            state = self.clone_state(r)
+            if r.save_voice:
+                save_voice_state(Path(r.save_voice), state)
+            return self._cache_from(state)
+        if r.save_voice:
+            raise UsageError("--save-voice needs reference audio (--ref) to encode")
         if r.voice and r.voice.endswith(".safetensors"):
             path = Path(r.voice)
             if not path.is_file():
