@@ -225,3 +225,20 @@ def test_saved_clone_voice_speaks_as_the_clone(pipe, golden, tmp_path):
     assert np.array_equal(cloned, again)
     with pytest.raises(UsageError, match="--save-voice needs reference audio"):
         list(pipe.generate(Request(text=TEXT, save_voice=tmp_path / "x.safetensors")))
+
+
+def test_bench_peer_needs_no_weights_at_random_weights(monkeypatch, tmp_path):
+    """`ttscli bench pocket-tts --random-weights --peer pocket-tts` runs offline: the peer gets no
+    checkpoint when none is on this machine, and names the Python it needs when it is not set."""
+    from ttscli.bench import BenchRequest, peer_checkpoint
+    from ttscli.models.pocket_tts.bench import bench_peer
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    spec = load_registry().resolve("pocket-tts")
+    assert peer_checkpoint(spec, BenchRequest(model="pocket-tts", random_weights=True)) is None
+    assert peer_checkpoint(spec, BenchRequest(model="pocket-tts", random_weights=True,
+                                              model_dir=FIX / "tiny")) == FIX / "tiny"
+    monkeypatch.delenv("TTSCLI_POCKET_PYTHON", raising=False)
+    with pytest.raises(UsageError, match="TTSCLI_POCKET_PYTHON"):
+        bench_peer(spec, None, TEXT, 1)
