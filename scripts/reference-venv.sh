@@ -15,4 +15,8 @@ pip install -q --no-deps qwen-tts==0.1.1 chatterbox-tts==0.1.7 kokoro==0.9.4
 pip install -q -r "$here/scripts/reference-requirements.txt"
 pip install -q --no-deps torchaudio==2.11.1       # only its pure-Python parts are used
 pip install -q --no-deps conformer==0.3.2 diffusers==0.29.0 s3tokenizer==0.3.0
+# Pocket TTS (scripts/goldens/pocket_tts_upstream.py, benchmarks/bench_pocket_peer.py): its code, and the
+# light dependencies it imports that the lines above do not bring
+pip install -q --no-deps pocket-tts==4.0.1
+pip install -q einops sentencepiece pydantic safetensors tokenizers pyyaml
 echo "reference venv ready: $venv  (generators import scripts/reference_stubs.py before upstream packages)"

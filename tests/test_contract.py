@@ -57,6 +57,13 @@ CASES = {
                                    model_dir=FIX / "breeze" / "tiny", bench_max_frames=4,
                                    golden=FIX / "breeze" / "parity-direction-cfg.npz",
                                    parity_model_dir=FIX / "breeze" / "tiny"),
+    # the tiny checkpoint in the published layout (its built-in voice "alba"); parity on the
+    # pocket-tts 4.0.1 goldens (recorded flow noise, EOS stop, waveform)
+    "pocket_tts": lambda tmp: Case("pocket-tts", Request(text="Hello there. A second sentence.", voice="alba", seed=0,
+                                                         max_frames=6, ignore_eos=True),
+                                   model_dir=FIX / "pocket_tts" / "tiny", bench_max_frames=4,
+                                   golden=FIX / "pocket_tts" / "goldens.npz",
+                                   parity_model_dir=FIX / "pocket_tts" / "tiny"),
 }
 
 

@@ -217,7 +217,7 @@ def run_bench(req: BenchRequest, registry: Registry, console=None) -> dict:
             used = fig.pop("backend")
             variants[name.replace("default", used, 1) if b is None else name] = fig
     if peer_fn is not None:
-        variants[req.peer] = peer_fn(spec, hub.locate(spec, req.model_dir), text, req.repeats)
+        variants[req.peer] = peer_fn(spec, peer_checkpoint(spec, req), text, req.repeats)
     report = {
         "model": spec.id,
         "random_weights": req.random_weights,
@@ -234,6 +234,15 @@ def run_bench(req: BenchRequest, registry: Registry, console=None) -> dict:
     if req.plot:
         plot_frames(variants, req.plot, spec.id)
     return report
+
+
+def peer_checkpoint(spec, req: BenchRequest) -> Path | None:
+    """The weights a peer runs: the model's, located as a run would; None with --random-weights
+    where none are on this machine (a peer built at random weights, as ours is, needs none, and
+    one that does says so itself)."""
+    if req.random_weights and req.model_dir is None and not hub.is_local(spec):
+        return None
+    return hub.locate(spec, req.model_dir)
 
 
 def check_backends(spec, family, req: BenchRequest) -> None:

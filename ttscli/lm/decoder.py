@@ -3,6 +3,14 @@
 A family's loop talks to a :class:`CodeDecoder`, so the LM can run on MLX
 (:class:`MLXCodeDecoder`) or on another backend (Core ML) while embeddings, per-frame helpers
 and sampling stay where they are.  Caches are opaque objects owned by one request.
+
+Two kinds of frame come out of the same contract. A discrete-code LM's head scores its code
+vocabulary (``logits [B, V]``) and a token sampler (:mod:`ttscli.lm.sample`) draws the code. A
+continuous-latent LM (Pocket TTS) has a stop head (``logits [B, 1]``, the EOS logit) and draws
+its latent from ``hidden`` with its own sampler (a flow head turning noise into the latent), as
+the code sampler draws from logits: the decoder returns what every backend computes the same
+way (the transformer, its heads), the loop keeps the random draws. :data:`LATENT_HEAD` names
+that width-1 head.
 """
 from __future__ import annotations
 
@@ -11,16 +19,23 @@ from typing import Any, Protocol, runtime_checkable
 import mlx.core as mx
 
 
+# V of a continuous-latent LM's logits: its one stop (EOS) logit; the latent comes from hidden
+LATENT_HEAD = 1
+
+
 @runtime_checkable
 class CodeDecoder(Protocol):
     def new_cache(self) -> Any: ...
 
     def prefill(self, embeds: mx.array, cache: Any) -> tuple[mx.array, mx.array]:
-        """``embeds [B, T, H]`` -> (logits ``[B, V]``, post-norm hidden ``[B, H]``) of the last position."""
+        """``embeds [B, T, H]`` -> (logits ``[B, V]``, post-norm hidden ``[B, H]``) of the last
+        position: V codes, or :data:`LATENT_HEAD` (the stop logit) for a continuous-latent LM,
+        whose sampler reads the latent's condition from the hidden."""
         ...
 
     def step(self, embed: mx.array, cache: Any) -> tuple[mx.array, mx.array]:
-        """One position ``[B, 1, H]`` -> (logits ``[B, V]``, hidden ``[B, H]``)."""
+        """One position ``[B, 1, H]`` (a code's or a latent's embedding) -> (logits ``[B, V]``,
+        hidden ``[B, H]``), as :meth:`prefill`."""
         ...
 
 

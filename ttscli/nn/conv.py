@@ -40,6 +40,8 @@ Which form for which case (all compute the same function; they differ in speed):
                         (``padding=p`` crops p each side; ``"causal"`` crops ``k - s`` on the
                         right, so T frames give ``T*s`` samples).
 ``DepthwiseConv1d``     groups = channels: a sum of k shifted, scaled copies (no GEMM).
+``DepthwiseConvTranspose1d``  transposed, groups = channels: each input frame scales k taps,
+                        overlap-added in ``ceil(k/s)`` phases (causal: T frames give T*s).
 ======================  =====================================================================
 
 Arrays derived here are evaluated at once: a lazy node shared by graphs that two threads
@@ -518,3 +520,45 @@ class DepthwiseConv1d(DerivedLayouts):
         else:
             x = pad_time(x, self.pad_left, self.pad_right)
         return depthwise_conv1d(x, self.taps(), self._bias(), self.dilation)
+
+
+class DepthwiseConvTranspose1d(DerivedLayouts):
+    """Per-channel transposed conv (groups = channels), weight ``[C, 1, k]``, channels-last,
+    causal: ``k - stride`` cropped on the right, so T frames give ``T*stride`` outputs, and a
+    :class:`ConvState` carries the frames a stream's next block still reaches (as the causal
+    :class:`ConvTranspose1d`). No GEMM: output block u sums phase j of frame u - j, each phase a
+    per-channel scale of the frame (a dense [C, C, k] weight would cost C times the work)."""
+
+    def __init__(self, channels: int, kernel_size: int, stride: int, bias: bool = False):
+        super().__init__()
+        self.weight = mx.zeros((channels, 1, kernel_size))
+        if bias:
+            self.bias = mx.zeros((channels,))
+        self.kernel_size, self.stride = kernel_size, stride
+        self.phases = -(-kernel_size // stride)
+
+    def make_state(self) -> ConvState | None:
+        return ConvState() if self.phases > 1 else None
+
+    def taps(self) -> mx.array:
+        """``[phases, stride, C]``: phase j's scale of output offset r (zero past the kernel)."""
+        def make(w):
+            k, s, n = self.kernel_size, self.stride, self.phases
+            t = w[:, 0, :].T
+            if n * s > k:
+                t = mx.concatenate([t, mx.zeros((n * s - k, t.shape[1]), t.dtype)], axis=0)
+            return _ready(t.reshape(n, s, -1))
+        return self._derived("taps", make)
+
+    def __call__(self, x: mx.array, state: ConvState | None = None) -> mx.array:
+        """``x [..., T, C]`` -> ``[..., T*stride, C]``."""
+        h = self.phases - 1
+        xin = with_history(x, state, h)
+        t = x.shape[-2]
+        taps = self.taps()
+        out = None
+        for j in range(self.phases):
+            v = xin[..., h - j: h - j + t, None, :] * taps[j]
+            out = v if out is None else out + v
+        out = out.reshape(*x.shape[:-2], t * self.stride, x.shape[-1])
+        return out if "bias" not in self else out + self.bias

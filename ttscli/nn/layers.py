@@ -31,23 +31,27 @@ class RMSNorm(nn.Module):
 
 
 class RoPE(nn.Module):
-    """Rotate-half (GPT-NeoX layout, as Qwen/Llama checkpoints use) rotary embedding on
-    ``x [B, heads, L, head_dim]`` at positions ``offset .. offset+L-1``.
+    """Rotary embedding on ``x [B, heads, L, head_dim]`` at positions ``offset .. offset+L-1``:
+    rotate-half pairs (i, i + d/2) (GPT-NeoX layout, as Qwen/Llama checkpoints use), or with
+    ``traditional`` adjacent pairs (2i, 2i+1) (Kyutai's layout), so such checkpoints' q/k
+    projections load unpermuted.
 
     ``base``: default frequencies base^(-2i/d), derived by MLX's fused kernel.  ``inv_freq``:
     any other inverse frequencies (``ttscli.lm.rope`` computes the variants).
     """
 
-    def __init__(self, dims: int, base: float | None = 10000.0, inv_freq: np.ndarray | None = None):
+    def __init__(self, dims: int, base: float | None = 10000.0, inv_freq: np.ndarray | None = None,
+                 traditional: bool = False):
         super().__init__()
         self.dims = dims
+        self.traditional = traditional
         self.base = None if inv_freq is not None else base
         # mx.fast.rope's ``freqs`` are periods (1 / inverse frequency). The leading underscore
         # keeps the table out of the parameter tree (it is not a checkpoint tensor).
         self._freqs = None if inv_freq is None else mx.array(1.0 / np.asarray(inv_freq, np.float64), mx.float32)
 
     def __call__(self, x: mx.array, offset: int | mx.array = 0) -> mx.array:
-        return mx.fast.rope(x, self.dims, traditional=False, base=self.base, scale=1.0, offset=offset,
+        return mx.fast.rope(x, self.dims, traditional=self.traditional, base=self.base, scale=1.0, offset=offset,
                             freqs=self._freqs)
 
 

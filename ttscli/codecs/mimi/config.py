@@ -1,4 +1,5 @@
-"""Mimi's configuration: the fields of transformers' ``MimiConfig`` the encoder reads."""
+"""Mimi's configuration: the fields of transformers' ``MimiConfig`` the encoder and decoder read,
+and two a Kyutai (moshi / Pocket TTS) Mimi needs that ``MimiConfig`` does not carry."""
 from __future__ import annotations
 
 import math
@@ -41,6 +42,12 @@ class MimiArgs(BaseArgs):
     rope_theta: float = 10000.0
     attention_bias: bool = False
     _frame_rate: float | None = None
+    # Kyutai's Mimi (Pocket TTS) runs its transformers with a sliding window of this many frames
+    # (its ``context``); None: plain causal attention, as transformers' MimiModel runs it.
+    attention_window: int | None = None
+    # width of the downsampled latent (Kyutai's ``inner_dim``: the downsample conv projects
+    # hidden -> latent_dim); None: hidden_size, as in transformers' MimiModel.
+    latent_dim: int | None = None
 
     def __post_init__(self):
         if self.head_dim is None:
@@ -59,6 +66,16 @@ class MimiArgs(BaseArgs):
         return math.ceil(self.sampling_rate / math.prod(self.upsampling_ratios))
 
     @property
-    def downsample_kernel(self) -> int:
+    def downsample_stride(self) -> int:
+        """SEANet frames per latent frame (2 for the published 12.5 Hz Mimi)."""
         frame_rate = self._frame_rate or self.sampling_rate / (math.prod(self.upsampling_ratios) * 2)
-        return 2 * int(self.encodec_frame_rate / frame_rate)
+        return int(self.encodec_frame_rate / frame_rate)
+
+    @property
+    def downsample_kernel(self) -> int:
+        return 2 * self.downsample_stride
+
+    @property
+    def frame_samples(self) -> int:
+        """Audio samples per latent frame."""
+        return math.prod(self.upsampling_ratios) * self.downsample_stride

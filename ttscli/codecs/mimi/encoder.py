@@ -26,14 +26,18 @@ from .transformer import Transformer
 
 
 class MimiEncoder(nn.Module):
-    def __init__(self, args: MimiArgs):
+    """``quantizer=False``: the continuous encoder alone (a Kyutai Mimi whose LM reads latents,
+    Pocket TTS, ships no codebooks): :meth:`hidden` is its output."""
+
+    def __init__(self, args: MimiArgs, quantizer: bool = True):
         super().__init__()
         self.args = args
         self.encoder = SEANetEncoder(args)
         self.encoder_transformer = Transformer(args)
-        self.downsample = CausalConv1d(args.hidden_size, args.hidden_size, args.downsample_kernel, stride=2,
-                                       bias=False, pad_mode="replicate")
-        self.quantizer = SplitResidualVectorQuantizer(args)
+        self.downsample = CausalConv1d(args.hidden_size, args.latent_dim or args.hidden_size, args.downsample_kernel,
+                                       stride=args.downsample_stride, bias=False, pad_mode="replicate")
+        if quantizer:
+            self.quantizer = SplitResidualVectorQuantizer(args)
 
     def hidden(self, wav: mx.array, chunk_hops: int | None = 16) -> mx.array:
         """``wav [B, N]`` -> latent frames ``[B, T, hidden]`` (12.5 Hz), the quantizer input.

@@ -1,8 +1,10 @@
-"""Mimi's encoder transformer (``encoder_transformer.*``): causal self-attention layers with
-LayerNorm, a GELU MLP, LayerScale and RoPE.
+"""Mimi's transformers (``encoder_transformer.*``, ``decoder_transformer.*``): causal
+self-attention layers with LayerNorm, a GELU MLP, LayerScale and RoPE.
 
-The upstream sliding window (``MimiConfig.sliding_window``) is not applied, as in upstream's
-eager/SDPA attention; exact (erf) GELU runs in numpy.
+transformers' sliding window (``MimiConfig.sliding_window``) is not applied, as in its
+eager/SDPA attention; Kyutai's Mimi applies its window (``MimiArgs.attention_window``), and a
+stream (:class:`WindowCache`) keeps only the keys that window still reaches. Exact (erf) GELU runs
+in numpy.
 """
 from __future__ import annotations
 
@@ -85,20 +87,57 @@ class TransformerLayer(nn.Module):
         self.self_attn_layer_scale = LayerScale(args.hidden_size)
         self.mlp_layer_scale = LayerScale(args.hidden_size)
 
-    def __call__(self, x: mx.array, mask) -> mx.array:
-        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), mask=mask))
+    def __call__(self, x: mx.array, mask, cache: "WindowCache | None" = None) -> mx.array:
+        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), mask=mask, cache=cache))
         return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
+
+
+class WindowCache:
+    """One layer's keys/values of a stream, trimmed to the last ``window - 1`` positions after
+    each call (all of them when ``window`` is None): what the next queries can still see.
+    ``offset`` counts every position seen (the RoPE position of the next one)."""
+
+    def __init__(self, window: int | None):
+        self.window = window
+        self.offset = 0
+        self.keys: mx.array | None = None
+        self.values: mx.array | None = None
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        if self.keys is not None:
+            keys = mx.concatenate([self.keys, keys], axis=2)
+            values = mx.concatenate([self.values, values], axis=2)
+        self.offset += keys.shape[2] - (0 if self.keys is None else self.keys.shape[2])
+        keep = keys.shape[2] if self.window is None else min(keys.shape[2], self.window - 1)
+        self.keys, self.values = keys[:, :, keys.shape[2] - keep:], values[:, :, keys.shape[2] - keep:]
+        return keys, values
+
+
+def window_mask(length: int, keys: int, window: int | None):
+    """``length`` queries over ``keys`` keys that end with them: causal, and within ``window``
+    positions when set (True = visible); None/"causal" where the plain masks say the same."""
+    if window is None or keys <= window and length == keys:
+        return None if length == 1 else "causal"
+    q = mx.arange(keys - length, keys)[:, None]
+    k = mx.arange(keys)[None, :]
+    return (k <= q) & (q - k < window)
 
 
 class Transformer(nn.Module):
     def __init__(self, args: MimiArgs):
         super().__init__()
+        self.window = args.attention_window
         self.layers = [TransformerLayer(args) for _ in range(args.num_hidden_layers)]
 
-    def __call__(self, x: mx.array) -> mx.array:
-        # Upstream builds a plain causal mask here: MimiConfig.sliding_window is not applied by
-        # transformers' create_causal_mask (checked against goldens with a window shorter than the clip).
-        mask = "causal" if x.shape[1] > 1 else None
-        for layer in self.layers:
-            x = layer(x, mask)
+    def new_cache(self) -> list[WindowCache]:
+        return [WindowCache(self.window) for _ in self.layers]
+
+    def __call__(self, x: mx.array, cache: list[WindowCache] | None = None) -> mx.array:
+        """``x [B, T, hidden]``; with ``cache`` (:meth:`new_cache`) x continues a stream."""
+        # transformers builds a plain causal mask here: MimiConfig.sliding_window is not applied by
+        # its create_causal_mask (checked against goldens with a window shorter than the clip).
+        past = 0 if cache is None or cache[0].keys is None else cache[0].keys.shape[2]
+        mask = window_mask(x.shape[1], past + x.shape[1], self.window)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask, None if cache is None else cache[i])
         return x

@@ -1,0 +1,234 @@
+"""Pocket TTS pipeline: request -> voice prompt + text prompt -> latent frames -> 24 kHz audio.
+
+Upstream: pocket_tts/models/tts_model.py (``get_state_for_audio_prompt``, ``_generate``,
+``_autoregressive_generation``, ``_decode_audio_worker``). The flow LM's cache starts from the
+voice (a built-in voice's stored cache, or a clone reference encoded by Mimi and prefilled), then
+the text is prefilled and frames follow one at a time: each frame's input is the previous latent
+(the first, the begin-of-audio vector); its output conditions the flow head, which turns noise of
+variance ``temperature`` into the next latent, and the EOS head, which ends the utterance
+``frames_after_eos`` frames after its logit first exceeds ``eos_threshold`` (not before frame 6).
+Each latent is decoded as it comes by one causal Mimi stream, so streamed chunks equal the one-shot
+audio; the first 5 ms of each chunk of text fade in (a fresh decoder's first samples click).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import mlx.core as mx
+import numpy as np
+
+from ttscli.errors import AudioInputError, GenerationError, UsageError
+from ttscli.lm.cache import KVCache
+from ttscli.lm.sample import KeyStream
+from ttscli.models.base import Pipeline, Request
+
+from .flow_lm import lsd_decode
+from .prompt import end_on_pause, prepare_text
+
+SAMPLE_RATE = 24000
+DEFAULT_VOICE = "alba"
+# upstream's frame budget: the text's tokens at 3 per second, plus 2 s
+TOKENS_PER_SECOND = 3.0
+PADDING_S = 2.0
+MIN_FRAMES_BEFORE_EOS = 6
+FADE_IN_S = 0.005
+
+
+def save_voice_state(path: Path, state: list[tuple[mx.array, mx.array]]) -> Path:
+    """A clone's voice state in upstream's voice file layout (``export_model_state``: per layer
+    ``transformer.layers.{i}.self_attn/cache [2, 1, T, heads, head_dim]`` and ``/offset``), so
+    ttscli's ``--voice FILE`` and upstream's voice argument both read it."""
+    from ttscli import voicefile
+
+    tensors = {}
+    for i, (k, v) in enumerate(state):
+        name = f"transformer.layers.{i}.self_attn"
+        tensors[f"{name}/cache"] = np.stack([np.array(k), np.array(v)]).transpose(0, 1, 3, 2, 4)
+        tensors[f"{name}/offset"] = np.array([k.shape[2]], np.int64)
+    return voicefile.save(path, tensors, {"format": "pocket-tts-voice-state"})
+
+
+class PocketPipeline(Pipeline):
+    sample_rate = SAMPLE_RATE
+    ref_sample_rate = SAMPLE_RATE
+    # upstream regroups sentences into chunks of at most 50 tokens (~200 characters of English)
+    max_chunk_chars = 200
+    independent_generations = True    # the LM cache, key stream and decoder stream are per generation
+
+    def __init__(self, spec: Any, model, tokenizer, code_decoder, voices: dict[str, Path], folder: Path | None):
+        super().__init__()
+        self.spec = spec
+        self.model = model
+        self.tokenizer = tokenizer
+        self.code_decoder = code_decoder
+        self.voices = voices
+        self.folder = folder
+        self.backends = {"flow_lm": "mlx", "speech_decoder": "mlx"}
+        self._voice_states: dict[str, list[tuple[mx.array, mx.array]]] = {}
+        self._clone: tuple[str, list[tuple[mx.array, mx.array]]] | None = None
+
+    @property
+    def args(self):
+        return self.model.args
+
+    # ---------------------------------------------------------------- voices
+    def _cache_from(self, state: list[tuple[mx.array, mx.array]]) -> list[KVCache]:
+        cache = self.code_decoder.new_cache()
+        for c, (k, v) in zip(cache, state):
+            c.keys, c.values, c.offset = k, v, k.shape[2]   # storage exactly full: a write copies it
+        return cache
+
+    def voice_cache(self, r: Request) -> list[KVCache]:
+        """The flow LM's cache after the request's voice prompt."""
+        from .load import read_voice_state
+
+        if r.ref_audio is not None:
+            if r.voice:
+                raise UsageError("give either a voice (--voice) or reference audio (--ref), not both")
+            state = self.clone_state(r)
+            if r.save_voice:
+                save_voice_state(Path(r.save_voice), state)
+            return self._cache_from(state)
+        if r.save_voice:
+            raise UsageError("--save-voice needs reference audio (--ref) to encode")
+        if r.voice and r.voice.endswith(".safetensors"):
+            path = Path(r.voice)
+            if not path.is_file():
+                raise UsageError(f"voice file {path} does not exist")
+            return self._cache_from(read_voice_state(path, self.model))
+        name = r.voice or (DEFAULT_VOICE if DEFAULT_VOICE in self.voices else next(iter(self.voices), None))
+        if name is None:
+            return self.code_decoder.new_cache()     # random weights ship no voices: no voice prompt
+        if name not in self.voices:
+            raise UsageError(f"Pocket TTS has no voice {name!r} (voices: {', '.join(self.voices) or 'none'})")
+        if name not in self._voice_states:
+            self._voice_states[name] = read_voice_state(self.voices[name], self.model)
+        return self._cache_from(self._voice_states[name])
+
+    def clone_state(self, r: Request) -> list[tuple[mx.array, mx.array]]:
+        wav = np.asarray(r.ref_audio, np.float32).reshape(-1)
+        if r.ref_sample_rate and r.ref_sample_rate != SAMPLE_RATE:
+            import soxr
+
+            wav = soxr.resample(wav, r.ref_sample_rate, SAMPLE_RATE).astype(np.float32)
+        if wav.size < self.args.mimi.frame_samples:
+            raise AudioInputError("the reference audio is shorter than one Mimi frame (80 ms)")
+        key = hashlib.blake2b(wav.tobytes(), digest_size=16).hexdigest()
+        if self._clone is None or self._clone[0] != key:
+            cache = self.code_decoder.new_cache()
+            self.code_decoder.prefill(self.voice_prompt(wav), cache)
+            state = [(c.keys[:, :, :c.offset], c.values[:, :, :c.offset]) for c in cache]
+            mx.eval(state)
+            self._clone = (key, state)
+        return self._clone[1]
+
+    def voice_prompt(self, wav: np.ndarray) -> mx.array:
+        """A 24 kHz reference -> the LM's voice prompt ``[1, T, d_model]``."""
+        latents = self.model.mimi.encode(end_on_pause(wav, SAMPLE_RATE))
+        return self.model.flow_lm.voice_embeddings(latents)
+
+    # ---------------------------------------------------------------- generation
+    def settings(self, r: Request, words_guess: int) -> dict[str, Any]:
+        k, a = r.knobs, self.args
+        after = k.get("frames_after_eos", a.frames_after_eos)
+        return {"temperature": float(k.get("temperature", a.temperature)),
+                "steps": int(k.get("sampler_decode_steps", 1)),
+                "noise_clamp": k.get("noise_clamp"),
+                "eos_threshold": float(k.get("eos_threshold", a.eos_threshold)),
+                "frames_after_eos": words_guess + 2 if after is None else int(after)}
+
+    def noise(self, keys: KeyStream, temperature: float, clamp: float | None) -> mx.array:
+        shape = (1, self.args.latent_dim)
+        if temperature == 0:
+            return mx.zeros(shape)
+        std = math.sqrt(temperature)
+        if clamp is None:
+            return mx.random.normal(shape, key=keys.next()) * std
+        return mx.random.truncated_normal(-clamp / std, clamp / std, shape, key=keys.next()) * std
+
+    def latent(self, hidden: mx.array, noise: mx.array, steps: int) -> mx.array:
+        """One frame's latent from the LM's hidden and the noise (the flow head's sampling)."""
+        return lsd_decode(self.model.flow_lm.flow_net, hidden, noise, steps)
+
+    def frames(self, r: Request) -> Iterator[mx.array]:
+        """Latent frames ``[1, 1, latent]`` (normalised, as the LM reads them) until EOS."""
+        text, guess = prepare_text(r.text, self.args)
+        tokens = self.tokenizer.encode(text)
+        if not tokens:
+            raise UsageError("the text has no tokens")
+        s = self.settings(r, guess)
+        lm, dec = self.model.flow_lm, self.code_decoder
+        t0 = time.perf_counter()
+        cache = self.voice_cache(r)
+        dec.prefill(lm.text_embeddings(mx.array([tokens])), cache)
+        mx.eval([c.state for c in cache])
+        self.stats.prefill_tokens = len(tokens)
+        self.stats.prefill_s = time.perf_counter() - t0
+        limit = r.max_frames or math.ceil((len(tokens) / TOKENS_PER_SECOND + PADDING_S) * 12.5)
+        keys = KeyStream(r.seed)
+        latent, eos_at = None, None
+        for step in range(limit):
+            t = time.perf_counter()
+            eos_logit, hidden = dec.step(lm.latent_embeddings(latent), cache)
+            latent = self.latent(hidden, self.noise(keys, s["temperature"], s["noise_clamp"]), s["steps"])[:, None]
+            eos = float(eos_logit[0, 0]) > s["eos_threshold"]
+            mx.eval(latent)
+            self.stats.frame_s.append(time.perf_counter() - t)
+            if eos and eos_at is None and step >= MIN_FRAMES_BEFORE_EOS and not r.ignore_eos:
+                eos_at = step
+            if eos_at is not None and step >= eos_at + s["frames_after_eos"]:
+                return
+            self.stats.frames += 1
+            yield latent
+        if not r.ignore_eos:
+            raise GenerationError(f"Pocket TTS reached {limit} frames without ending the utterance "
+                                  "(raise --max-frames if the text is that long)")
+
+    def generate(self, r: Request) -> Iterator[np.ndarray]:
+        t_start = time.perf_counter()
+        lm, mimi = self.model.flow_lm, self.model.mimi
+        stream = mimi.new_stream()
+        fade = np.linspace(0, 1, int(FADE_IN_S * SAMPLE_RATE), dtype=np.float32)
+        first = r.first_chunk_frames or 1
+        pending: list[mx.array] = []
+        parts: list[np.ndarray] = []
+        emitted = 0
+
+        def decode() -> np.ndarray:
+            t = time.perf_counter()
+            x = mx.concatenate(pending, axis=1) * lm.emb_std + lm.emb_mean
+            audio = np.array(mimi.decode(x, stream)[0], dtype=np.float32)
+            if emitted == 0:
+                n = min(len(fade), len(audio))
+                audio[:n] *= fade[:n]
+            self.stats.decoder_s += time.perf_counter() - t
+            self.stats.decoder_frames += len(pending)
+            pending.clear()
+            return audio
+
+        for latent in self.frames(r):
+            pending.append(latent)
+            if len(pending) >= (first if emitted == 0 else r.chunk_frames):
+                audio = decode()
+                emitted += 1
+                if r.stream:
+                    if self.stats.first_audio_s is None:
+                        self.stats.first_audio_s = time.perf_counter() - t_start
+                    yield audio
+                else:
+                    parts.append(audio)
+        if pending:
+            audio = decode()
+            emitted += 1
+            if r.stream:
+                yield audio
+            else:
+                parts.append(audio)
+        if not r.stream and parts:
+            if self.stats.first_audio_s is None:
+                self.stats.first_audio_s = time.perf_counter() - t_start
+            yield np.concatenate(parts)
