@@ -689,6 +689,10 @@ def serve(
                                                "queue (waiting is bounded by --max-queue); past it, it stops at "
                                                "its next chunk: 504 before any audio, else the stream ends "
                                                "incomplete. 0: no limit."),
+    strict: bool = typer.Option(False, "--strict",
+                                help="Refuse (400) a request field the model cannot honour, e.g. `instructions` "
+                                     "on a model without instructions or an OpenAI voice name. Without it such "
+                                     "a field is ignored and named in the X-Ignored-Fields response header."),
     voices_dir: Optional[Path] = typer.Option(None, "--voices-dir", file_okay=False,
                                               help="Saved voices (NAME.safetensors) that `voice` can name."),
     access_log: bool = typer.Option(False, "--access-log",
@@ -746,7 +750,7 @@ def serve(
     try:
         run_server(loaders, specs, reg, host=host, port=port, api_key=api_key, max_queue=max_queue, max_batch=max_batch,
                    voices_dir=voices_dir or config_dir() / "voices", http=http, note=_plain_note,
-                   max_input_chars=max_input_chars, request_timeout=request_timeout,
+                   max_input_chars=max_input_chars, request_timeout=request_timeout, strict=strict,
                    access_log=log_format if access_log or State.verbose or log_format == "json" else None)
     except KeyboardInterrupt:
         raise Interrupted("stopped") from None
