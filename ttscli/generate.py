@@ -34,9 +34,11 @@ HONOURABLE = {
 
 def honoured(spec, family) -> list[str]:
     """The common request fields this model honours: its family's, less what the registry says
-    this model cannot do (e.g. --instruct on a model without instructions)."""
+    this model cannot do (e.g. --instruct on a model without instructions). ``stream`` is the
+    registry's word alone, so that `ttscli models` and --stream agree: the engine passes each
+    piece of audio on as the pipeline yields it, and every pipeline yields at least once a chunk."""
     out = []
-    for name in family.honours:
+    for name in family.honours | {"stream"}:
         if name == "instruct" and not (spec.can("instruct") or spec.can("voice_design")):
             continue
         if name in ("ref_audio", "save_voice") and not spec.can("clone"):

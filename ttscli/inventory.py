@@ -118,7 +118,10 @@ def describe(registry: Registry, spec) -> dict:
         row["peers"] = sorted(fam.peers)
         row["parity_against"] = list(fam.parity_against)
         row["components"] = components(spec, fam)
-        row["first_chunk_frames"] = fam.first_chunk_frames if "stream" in fam.honours else None
+        frames = "stream" in fam.honours and not fam.first_audio
+        row["first_chunk_frames"] = fam.first_chunk_frames if frames else None
+        row["first_audio"] = (f"{fam.first_chunk_frames} frame(s) (--first-chunk-frames)" if frames
+                              else fam.first_audio or "its first sentence chunk")
         row["batched"] = fam.batches
         row["bench_batch"] = fam.bench_batch is not None
         row["coreml_capacity"] = fam.coreml_capacity if "coreml" in fam.convert else None
@@ -155,8 +158,8 @@ def render_details(info: dict):
     t.add_row("options",
               ", ".join("--" + h.replace("_", "-").replace("ref-audio", "ref") for h in info["honours"]) or "-")
     t.add_row("backends", "; ".join(f"{c}: {', '.join(b) or '-'}" for c, b in info["backends_usable"].items()) or "-")
-    if info["first_chunk_frames"] is not None:
-        t.add_row("--stream", f"first audio after {info['first_chunk_frames']} frame(s) (--first-chunk-frames)")
+    if "stream" in info["honours"]:
+        t.add_row("--stream", f"first audio after {info['first_audio']}")
     t.add_row("batched", ("yes: serve --max-batch, batch --batch-size, speak --workers"
                           + (", bench --batch" if info.get("bench_batch") else "")) if info["batched"] else "no")
     t.add_row("convert --to", ", ".join(info["converts_to"]) or "-")

@@ -120,7 +120,7 @@ def test_models_list_and_retrieve(client):
     assert [m.id for m in listed] == ["piper-joe"]
     joe = client.models.retrieve("piper-joe")
     assert joe.id == "piper-joe" and joe.owned_by == "ttscli"
-    assert joe.model_dump()["honours"] == ["language", "speed", "voice"]
+    assert joe.model_dump()["honours"] == ["language", "speed", "stream", "voice"]
     assert "noise_scale" in joe.model_dump()["settings"]
     # OpenAI's model names stand for the default model, under the name asked
     tts1 = client.models.retrieve("tts-1")

@@ -320,6 +320,10 @@ class Family:
     # --stream: frames in the first chunk when the request leaves it open; a decoder that needs
     # lookahead before any audio is final asks for more than a causal codec's 3
     first_chunk_frames: int = 3
+    # --stream, in words, when the first audio does not wait for frames: what it waits for instead
+    # (`ttscli models MODEL` shows it); empty: frames, for a family that honours stream, else the
+    # first sentence chunk (a pipeline yields at least once a chunk)
+    first_audio: str = ""
     # the components with more than one backend and their defaults (``ttscli.backends.select.resolve``);
     # a registry component not declared here runs on mlx
     components: tuple[Component, ...] = ()
