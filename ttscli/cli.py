@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 
 from ttscli import __version__
+from ttscli.audio_formats import FORMATS as AUDIO_FORMATS
 from ttscli.errors import Interrupted, TTSError, UsageError
 from ttscli.serve import HTTPOptions
 
@@ -179,12 +180,13 @@ def progress_callback(total_hint: str):
         return None, None
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    prog = Progress(TextColumn(total_hint), BarColumn(), TextColumn("{task.completed}/{task.total} chunks"),
+    # the count shows once the first chunk reports the total (before it: the bar pulses, no "0/None")
+    prog = Progress(TextColumn(total_hint), BarColumn(), TextColumn("{task.fields[count]}"),
                     TimeElapsedColumn(), console=err, transient=True)
-    task = prog.add_task(total_hint, total=None)
+    task = prog.add_task(total_hint, total=None, count="")
 
     def cb(done: int, total: int):
-        prog.update(task, completed=done, total=total)
+        prog.update(task, completed=done, total=total, count=f"{done}/{total} chunks")
 
     return prog, cb
 
@@ -765,7 +767,7 @@ def batch(
         ..., "-o", "--output", help="Output folder: DIR/<shard>/<id>.<fmt>, DIR/manifest.jsonl, DIR/errors.jsonl."),
     model: Optional[str] = Model,
     model_dir: Optional[Path] = ModelDir,
-    fmt: str = typer.Option("wav", "--format", help="wav, flac, ogg or mp3."),
+    fmt: str = typer.Option("wav", "--format", help=f"{', '.join(AUDIO_FORMATS)} (the files' format)."),
     seed: int = typer.Option(
         0, "--seed", min=0, max=2**32 - 1, help="Base of the per-row seeds (rows without their own)."),
     engine: str = typer.Option("local", "--engine", help="local (this process) or ray (a Ray cluster)."),

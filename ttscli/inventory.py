@@ -67,15 +67,24 @@ SHORT_CAPS = {"speak": "speak", "clone": "clone", "voice_design": "design", "ins
               "streaming": "stream"}
 
 
+def handle(row: dict) -> str | None:
+    """The shortest alias that -m takes in place of the id (no repository names), if shorter:
+    the table's caption lists them, so that a name like `-m kokoro` is found without --json."""
+    short = sorted((a for a in row["aliases"] if "/" not in a), key=len)
+    return short[0] if short and len(short[0]) < len(row["id"]) else None
+
+
 def render_table(rows: list[dict]):
     """Compact table that fits an 80-column terminal (and rich's 80-column default when piped)
     without hiding columns; `--json` has every field (per-component backends, languages, voices)."""
     from rich import box
     from rich.table import Table
 
+    short = ", ".join(f"{h} = {r['id']}" for r in rows if (h := handle(r)))
     t = Table(title="ttscli models", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False,
               caption="status: local = weights here, usable offline; absent = implemented, weights not "
-                      "here; planned = not implemented yet. * = default. --json has every field.",
+                      "here; planned = not implemented yet. * = default. --json has every field."
+                      + (f" Short names for -m: {short}." if short else ""),
               caption_justify="left")
     t.add_column("model", no_wrap=True)
     t.add_column("status", no_wrap=True)

@@ -117,7 +117,18 @@ class Registry:
             if spec.id.lower() == low or low in (a.lower() for a in spec.aliases):
                 return spec
         known = ", ".join(sorted(self.specs))
-        raise ModelNotFoundError(f"unknown model '{name}'; known models: {known} (see `ttscli models`)")
+        guess = self.closest(name)
+        hint = f"did you mean {guess}? " if guess else ""
+        raise ModelNotFoundError(f"unknown model '{name}'; {hint}known models: {known} (see `ttscli models`)")
+
+    def closest(self, name: str) -> str | None:
+        """The model id whose id or alias is spelt most like ``name`` (difflib's ratio of at least
+        0.75: a typo or two, not another model's name), or None."""
+        import difflib
+
+        names = {n.lower(): spec.id for spec in self.specs.values() for n in (spec.id, *spec.aliases)}
+        match = difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.75)
+        return names[match[0]] if match else None
 
 
 def _parse(text: str, origin: str) -> tuple[dict[str, ModelSpec], dict[str, str]]:
