@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 
 from ttscli import __version__
+from ttscli.audio_formats import FORMATS as AUDIO_FORMATS
 from ttscli.errors import Interrupted, TTSError, UsageError
 from ttscli.serve import HTTPOptions
 
@@ -181,12 +182,13 @@ def progress_callback(total_hint: str):
         return None, None
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    prog = Progress(TextColumn(total_hint), BarColumn(), TextColumn("{task.completed}/{task.total} chunks"),
+    # the count shows once the first chunk reports the total (before it: the bar pulses, no "0/None")
+    prog = Progress(TextColumn(total_hint), BarColumn(), TextColumn("{task.fields[count]}"),
                     TimeElapsedColumn(), console=err, transient=True)
-    task = prog.add_task(total_hint, total=None)
+    task = prog.add_task(total_hint, total=None, count="")
 
     def cb(done: int, total: int):
-        prog.update(task, completed=done, total=total)
+        prog.update(task, completed=done, total=total, count=f"{done}/{total} chunks")
 
     return prog, cb
 
@@ -694,6 +696,10 @@ def serve(
                                                "queue (waiting is bounded by --max-queue); past it, it stops at "
                                                "its next chunk: 504 before any audio, else the stream ends "
                                                "incomplete. 0: no limit."),
+    strict: bool = typer.Option(False, "--strict",
+                                help="Refuse (400) a request field the model cannot honour, e.g. `instructions` "
+                                     "on a model without instructions or an OpenAI voice name. Without it such "
+                                     "a field is ignored and named in the X-Ignored-Fields response header."),
     voices_dir: Optional[Path] = typer.Option(None, "--voices-dir", file_okay=False,
                                               help="Saved voices (NAME.safetensors) that `voice` can name."),
     access_log: bool = typer.Option(False, "--access-log",
@@ -751,7 +757,7 @@ def serve(
     try:
         run_server(loaders, specs, reg, host=host, port=port, api_key=api_key, max_queue=max_queue, max_batch=max_batch,
                    voices_dir=voices_dir or config_dir() / "voices", http=http, note=_plain_note,
-                   max_input_chars=max_input_chars, request_timeout=request_timeout,
+                   max_input_chars=max_input_chars, request_timeout=request_timeout, strict=strict,
                    access_log=log_format if access_log or State.verbose or log_format == "json" else None)
     except KeyboardInterrupt:
         raise Interrupted("stopped") from None
@@ -766,7 +772,7 @@ def batch(
         ..., "-o", "--output", help="Output folder: DIR/<shard>/<id>.<fmt>, DIR/manifest.jsonl, DIR/errors.jsonl."),
     model: Optional[str] = Model,
     model_dir: Optional[Path] = ModelDir,
-    fmt: str = typer.Option("wav", "--format", help="wav, flac, ogg or mp3."),
+    fmt: str = typer.Option("wav", "--format", help=f"{', '.join(AUDIO_FORMATS)} (the files' format)."),
     seed: int = typer.Option(
         0, "--seed", min=0, max=2**32 - 1, help="Base of the per-row seeds (rows without their own)."),
     engine: str = typer.Option("local", "--engine", help="local (this process) or ray (a Ray cluster)."),

@@ -15,28 +15,30 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ttscli.dsp import CROSSFADE_S, crossfade_join
-from ttscli.models.base import Request, Stats, chunk_requests  # noqa: F401  (Stats: the engine imports it from here)
+from ttscli.models.base import CLI_NAMING, Naming, Request, Stats, chunk_requests  # noqa: F401  (Stats: the engine imports it from here)
 from ttscli.voicefile import is_voice_file
 
 
 # The common fields a family may or may not honour, and how to tell that a request uses one.
 HONOURABLE = {
-    "voice": (lambda r: r.voice is not None, "--voice"),
-    "instruct": (lambda r: r.instruct is not None, "--instruct"),
-    "language": (lambda r: r.language is not None, "--language"),
-    "speed": (lambda r: r.speed != 1.0, "--speed"),
-    "ref_audio": (lambda r: r.ref_audio is not None, "--ref (voice cloning)"),
-    "save_voice": (lambda r: r.save_voice is not None, "--save-voice"),
-    "max_frames": (lambda r: r.max_frames is not None, "--max-frames"),
-    "stream": (lambda r: r.stream, "--stream"),
+    "voice": lambda r: r.voice is not None,
+    "instruct": lambda r: r.instruct is not None,
+    "language": lambda r: r.language is not None,
+    "speed": lambda r: r.speed != 1.0,
+    "ref_audio": lambda r: r.ref_audio is not None,
+    "save_voice": lambda r: r.save_voice is not None,
+    "max_frames": lambda r: r.max_frames is not None,
+    "stream": lambda r: r.stream,
 }
 
 
 def honoured(spec, family) -> list[str]:
     """The common request fields this model honours: its family's, less what the registry says
-    this model cannot do (e.g. --instruct on a model without instructions)."""
+    this model cannot do (e.g. --instruct on a model without instructions). ``stream`` is the
+    registry's word alone, so that `ttscli models` and --stream agree: the engine passes each
+    piece of audio on as the pipeline yields it, and every pipeline yields at least once a chunk."""
     out = []
-    for name in family.honours:
+    for name in family.honours | {"stream"}:
         if name == "instruct" and not (spec.can("instruct") or spec.can("voice_design")):
             continue
         if name in ("ref_audio", "save_voice") and not spec.can("clone"):
@@ -49,27 +51,27 @@ def honoured(spec, family) -> list[str]:
     return sorted(out)
 
 
-def check_request(spec, family, request: Request) -> Request:
+def check_request(spec, family, request: Request, naming: Naming = CLI_NAMING) -> Request:
     """Refuse what this model cannot honour, and a request without a field the model's registry
-    entry ``requires`` (one line naming the model and what it takes); return the request with its
-    knobs parsed to their declared types. Nothing here needs the model's weights."""
+    entry ``requires`` (one line naming the model and what it takes, spelt as ``naming`` says:
+    the CLI's flags or the HTTP API's fields); return the request with its knobs parsed to their
+    declared types. Nothing here needs the model's weights."""
     from ttscli.errors import UsageError
 
     ok = honoured(spec, family)
-    for name, (used, flag) in HONOURABLE.items():
+    for name, used in HONOURABLE.items():
         if used(request) and name not in ok:
-            raise UsageError(f"{spec.id} cannot honour {flag}; drop it (see `ttscli models {spec.id}`)")
+            raise UsageError(f"{spec.id} cannot honour {naming.field(name)}; drop it (see {naming.where(spec.id)})")
     for name, why in spec.requires.items():
         if name not in HONOURABLE:
             raise UsageError(f"registry {spec.origin}: {spec.id} requires {name!r}, which is not a request field "
                              f"({', '.join(HONOURABLE)})")
-        used, flag = HONOURABLE[name]
-        if not used(request):
-            raise UsageError(f"{spec.id} needs {flag} ({why})")
+        if not HONOURABLE[name](request):
+            raise UsageError(f"{spec.id} needs {naming.field(name)} ({why})")
     if request.language is not None and spec.languages:
         known = [x.lower() for x in spec.languages]
         if request.language.lower() not in known:
-            raise UsageError(f"{spec.id} does not speak --language {request.language!r} "
+            raise UsageError(f"{spec.id} does not speak {naming.field('language')} {request.language!r} "
                              f"(it takes {', '.join(spec.languages)})")
     if request.voice is not None and "voice" in family.honours and not is_voice_file(request.voice):
         voices = family.voices(spec, None) if family.voices else spec.voices
@@ -80,9 +82,9 @@ def check_request(spec, family, request: Request) -> Request:
         if voices and any(w not in (v.lower() for v in voices) and w not in numbered for w in wanted):
             raise UsageError(f"{spec.id} has no voice {request.voice!r} (it has {', '.join(voices)})")
     if request.seed is not None and not 0 <= request.seed < 2**63:
-        raise UsageError(f"--seed must be in [0, 2^63), got {request.seed}")
+        raise UsageError(f"{naming.field('seed')} must be in [0, 2^63), got {request.seed}")
     first = request.first_chunk_frames if request.first_chunk_frames is not None else family.first_chunk_frames
-    return replace(request, knobs=family.check_knobs(request.knobs, spec.id), first_chunk_frames=first)
+    return replace(request, knobs=family.check_knobs(request.knobs, spec.id, naming), first_chunk_frames=first)
 
 
 # ---- the chunk scheduler -------------------------------------------------------------------

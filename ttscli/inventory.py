@@ -68,15 +68,24 @@ SHORT_CAPS = {"speak": "speak", "clone": "clone", "voice_design": "design", "ins
               "streaming": "stream"}
 
 
+def handle(row: dict) -> str | None:
+    """The shortest alias that -m takes in place of the id (no repository names), if shorter:
+    the table's caption lists them, so that a name like `-m kokoro` is found without --json."""
+    short = sorted((a for a in row["aliases"] if "/" not in a), key=len)
+    return short[0] if short and len(short[0]) < len(row["id"]) else None
+
+
 def render_table(rows: list[dict]):
     """Compact table that fits an 80-column terminal (and rich's 80-column default when piped)
     without hiding columns; `--json` has every field (per-component backends, languages, voices)."""
     from rich import box
     from rich.table import Table
 
+    short = ", ".join(f"{h} = {r['id']}" for r in rows if (h := handle(r)))
     t = Table(title="ttscli models", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False,
               caption="status: local = weights here, usable offline; absent = implemented, weights not "
-                      "here; planned = not implemented yet. * = default. --json has every field.",
+                      "here; planned = not implemented yet. * = default. --json has every field."
+                      + (f" Short names for -m: {short}." if short else ""),
               caption_justify="left")
     t.add_column("model", no_wrap=True)
     t.add_column("status", no_wrap=True)
@@ -119,7 +128,10 @@ def describe(registry: Registry, spec) -> dict:
         row["peers"] = sorted(fam.peers)
         row["parity_against"] = list(fam.parity_against)
         row["components"] = components(spec, fam)
-        row["first_chunk_frames"] = fam.first_chunk_frames if "stream" in fam.honours else None
+        frames = "stream" in fam.honours and not fam.first_audio
+        row["first_chunk_frames"] = fam.first_chunk_frames if frames else None
+        row["first_audio"] = (f"{fam.first_chunk_frames} frame(s) (--first-chunk-frames)" if frames
+                              else fam.first_audio or "its first sentence chunk")
         row["batched"] = fam.batches
         row["bench_batch"] = fam.bench_batch is not None
         row["coreml_capacity"] = fam.coreml_capacity if "coreml" in fam.convert else None
@@ -156,8 +168,8 @@ def render_details(info: dict):
     t.add_row("options",
               ", ".join("--" + h.replace("_", "-").replace("ref-audio", "ref") for h in info["honours"]) or "-")
     t.add_row("backends", "; ".join(f"{c}: {', '.join(b) or '-'}" for c, b in info["backends_usable"].items()) or "-")
-    if info["first_chunk_frames"] is not None:
-        t.add_row("--stream", f"first audio after {info['first_chunk_frames']} frame(s) (--first-chunk-frames)")
+    if "stream" in info["honours"]:
+        t.add_row("--stream", f"first audio after {info['first_audio']}")
     t.add_row("batched", ("yes: serve --max-batch, batch --batch-size, speak --workers"
                           + (", bench --batch" if info.get("bench_batch") else "")) if info["batched"] else "no")
     t.add_row("convert --to", ", ".join(info["converts_to"]) or "-")

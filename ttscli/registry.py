@@ -138,14 +138,25 @@ class Registry:
             if family.named is not None and (spec := family.named(name)) is not None:
                 return self._remember(spec)
         known = ", ".join(sorted(self.specs))
-        raise ModelNotFoundError(f"unknown model '{name}'; known models: {known}, a Piper voice PATH.onnx or "
-                                 "piper:VOICE (see `ttscli models`)")
+        guess = self.closest(name)
+        hint = f"did you mean {guess}? " if guess else ""
+        raise ModelNotFoundError(f"unknown model '{name}'; {hint}known models: {known} (see `ttscli models`; "
+                                 "a Piper voice is also named by its PATH.onnx or piper:VOICE)")
 
     def _remember(self, spec: ModelSpec) -> ModelSpec:
         """Keep a voice named by path under its id, so that resolving the id again (the engine,
         a worker) finds the same entry."""
         self.specs.setdefault(spec.id, spec)
         return self.specs[spec.id]
+
+    def closest(self, name: str) -> str | None:
+        """The model id whose id or alias is spelt most like ``name`` (difflib's ratio of at least
+        0.75: a typo or two, not another model's name), or None."""
+        import difflib
+
+        names = {n.lower(): spec.id for spec in self.specs.values() for n in (spec.id, *spec.aliases)}
+        match = difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.75)
+        return names[match[0]] if match else None
 
 
 def _parse(text: str, origin: str) -> tuple[dict[str, ModelSpec], dict[str, str]]:

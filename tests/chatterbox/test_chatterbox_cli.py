@@ -16,6 +16,7 @@ def test_token_limit_is_one_line_and_no_file(run_cli, tmp_path):
                 "--seed", "1", "-o", "out.wav")
     assert p.returncode != 0
     assert "limit of 6 speech tokens" in only_line(p.err)
+    assert "raise it with --max-frames" in only_line(p.err)    # the option that exists
     no_files(tmp_path)
 
 

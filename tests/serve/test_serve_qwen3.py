@@ -53,11 +53,11 @@ def test_voice_instructions_seed_equal_the_cli(server, ckpt, run_cli, tmp_path):
 
 
 @pytest.mark.parametrize("extra,needle", [
-    ({"speed": 1.5}, f"{CV} cannot honour --speed; drop it"),
+    ({"speed": 1.5}, f"{CV} cannot honour `speed`; drop it"),
     ({"voice": "nobody"}, "has no voice 'nobody'"),
-    ({"temperature": -1}, "--temperature must be in [0..100], got -1"),
-    ({"noise_scale": 0.5}, f"{CV} has no setting --noise-scale"),
-    ({"language": "klingon"}, "does not speak --language 'klingon'"),
+    ({"temperature": -1}, "temperature must be in [0..100], got -1"),
+    ({"noise_scale": 0.5}, f"{CV} has no setting noise_scale"),
+    ({"language": "klingon"}, "does not speak `language` 'klingon'"),
 ])
 def test_refusals_match_the_cli(server, extra, needle):
     r = post(server, **{"input": "Hi.", "voice": "ryan", **extra})

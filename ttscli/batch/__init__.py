@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ttscli.audio_formats import FORMATS as ENCODER_FORMATS
 from ttscli.batch.manifest import (
     ERRORS,
     MANIFEST,
@@ -31,7 +32,7 @@ from ttscli.batch.manifest import (
 from ttscli.errors import OutputError, TTSError, UsageError, os_error
 from ttscli.filehash import file_sha256
 
-FORMATS = ("wav", "flac", "ogg", "mp3")
+FORMATS = tuple(ENCODER_FORMATS)   # every format ttscli writes (ttscli.encode)
 # no room left (disk, quota) or no writes at all: every row after the first would fail the same way
 STOP_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 

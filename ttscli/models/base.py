@@ -169,6 +169,41 @@ class LoadOptions:
 
 
 @dataclass(frozen=True)
+class Naming:
+    """How an error message spells what the user set: the CLI's flags (``--noise-scale``) or the
+    HTTP API's JSON fields (``noise_scale``), so that each reader sees the name they typed.
+
+    ``fields`` maps a common request field (:data:`ttscli.generate.HONOURABLE`) to its spelling;
+    ``see`` says where a model's settings are listed."""
+
+    fields: Mapping[str, str]
+    knob_prefix: str
+    knob_sep: str
+    see: str                                 # with {model}
+
+    def field(self, name: str) -> str:
+        return self.fields.get(name, self.knob(name))
+
+    def knob(self, name: str) -> str:
+        return self.knob_prefix + name.replace("_", self.knob_sep)
+
+    def where(self, model: str) -> str:
+        return self.see.format(model=model or "<model>")
+
+
+CLI_NAMING = Naming(
+    fields={"voice": "--voice", "instruct": "--instruct", "language": "--language", "speed": "--speed",
+            "ref_audio": "--ref (voice cloning)", "ref_text": "--ref-text", "save_voice": "--save-voice",
+            "max_frames": "--max-frames", "stream": "--stream", "seed": "--seed"},
+    knob_prefix="--", knob_sep="-", see="`ttscli models {model}`")
+API_NAMING = Naming(
+    fields={"voice": "`voice`", "instruct": "`instructions`", "language": "`language`", "speed": "`speed`",
+            "ref_audio": "`ref_audio` (voice cloning)", "ref_text": "`ref_text`", "save_voice": "`save_voice`",
+            "max_frames": "`max_frames`", "stream": "`stream`", "seed": "`seed`"},
+    knob_prefix="", knob_sep="_", see="GET /v1/models/{model}")
+
+
+@dataclass(frozen=True)
 class Knob:
     """A family-specific generation setting: ``--name-with-dashes VALUE`` on the command line,
     ``Request.knobs["name"]`` in the library.
@@ -202,9 +237,10 @@ class Knob:
         dflt = "" if self.default is None else f", default {self.default}"
         return f"{self.type.__name__}{rng}{dflt}"
 
-    def parse(self, value: Any, where: str = "") -> Any:
-        """The value in this knob's type, or a UsageError naming the knob and its range."""
-        what = f"{self.flag}{where}"
+    def parse(self, value: Any, where: str = "", naming: Naming = CLI_NAMING) -> Any:
+        """The value in this knob's type, or a UsageError naming the knob (as ``naming`` spells
+        it) and its range."""
+        what = f"{naming.knob(self.name)}{where}"
         if self.type is bool:
             if isinstance(value, bool):
                 return value
@@ -284,6 +320,10 @@ class Family:
     # --stream: frames in the first chunk when the request leaves it open; a decoder that needs
     # lookahead before any audio is final asks for more than a causal codec's 3
     first_chunk_frames: int = 3
+    # --stream, in words, when the first audio does not wait for frames: what it waits for instead
+    # (`ttscli models MODEL` shows it); empty: frames, for a family that honours stream, else the
+    # first sentence chunk (a pipeline yields at least once a chunk)
+    first_audio: str = ""
     # the components with more than one backend and their defaults (``ttscli.backends.select.resolve``);
     # a registry component not declared here runs on mlx
     components: tuple[Component, ...] = ()
@@ -305,17 +345,18 @@ class Family:
     def knob(self, name: str) -> Knob | None:
         return next((k for k in self.knobs if k.name == name), None)
 
-    def check_knobs(self, knobs: Mapping[str, Any], model: str = "") -> dict[str, Any]:
+    def check_knobs(self, knobs: Mapping[str, Any], model: str = "",
+                    naming: Naming = CLI_NAMING) -> dict[str, Any]:
         """Parse ``knobs`` against the declarations; an unknown knob is a UsageError."""
         out = {}
         who = model or f"the {self.name} family"
         for name, value in knobs.items():
             k = self.knob(name)
             if k is None:
-                have = ", ".join(kn.flag for kn in self.knobs) or "none"
-                raise UsageError(f"{who} has no setting {'--' + name.replace('_', '-')} "
-                                 f"(its knobs: {have}; see `ttscli models {model or '<model>'}`)")
-            out[name] = k.parse(value)
+                have = ", ".join(naming.knob(kn.name) for kn in self.knobs) or "none"
+                raise UsageError(f"{who} has no setting {naming.knob(name)} "
+                                 f"(its knobs: {have}; see {naming.where(model)})")
+            out[name] = k.parse(value, naming=naming)
         return out
 
 

@@ -97,13 +97,15 @@ def serve(loaders: dict[str, Callable[[], Any]], specs: dict[str, Any], registry
           port: int = 8000, api_key: str | None = None, max_queue: int = 16, max_batch: int = 16,
           voices_dir: Path | None = None,
           http: HTTPOptions | None = None,
-          max_input_chars: int = 4096, request_timeout: float = 300.0,
+          max_input_chars: int = 4096, request_timeout: float = 300.0, strict: bool = False,
           access_log: str | None = None, note: Callable[[str], None] = print) -> None:
     """Load every model (each on its own thread), then serve until stopped.
 
     ``max_input_chars``: the longest ``input`` accepted (longer gets 400 before it is queued).
     ``request_timeout``: seconds a request may generate, from when it leaves the queue (0: no
     limit); past it, it stops at its next chunk (504 before any audio, else a cut-off stream).
+    ``strict``: refuse a request field the model cannot honour (e.g. ``instructions`` on a model
+    without instructions) instead of ignoring it and naming it in the X-Ignored-Fields header.
     ``access_log``: None, or "text" / "json" for one line per request on stderr (observe.py).
     """
     require_extra()
@@ -130,7 +132,8 @@ def serve(loaders: dict[str, Callable[[], Any]], specs: dict[str, Any], registry
         metrics = RequestMetrics()
         cfg = ServeConfig(workers=workers, specs=specs, registry=registry, api_key=api_key,
                           voices_dir=voices_dir, families={m: family_of(s) for m, s in specs.items()},
-                          connections=connections, max_input_chars=max_input_chars, metrics=metrics)
+                          connections=connections, max_input_chars=max_input_chars, metrics=metrics,
+                          strict=strict)
         api = create_app(cfg)
         if access_log:
             enable_access_log()

@@ -36,11 +36,16 @@ from ttscli.errors import (
 )
 from ttscli.paths import cache_dir, config_dir
 from ttscli.encode import MAX_RATE, MIN_RATE, make_encoder
-from ttscli.serve.formats import DEFAULT_RATE, RESPONSE_FORMATS, STREAMED, check_format, content_type
+from ttscli.models.base import API_NAMING
+from ttscli.serve.formats import DEFAULT_RATE, RESPONSE_FORMATS, check_format, content_type
 from ttscli.serve.worker import DONE, ModelWorker, QueueFull, RequestTimeout
 
 log = logging.getLogger("ttscli.serve")
 
+# Kokoro-FastAPI's extra request fields (its OpenAISpeechRequest), each honoured, accepted as
+# having no effect here, or refused with a 400 (see build_request)
+KOKORO_FIELDS = ("download_format", "return_download_link", "lang_code", "volume_multiplier",
+                 "normalization_options")
 # What OpenAI clients send as `model`; each means the server's default model.
 OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 # OpenAI's voice names: a model without such a voice speaks in its own default voice.
@@ -48,7 +53,17 @@ OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "on
                  "marin", "cedar")
 # The request fields with a meaning of their own; any other field names a family knob.
 FIELDS = ("model", "input", "voice", "instructions", "response_format", "speed", "stream_format", "seed",
-          "language", "max_frames", "ref_audio", "ref_text", "sample_rate", "stream")
+          "language", "max_frames", "ref_audio", "ref_text", "sample_rate", "stream", *KOKORO_FIELDS)
+# Kokoro-FastAPI's `lang_code` letters and the languages they stand for
+LANG_CODES = {"a": "en-us", "b": "en-gb", "e": "es", "f": "fr-fr", "h": "hi", "i": "it", "j": "ja",
+              "p": "pt-br", "z": "zh"}
+# Kokoro-FastAPI's text-normalization switches: accepted (each a boolean) and reported ignored,
+# since ttscli's text front end has no such switches
+NORMALIZATION_OPTIONS = ("normalize", "unit_normalization", "url_normalization", "email_normalization",
+                         "optional_pluralization_normalization", "phone_normalization",
+                         "replace_remaining_symbols")
+IGNORED_HEADER = "X-Ignored-Fields"
+API_FIELDS = {"instruct": "instructions"}   # a common request field whose JSON name differs
 MAX_BODY = 16 << 20          # 30 s of 48 kHz stereo WAV reference, base64, fits with room to spare
 SAVED_VOICE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 POLL_S = 0.2                 # how often a waiting request checks that its client is still there
@@ -60,6 +75,7 @@ MAX_MESSAGE = 600            # characters of an error message
 ABS_PATH = re.compile(r"(?:\u2026|(?<![\w.:/~]))/(?!v1/)(?:[^\s'\"/]+/)*([^\s'\"/]+)")
 LONG_RUN = re.compile(r"\S{%d,}" % (MAX_SHOWN + 1))
 MAX_INPUT_CHARS = 4096       # OpenAI's own limit on `input`: a request is bounded in work as in size
+MAX_VOLUME = 10.0            # `volume_multiplier`: louder than this is clipping, not volume
 
 
 @dataclass
@@ -74,6 +90,7 @@ class ServeConfig:
     connections: Any = None                  # the server's ConnectionStats (protocol.py), shown by /health
     max_input_chars: int = MAX_INPUT_CHARS
     metrics: Any = None                      # the server's RequestMetrics (observe.py), shown by /metrics
+    strict: bool = False                     # refuse a field the model cannot honour instead of ignoring it
 
     @property
     def default_model(self) -> str:
@@ -84,12 +101,29 @@ class ServeConfig:
 class Reply:
     """How a response carries its audio: ``fmt`` at ``rate`` Hz, as SSE events or as the body;
     ``whole``: a WAV or FLAC sent once complete, so its header holds the true sizes (a FLAC
-    whose sample count is unknown is valid, yet libsndfile cannot read it whole)."""
+    whose sample count is unknown is valid, yet libsndfile cannot read it whole); ``volume``:
+    the gain applied before encoding; ``ignored``: the request fields accepted without effect,
+    named in the X-Ignored-Fields header so that a client can tell."""
 
     fmt: str
     rate: int
     sse: bool = False
     whole: bool = False
+    volume: float = 1.0
+    ignored: tuple[str, ...] = ()
+
+
+class Gain:
+    """An encoder whose input is scaled by ``volume`` first (the encoders clip to full scale)."""
+
+    def __init__(self, encoder, volume: float):
+        self.encoder, self.volume = encoder, volume
+
+    def push(self, chunk):
+        return self.encoder.push(chunk * self.volume)
+
+    def __getattr__(self, name):
+        return getattr(self.encoder, name)
 
 
 class HTTPFailure(Exception):
@@ -238,9 +272,14 @@ def create_app(cfg: ServeConfig) -> FastAPI:
     @app.get("/v1/models")
     async def list_models(request: Request):
         authorize(request)
-        return {"object": "list", "data": [
-            {"id": m, "object": "model", "created": 0, "owned_by": "ttscli",
-             "sample_rate": w.pipeline.sample_rate, **model_extras(cfg, m)} for m, w in cfg.workers.items()]}
+        return {"object": "list", "data": [model_card(cfg, m) for m in cfg.workers]}
+
+    @app.get("/v1/models/{name:path}")
+    async def retrieve_model(request: Request, name: str):
+        """One served model by its id or an alias (OpenAI's model names mean the default model,
+        and answer under the name asked, with ``root`` naming the model that speaks)."""
+        authorize(request)
+        return {**model_card(cfg, resolve_model(cfg, name)), "id": name}
 
     @app.get("/v1/audio/voices")
     async def list_voices(request: Request, model: str | None = None):
@@ -283,7 +322,11 @@ def create_app(cfg: ServeConfig) -> FastAPI:
             return fail(400, "the text has nothing the voice can speak (only punctuation or symbols?)")
         buf = io.BytesIO() if reply.whole and reply.fmt != "wav" else None   # the muxer seeks back in it
         enc = make_encoder(reply.fmt, worker.pipeline.sample_rate, reply.rate, out=buf)
+        if reply.volume != 1.0:
+            enc = Gain(enc, reply.volume)
         headers = {"X-Sample-Rate": str(reply.rate), "Cache-Control": "no-store"}
+        if reply.ignored:
+            headers[IGNORED_HEADER] = ", ".join(reply.ignored)
         if reply.whole:
             got = await whole_body(job, request, worker, enc, first, buf)
             if got is None:
@@ -370,14 +413,18 @@ def _delta(audio: bytes) -> bytes:
 
 
 async def sse_events(job, request, worker, enc, first, public):
+    """The encoder's bytes as ``speech.audio.delta`` events, as they come (a compressed format's
+    encoder may hold a chunk back: no empty delta is sent), then ``speech.audio.done``."""
     try:
-        yield _delta(enc.push(first))
+        data = enc.push(first)
+        if data:
+            yield _delta(data)
         while True:
             item = await next_item(job, request)
             if item is None:
                 return
             if item is DONE:
-                tail = enc.finish()   # the resampler's last samples
+                tail = enc.finish()   # the resampler's last samples, a muxer's last packets
                 if tail:
                     yield _delta(tail)
                 yield _event({"type": "speech.audio.done", "sample_rate": enc.sample_rate,
@@ -386,7 +433,9 @@ async def sse_events(job, request, worker, enc, first, public):
             if isinstance(item, BaseException):
                 yield _event({"type": "error", "error": error_body(status_for(item), public(one_line(item)))["error"]})
                 return
-            yield _delta(enc.push(item))
+            data = enc.push(item)
+            if data:
+                yield _delta(data)
     finally:
         worker.cancel(job)
 
@@ -523,6 +572,18 @@ def resolve_model(cfg: ServeConfig, name: Any) -> str:
                              f"start `ttscli serve -m {hint}` to serve it)")
 
 
+def model_card(cfg: ServeConfig, model_id: str) -> dict:
+    """A served model in OpenAI's model shape, plus what a request to it may carry: its rate,
+    the common fields it honours and its settings (each a request field of the same name)."""
+    from ttscli.generate import honoured
+
+    spec, family = cfg.specs[model_id], cfg.families[model_id]
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": "ttscli", "root": model_id,
+            "sample_rate": cfg.workers[model_id].pipeline.sample_rate,
+            "honours": [API_FIELDS.get(n, n) for n in honoured(spec, family) if n != "save_voice"],
+            "settings": [k.name for k in family.knobs], **model_extras(cfg, model_id)}
+
+
 def preset_voices(cfg: ServeConfig, model_id: str) -> list[str]:
     spec, fam = cfg.specs[model_id], cfg.families[model_id]
     return list(fam.voices(spec, None) if fam.voices else spec.voices)
@@ -554,9 +615,10 @@ def saved_voices(cfg: ServeConfig) -> list[str]:
     return sorted(p.stem for p in d.glob("*.safetensors") if SAVED_VOICE.match(p.stem))
 
 
-def map_voice(cfg: ServeConfig, model_id: str, voice: Any) -> str | None:
+def map_voice(cfg: ServeConfig, model_id: str, voice: Any, ignored: list[str]) -> str | None:
     """OpenAI's voice field: a preset of the model, a saved voice by name, or OpenAI's own names
-    (the model's default voice). Never a path: a client must not make the server read files."""
+    (the model's default voice, and `voice` reported ignored). Never a path: a client must not
+    make the server read files."""
     if voice is None or voice == "":
         return None
     if not isinstance(voice, str):
@@ -569,6 +631,7 @@ def map_voice(cfg: ServeConfig, model_id: str, voice: Any) -> str | None:
         if path.is_file():
             return str(path)
     if voice.lower() in OPENAI_VOICES:
+        ignore(cfg, cfg.specs[model_id], "voice", ignored, f" {shown(voice)} (an OpenAI voice)")
         return None
     if "/" in voice or "\\" in voice or voice.endswith(".safetensors"):
         raise UsageError(f"voice {shown(voice)}: give a preset or saved voice name, not a path "
@@ -591,6 +654,82 @@ def _number(data: dict, name: str, kind: type, lo: float, hi: float):
     return x
 
 
+def ignore(cfg: ServeConfig, spec, name: str, ignored: list[str], what: str = "") -> None:
+    """Note a field this model cannot honour as ignored; under --strict, refuse it instead."""
+    if cfg.strict:
+        raise UsageError(f"{spec.id} cannot honour `{name}`{what}; drop it (see GET /v1/models/{spec.id}; "
+                         "this server runs with --strict, which refuses what it would ignore)")
+    ignored.append(name)
+
+
+def _instructions(cfg: ServeConfig, spec, family, data: dict, ignored: list[str]) -> str | None:
+    """OpenAI's ``instructions``: passed on to a model that takes them, else ignored (OpenAI's own
+    tts-1 ignores them too) and reported."""
+    from ttscli.generate import honoured
+    from ttscli.text import check_text
+
+    instruct = data.get("instructions")
+    if instruct is None or instruct == "":
+        return None
+    if not isinstance(instruct, str):
+        raise UsageError("instructions must be a string")
+    instruct = check_text(instruct, "instructions")
+    if "instruct" in honoured(spec, family):
+        return instruct
+    ignore(cfg, spec, "instructions", ignored)
+    return None
+
+
+def _lang_code(spec, data: dict) -> str | None:
+    """Kokoro-FastAPI's one-letter ``lang_code`` as the language it names, checked against
+    ``language`` when both are given."""
+    code, language = data.get("lang_code"), data.get("language")
+    if code is None:
+        return language
+    if not isinstance(code, str) or code.lower() not in LANG_CODES:
+        raise UsageError(f"lang_code must be one of {', '.join(LANG_CODES)} (Kokoro's language letters), "
+                         f"not {shown(code)}")
+    named = LANG_CODES[code.lower()]
+    if language is not None and str(language).lower() != named:
+        raise UsageError(f"lang_code {code!r} means {named}, but language is {shown(language)}; send one of them")
+    known = [x.lower() for x in spec.languages]
+    if known and named not in known:
+        raise UsageError(f"{spec.id} does not speak lang_code {code!r} ({named}); it takes "
+                         f"{', '.join(spec.languages)} (see GET /v1/models/{spec.id})")
+    return named
+
+
+def _kokoro_extras(cfg: ServeConfig, spec, data: dict, fmt: str, ignored: list[str]) -> float:
+    """Check Kokoro-FastAPI's extra fields (`lang_code` is read with `language`): the volume to
+    apply; ``download_format`` other than the response's and ``normalization_options`` are
+    reported ignored, a download link (a file kept on the server) is refused."""
+    link = data.get("return_download_link")
+    if link is not None and not isinstance(link, bool):
+        raise UsageError(f"return_download_link must be true or false, not {shown(link)}")
+    if link:
+        raise UsageError("return_download_link: this server keeps no files to download; the audio is the "
+                         "response body (send false or leave it out)")
+    download = data.get("download_format")
+    if download is not None:
+        if str(download).lower() not in RESPONSE_FORMATS:
+            raise UsageError(f"download_format must be one of {', '.join(RESPONSE_FORMATS)}, not {shown(download)}")
+        if str(download).lower() != fmt:
+            ignore(cfg, spec, "download_format", ignored)
+    norm = data.get("normalization_options")
+    if norm is not None:
+        if not isinstance(norm, dict):
+            raise UsageError("normalization_options must be an object of true/false switches")
+        for key, value in norm.items():
+            if key not in NORMALIZATION_OPTIONS:
+                raise UsageError(f"normalization_options has no switch {shown(key)} "
+                                 f"(it has {', '.join(NORMALIZATION_OPTIONS)})")
+            if not isinstance(value, bool):
+                raise UsageError(f"normalization_options.{key} must be true or false, not {shown(value)}")
+        ignore(cfg, spec, "normalization_options", ignored)
+    volume = _number(data, "volume_multiplier", float, 0.0, MAX_VOLUME)
+    return 1.0 if volume is None else volume
+
+
 async def build_request(cfg: ServeConfig, data: dict, upload):
     """(model id, checked Request, how the reply carries the audio) from the body's fields."""
     from starlette.concurrency import run_in_threadpool
@@ -607,29 +746,21 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
     if len(text) > cfg.max_input_chars:
         raise InputTooLongError(f"input is {len(text):,} characters; this server takes at most "
                                 f"{cfg.max_input_chars:,} (ttscli serve --max-input-chars)")
-    instruct = data.get("instructions")
-    if instruct is not None and instruct != "":
-        if not isinstance(instruct, str):
-            raise UsageError("instructions must be a string")
-        instruct = check_text(instruct, "--instruct")
-    else:
-        instruct = None
+    ignored: list[str] = []
+    instruct = _instructions(cfg, spec, family, data, ignored)
     fmt = check_format(data.get("response_format") or "mp3")
     stream_format = str(data.get("stream_format") or "audio").lower()
     if stream_format not in ("audio", "sse"):
         raise UsageError(f"stream_format must be audio or sse, not {shown(stream_format)}")
-    if stream_format == "sse" and fmt not in STREAMED:
-        raise UsageError(f"stream_format sse sends pcm or wav deltas; use response_format pcm or wav, not {fmt}")
     rate = _number(data, "sample_rate", int, MIN_RATE, MAX_RATE) or DEFAULT_RATE
     stream = data.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise UsageError(f"stream must be true or false, not {shown(stream)}")
-    sse = stream_format == "sse"
-    reply = Reply(fmt, rate, sse=sse, whole=fmt in ("wav", "flac") and not sse and not stream)
+    volume = _kokoro_extras(cfg, spec, data, fmt, ignored)
     speed = _number(data, "speed", float, 0.25, 4.0)
     seed = _number(data, "seed", int, 0, 2**32 - 1)
     max_frames = _number(data, "max_frames", int, 1, 1 << 20)
-    language = data.get("language")
+    language = _lang_code(spec, data)
     if language is not None and not isinstance(language, str):
         raise UsageError("language must be a string")
     knobs = {k: v for k, v in data.items() if k not in FIELDS}
@@ -637,21 +768,26 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
     if ref_text is not None:
         if not isinstance(ref_text, str):
             raise UsageError("ref_text must be a string")
-        ref_text = check_text(ref_text, "--ref-text")
-    req = Request(text=text, voice=map_voice(cfg, model_id, data.get("voice")), instruct=instruct,
+        ref_text = check_text(ref_text, "ref_text")
+    voice = map_voice(cfg, model_id, data.get("voice"), ignored)
+    sse = stream_format == "sse"
+    reply = Reply(fmt, rate, sse=sse, whole=fmt in ("wav", "flac") and not sse and not stream, volume=volume,
+                  ignored=tuple(ignored))
+    req = Request(text=text, voice=voice, instruct=instruct,
                   language=language or None, seed=seed, speed=speed if speed is not None else 1.0,
                   max_frames=max_frames, knobs=knobs)
     if upload is not None:
         if not spec.can("clone"):
             raise UsageError(f"{spec.id} cannot clone voices; pick a model with clone support (see `ttscli models`)")
-        if ref_text is None and not family.check_knobs(knobs, spec.id).get("x_vector_only"):
-            raise UsageError("give --ref-text (the reference transcript) for in-context cloning, or --x-vector-only")
+        if ref_text is None and not family.check_knobs(knobs, spec.id, API_NAMING).get("x_vector_only"):
+            raise UsageError("give ref_text (the reference transcript) for in-context cloning, "
+                             "or x_vector_only: true")
         mono, sr = await run_in_threadpool(_reference, upload, float(spec.defaults.get("max_ref_seconds", 30.0)))
         req.ref_audio, req.ref_sample_rate, req.ref_text = mono, sr, ref_text
     elif ref_text is not None:
         raise UsageError("ref_text goes with ref_audio (the reference recording)")
     req.stream = "stream" in honoured(spec, family)
-    req = check_request(spec, family, req)
+    req = check_request(spec, family, req, API_NAMING)
     if req.ref_audio is not None:
         rate = cfg.workers[model_id].pipeline.ref_sample_rate or req.ref_sample_rate
         from ttscli.audio import resample

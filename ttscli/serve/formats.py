@@ -12,7 +12,6 @@ from ttscli.encode import FORMATS, check_encoder
 from ttscli.errors import UsageError
 
 RESPONSE_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")   # OpenAI's response_format values
-STREAMED = ("wav", "pcm")        # what SSE deltas carry
 DEFAULT_RATE = 24000             # OpenAI's rate: a client that assumes it plays at the right speed
 
 

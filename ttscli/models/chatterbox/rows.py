@@ -24,7 +24,7 @@ from ttscli.lm.batch import MemberBatch
 from ttscli.lm.sample import NEG_INF, KeyStream
 from ttscli.models.base import Request, Row
 from ttscli.models.chatterbox.pipeline import SAMPLE_RATE, SPEECH_CODES, s3gen_key, speech_tokens
-from ttscli.models.chatterbox.t3 import draw
+from ttscli.models.chatterbox.t3 import draw, limit_message
 from ttscli.models.chatterbox.tokenizer import punc_norm
 
 
@@ -143,8 +143,7 @@ class ChatterboxRows:
         if len(m.tokens) >= m.limit:
             if m.request.ignore_eos:
                 return None
-            raise LimitReached(f"T3 reached its limit of {m.limit} speech tokens without the stop token "
-                                  f"(raise it with --max-new-tokens, or split the text)")
+            raise LimitReached(limit_message(m.limit, self.t3.args.max_speech_tokens + 2))
         return self.t3.speech_embed(tok, len(m.tokens))
 
     def _stream_token(self, m: T3Row, t: int) -> None:

@@ -74,6 +74,14 @@ class T3Sampling:
                               repetition_penalty=self.repetition_penalty).validate("chatterbox")
 
 
+def limit_message(limit: int, cap: int) -> str:
+    """The one line for a generation that reached ``limit`` speech tokens without the stop token:
+    how to raise it (the request's max_frames), unless it is the model's own ``cap``."""
+    how = ("the model's own cap; split the text" if limit >= cap
+           else "raise it with --max-frames (`max_frames` in a server request), or split the text")
+    return f"T3 reached its limit of {limit} speech tokens without the stop token ({how})"
+
+
 def process_logits(logits: mx.array, p: SamplingParams, seen: mx.array | None) -> mx.array:
     """``[B, V]`` logits through the reference's processors, in its order; filtered ids -> -inf.
 
@@ -202,5 +210,4 @@ class T3(nn.Module):
             logits, _ = decoder.step(e, cache)
         if ignore_eos:
             return
-        raise LimitReached(f"T3 reached its limit of {limit} speech tokens without the stop token "
-                              f"(raise it with --max-new-tokens, or split the text)")
+        raise LimitReached(limit_message(limit, self.args.max_speech_tokens + 2))

@@ -23,6 +23,7 @@ FAMILY = Family(
     parity_checks=hook("ttscli.models.kokoro.parity:parity_checks"),
     parity_against=("onnxruntime", "onnx"),
     honours=frozenset({"speed", "language", "voice", "stream"}),
+    first_audio="its first sentence or clause (at most 100 phonemes)",
     components=(
         # On the project's Linux CPU ttscli's float32 graphs on onnxruntime ran about twice as fast
         # as MLX float32 and faster than the published int8 graph (docs/benchmarks.md#kokoro-backends-busy).

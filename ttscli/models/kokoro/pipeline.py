@@ -1,4 +1,5 @@
-"""Kokoro pipeline: text chunk -> phonemes -> pieces of <= 510 tokens -> audio, one piece at a time."""
+"""Kokoro pipeline: text chunk -> phonemes -> pieces of <= 510 tokens -> audio, one piece at a time
+(with --stream, a short first piece: see STREAM_PHONEMES)."""
 from __future__ import annotations
 
 import re
@@ -20,6 +21,10 @@ if TYPE_CHECKING:
     from .onnx_runtime import OnnxKModel
 
 MAX_PHONEMES = 510
+# --stream: a chunk's first piece is at most this many symbols (cut at a sentence or clause mark),
+# so its audio leaves after one sentence's work instead of the whole chunk's (up to 400 characters
+# of sentences packed together); the pieces after it keep the full length
+STREAM_PHONEMES = 100
 _JA_SCRIPT = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uff66-\uff9f]")
 
 
@@ -41,6 +46,16 @@ def split_phonemes(ps: str, limit: int = MAX_PHONEMES) -> list[str]:
     if ps:
         out.append(ps)
     return out
+
+
+def pieces_of(ps: str, stream: bool) -> list[str]:
+    """The pieces a chunk's phonemes are spoken in: at most MAX_PHONEMES symbols each, the first
+    at most STREAM_PHONEMES when streaming."""
+    ps = ps.strip()
+    if not stream or len(ps) <= STREAM_PHONEMES:
+        return split_phonemes(ps)
+    first = split_phonemes(ps, STREAM_PHONEMES)[0]
+    return [first, *split_phonemes(ps[len(first):])]
 
 
 def tokens_of(ps: str, vocab: dict[str, int]) -> list[int]:
@@ -103,7 +118,7 @@ class KokoroPipeline(Pipeline):
         t0 = time.perf_counter()
         ps = phonemize(request.text, lang)
         stats.extra["phonemize_s"] = time.perf_counter() - t0
-        pieces = [p for p in split_phonemes(ps) if len(tokens_of(p, self.vocab)) > 2]
+        pieces = [p for p in pieces_of(ps, request.stream) if len(tokens_of(p, self.vocab)) > 2]
         stats.extra.update(pieces=len(pieces), audio_s=0.0, prosody_s=0.0)
         for piece in pieces:
             tokens = tokens_of(piece, self.vocab)

@@ -1,0 +1,64 @@
+"""Small CLI promises: a mistyped model gets a suggestion, `models` shows the short names -m
+takes, `batch --format` offers every format ttscli writes, the progress bar shows no "0/None"."""
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import soundfile as sf
+from clitools import only_line
+from rich.console import Console
+
+from ttscli.audio_formats import FORMATS
+
+
+def test_mistyped_model_gets_did_you_mean(run_cli):
+    p = run_cli("speak", "Hi.", "-m", "piper-jo", "-o", "x.wav")
+    assert p.returncode != 0
+    assert "unknown model 'piper-jo'; did you mean piper-joe?" in only_line(p.err)
+    p = run_cli("speak", "Hi.", "-m", "nothing-like-it", "-o", "x.wav")
+    assert p.returncode != 0 and "did you mean" not in only_line(p.err)
+
+
+def test_models_table_names_the_kokoro_alias(run_cli):
+    p = run_cli("models", env={"COLUMNS": "80"})
+    assert p.returncode == 0, p.err
+    table = " ".join(p.stdout.decode().split())
+    assert "kokoro = kokoro-82m" in table and "joe = piper-joe" in table
+
+
+def test_batch_format_help_lists_every_format(run_cli):
+    p = run_cli("batch", "--help", env={"COLUMNS": "200"})
+    assert p.returncode == 0
+    assert ", ".join(FORMATS) in " ".join(p.stdout.decode().split())
+
+
+@pytest.mark.parametrize("fmt", ["opus", "aac"])
+def test_batch_writes_a_format_beyond_the_old_four(run_cli, tmp_path, fmt):
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"id": "a", "text": "Hello there."}) + "\n")
+    p = run_cli("batch", "rows.jsonl", "-o", "out", "--format", fmt)
+    assert p.returncode == 0, p.err
+    [written] = [q for q in (tmp_path / "out").rglob(f"a.{fmt}")]
+    if fmt == "opus":
+        assert sf.info(str(written)).duration > 0.3
+    else:
+        assert written.read_bytes()[:2] in (b"\xff\xf1", b"\xff\xf9")   # ADTS sync word
+
+
+def test_progress_shows_no_count_before_the_first_chunk(monkeypatch):
+    from ttscli import cli
+
+    out = io.StringIO()
+    monkeypatch.setattr(cli, "err", Console(file=out, force_terminal=True, width=100))
+    monkeypatch.setattr(cli.State, "quiet", False)
+    prog, cb = cli.progress_callback("speaking")
+
+    def shown() -> str:
+        out.seek(0), out.truncate()
+        cli.err.print(prog.get_renderable())
+        return out.getvalue()
+
+    assert "None" not in shown() and "chunks" not in shown()
+    cb(1, 3)
+    assert "1/3 chunks" in shown()
