@@ -36,7 +36,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
-import reference_stubs  # noqa: E402
+import reference_stubs  # noqa: E402, I001
 
 reference_stubs.install()
 
@@ -232,13 +232,14 @@ def main() -> None:
             out[f"{mode}_feat"], out[f"{mode}_feat_mask"] = ff.numpy(), fm.numpy()
             # prefill hidden: base LM (before FSQ) and residual LM over the whole prompt
             feat_embed = model.enc_to_lm_proj(model.feat_encoder(ff))
-            embed = tm[..., None] * model.base_lm.embed_tokens(tt) * cfg["lm_config"]["scale_emb"] + fm[..., None] * feat_embed
+            text_embed = model.base_lm.embed_tokens(tt) * cfg["lm_config"]["scale_emb"]
+            embed = tm[..., None] * text_embed + fm[..., None] * feat_embed
             enc, _ = model.base_lm(inputs_embeds=embed, is_causal=True)
             out[f"{mode}_feat_embed"] = feat_embed.numpy()
             out[f"{mode}_base_hidden"] = enc.numpy()
             enc = model.fsq_layer(enc) * fm[..., None] + enc * tm[..., None]
-            res, _ = model.residual_lm(inputs_embeds=model.fusion_concat_proj(torch.cat((enc, fm[..., None] * feat_embed), -1)),
-                                       is_causal=True)
+            fused = model.fusion_concat_proj(torch.cat((enc, fm[..., None] * feat_embed), -1))
+            res, _ = model.residual_lm(inputs_embeds=fused, is_causal=True)
             out[f"{mode}_residual_hidden"] = res.numpy()
             noise = RecordedNoise()
             (latent, generated), stops = run_inference(model, tt, tm, ff, fm, noise)
