@@ -36,7 +36,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
-import reference_stubs  # noqa: E402, I001
+import reference_stubs
 
 reference_stubs.install()
 
