@@ -19,4 +19,8 @@ pip install -q --no-deps conformer==0.3.2 diffusers==0.29.0 s3tokenizer==0.3.0
 # light dependencies it imports that the lines above do not bring
 pip install -q --no-deps pocket-tts==4.0.1
 pip install -q einops sentencepiece pydantic safetensors tokenizers pyyaml
+# VoxCPM2 (scripts/goldens/voxcpm2_upstream.py, benchmarks/bench_voxcpm2_peer.py): its code; it imports
+# librosa, tqdm and transformers' LlamaTokenizerFast (already above) at module level
+pip install -q --no-deps voxcpm==2.0.3
+pip install -q librosa tqdm
 echo "reference venv ready: $venv  (generators import scripts/reference_stubs.py before upstream packages)"

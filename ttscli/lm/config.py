@@ -8,12 +8,13 @@ never a silent fallback to plain RoPE.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ttscli.errors import CheckpointError
 
-ROPE_TYPES = ("default", "llama3", "mrope")
+ROPE_TYPES = ("default", "llama3", "mrope", "longrope", "none")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,9 @@ class RopeArgs:
     original_max_position_embeddings: int = 8192
     mrope_section: tuple[int, ...] | None = None
     mrope_interleaved: bool = False
+    short_factor: tuple[float, ...] | None = None
+    long_factor: tuple[float, ...] | None = None
+    max_position_embeddings: int = 0
 
     def __post_init__(self):
         if self.type not in ROPE_TYPES:
@@ -46,6 +50,22 @@ class RopeArgs:
             raise CheckpointError(f"llama3 RoPE scaling has invalid factors: factor={self.factor}, "
                                   f"low_freq_factor={self.low_freq_factor}, high_freq_factor={self.high_freq_factor}, "
                                   f"original_max_position_embeddings={self.original_max_position_embeddings}")
+        if self.type == "longrope" and not (self.short_factor and self.long_factor
+                                            and len(self.short_factor) == len(self.long_factor)):
+            raise CheckpointError("longrope RoPE scaling needs short_factor and long_factor of one length")
+
+    @property
+    def extended(self) -> bool:
+        """LongRoPE past its original context: the long factors and a cos/sin scaling apply."""
+        return self.type == "longrope" and self.max_position_embeddings > self.original_max_position_embeddings
+
+    def attention_factor(self) -> float:
+        """What the rotation multiplies q and k by (LongRoPE's cos/sin scaling past the original
+        context), 1 otherwise: attention logits grow by its square."""
+        if not self.extended:
+            return 1.0
+        orig = self.original_max_position_embeddings
+        return math.sqrt(1 + math.log(self.max_position_embeddings / orig) / math.log(orig))
 
     @classmethod
     def from_hf(cls, config: dict[str, Any]) -> "RopeArgs":
@@ -72,6 +92,14 @@ class RopeArgs:
                           original_max_position_embeddings=int(scaling["original_max_position_embeddings"]))
             except KeyError as e:
                 raise CheckpointError(f"llama3 RoPE scaling is missing {e.args[0]!r}") from e
+        if kind == "longrope":
+            try:
+                kw.update(short_factor=tuple(float(f) for f in scaling["short_factor"]),
+                          long_factor=tuple(float(f) for f in scaling["long_factor"]),
+                          original_max_position_embeddings=int(scaling["original_max_position_embeddings"]),
+                          max_position_embeddings=int(config["max_position_embeddings"]))
+            except KeyError as e:
+                raise CheckpointError(f"longrope RoPE scaling is missing {e.args[0]!r}") from e
         if kind == "mrope":
             kw.update(mrope_section=tuple(int(s) for s in section),
                       mrope_interleaved=bool(scaling.get("mrope_interleaved", scaling.get("interleaved", False))))
@@ -80,7 +108,11 @@ class RopeArgs:
 
 @dataclass
 class LMArgs:
-    """One decoder stack. ``qk_norm``: per-head RMSNorm on q and k (Qwen3), none for Llama."""
+    """One decoder stack. ``qk_norm``: per-head RMSNorm on q and k (Qwen3), none for Llama.
+
+    ``residual_scale`` multiplies each sublayer's output before it joins the residual stream:
+    MiniCPM's muP depth scaling ``scale_depth / sqrt(num_hidden_layers)``; 1 elsewhere.
+    """
 
     hidden_size: int
     num_hidden_layers: int
@@ -95,6 +127,7 @@ class LMArgs:
     qk_norm: bool = False
     rope: RopeArgs = field(default_factory=RopeArgs)
     max_position_embeddings: int | None = None
+    residual_scale: float = 1.0
 
     def __post_init__(self):
         if self.num_key_value_heads is None:

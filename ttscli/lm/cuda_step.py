@@ -225,6 +225,8 @@ def unsupported(lm, head, rows: int) -> str | None:
         return "biases"
     if not _plain_layers(lm) or not all(type(lyr) is DecoderLayer for lyr in lm.layers):
         return "layers other than the shared DecoderLayer"
+    if a.residual_scale != 1.0 or a.rope.attention_factor() != 1.0:
+        return "scaled residual branches or attention (muP, LongRoPE past its context)"
     if a.head_dim % 2 or a.num_attention_heads % a.num_key_value_heads:
         return "odd head_dim, or query heads not a multiple of key/value heads"
     if any(n % 4 for n in (a.hidden_size, a.intermediate_size, a.num_attention_heads * a.head_dim)):

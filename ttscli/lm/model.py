@@ -225,20 +225,26 @@ def fuse_projections(model: nn.Module) -> nn.Module:
 
 
 class DecoderLayer(nn.Module):
-    """x + attn(norm(x)), then x + mlp(norm(x))."""
+    """x + attn(norm(x)), then x + mlp(norm(x)); each branch times ``residual_scale`` where the
+    stack has one (muP), the attention scale times the square of the RoPE's attention factor."""
 
     def __init__(self, a: LMArgs):
         super().__init__()
         self.self_attn = LMAttention(a.hidden_size, a.num_attention_heads, a.num_key_value_heads, a.head_dim,
                                    eps=a.rms_norm_eps, bias=a.attention_bias, qk_norm=a.qk_norm,
                                    rope=make_rope(a.rope, a.head_dim))
+        self.self_attn.scale *= a.rope.attention_factor() ** 2
         self.mlp = LMMLP(a.hidden_size, a.intermediate_size, bias=a.mlp_bias)
         self.input_layernorm = RMSNorm(a.hidden_size, a.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(a.hidden_size, a.rms_norm_eps)
+        self.residual_scale = a.residual_scale
+
+    def _branch(self, y: mx.array) -> mx.array:
+        return y if self.residual_scale == 1.0 else y * self.residual_scale
 
     def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
-        h = x + self.self_attn(self.input_layernorm(x), mask, cache)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        h = x + self._branch(self.self_attn(self.input_layernorm(x), mask, cache))
+        return h + self._branch(self.mlp(self.post_attention_layernorm(h)))
 
 
 class DecoderLM(nn.Module):
@@ -268,11 +274,17 @@ class DecoderLM(nn.Module):
         self.norm = RMSNorm(a.hidden_size, a.rms_norm_eps)
 
     def __call__(self, inputs: mx.array | None = None, cache: list[Any] | None = None,
-                 input_embeddings: mx.array | None = None) -> mx.array:
+                 input_embeddings: mx.array | None = None, causal: bool = True) -> mx.array:
         """Post-norm hidden states ``[B, L, H]`` of token ids ``inputs [B, L]`` or of
-        ``input_embeddings [B, L, H]``; each cache in ``cache`` (one per layer) grows by L."""
+        ``input_embeddings [B, L, H]``; each cache in ``cache`` (one per layer) grows by L.
+        ``causal=False`` (no cache): every position sees every other, as a bidirectional
+        encoder over one short window does."""
         h = input_embeddings if input_embeddings is not None else self.embed_tokens(inputs)
-        if cache and hasattr(cache[0], "make_mask"):
+        if not causal:
+            if cache:
+                raise ValueError("a bidirectional call takes no cache")
+            mask = None
+        elif cache and hasattr(cache[0], "make_mask"):
             mask = cache[0].make_mask(h.shape[1])   # fixed-capacity caches mask unwritten slots
         else:
             mask = create_causal_mask(h.shape[1], cache[0].offset if cache else 0)
@@ -315,7 +327,8 @@ class DecoderLM(nn.Module):
 
 
 def _plain_layers(lm: DecoderLM) -> bool:
-    # the fused loop restates DecoderLayer.__call__: only for layers that use it unchanged
-    return all(type(layer).__call__ is DecoderLayer.__call__ for layer in lm.layers) and \
+    # the fused loop restates DecoderLayer.__call__: only for layers that use it unchanged, unscaled
+    return lm.args.residual_scale == 1.0 and \
+        all(type(layer).__call__ is DecoderLayer.__call__ for layer in lm.layers) and \
         type(lm.norm) is RMSNorm and all(type(m) is RMSNorm for layer in lm.layers
                                           for m in (layer.input_layernorm, layer.post_attention_layernorm))

@@ -50,8 +50,19 @@ def module_inv_freq(rope, head_dim: int) -> np.ndarray:
     return default_inv_freq(rope.base, head_dim)
 
 
+def longrope_inv_freq(r: RopeArgs, head_dim: int) -> np.ndarray:
+    """LongRoPE: the default frequencies divided by the short factors, or by the long ones
+    past the original context."""
+    factors = np.asarray(r.long_factor if r.extended else r.short_factor, np.float64)
+    if factors.shape != (head_dim // 2,):
+        raise ValueError(f"longrope has {factors.size} factors for {head_dim // 2} rotary pairs")
+    return default_inv_freq(r.theta, head_dim) / factors
+
+
 def inv_freq(r: RopeArgs, head_dim: int) -> np.ndarray:
     """Inverse frequency of each rotary pair, float64 ``[head_dim // 2]``."""
+    if r.type == "longrope":
+        return longrope_inv_freq(r, head_dim)
     if r.type == "llama3":
         return llama3_inv_freq(r, head_dim)
     return default_inv_freq(r.theta, head_dim)
@@ -92,10 +103,13 @@ def angles(r: RopeArgs, head_dim: int, positions) -> np.ndarray:
 
 def make_rope(r: RopeArgs, head_dim: int):
     """The MLX rotation (:class:`ttscli.nn.RoPE`) for 1-D positions; M-RoPE with equal rows is
-    this too (see above)."""
-    from ttscli.nn.layers import RoPE
+    this too (see above).  LongRoPE's cos/sin scaling is not a rotation: the attention takes
+    it in its scale (``RopeArgs.attention_factor``)."""
+    from ttscli.nn.layers import NoRoPE, RoPE
 
-    if r.type == "llama3":
+    if r.type == "none":
+        return NoRoPE()
+    if r.type in ("llama3", "longrope"):
         return RoPE(head_dim, inv_freq=inv_freq(r, head_dim))
     # MLX's fused kernel derives the default frequencies from the base itself (float32, as
     # the reference does); keeping that path leaves today's Qwen3 numerics bit for bit.

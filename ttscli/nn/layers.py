@@ -55,6 +55,15 @@ class RoPE(nn.Module):
                             freqs=self._freqs)
 
 
+class NoRoPE(nn.Module):
+    """No rotation (a NoPE stack): positions reach it only through the causal mask."""
+
+    dims = None
+
+    def __call__(self, x: mx.array, offset: int | mx.array = 0) -> mx.array:
+        return x
+
+
 def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Any = None) -> mx.array:
     """Scaled dot-product attention, ``q [B, H, L, D]``, ``k``/``v [B, Hk, S, D]`` (H a multiple of Hk).
 

@@ -1,0 +1,66 @@
+"""VoxCPM2's patch loop, as upstream's ``VoxCPM2Model._inference``: prefill both LMs over the
+prompt, then per patch draw the latent with the DiT, embed it back, decide stop, step the LMs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import mlx.core as mx
+
+from ttscli.models.voxcpm2.model import VoxCPM2
+
+
+@dataclass
+class Prompt:
+    """``tokens``, ``text_mask``, ``feat_mask [1, T]`` and ``feats [1, T, P, D]``: each position
+    is a text token (its latent zeros) or a latent patch (its token 0)."""
+
+    tokens: mx.array
+    text_mask: mx.array
+    feats: mx.array
+    feat_mask: mx.array
+
+
+@dataclass
+class Prefill:
+    lm_hidden: mx.array          # [1, H] after FSQ where the last position is audio
+    residual_hidden: mx.array    # [1, H]
+    base_hidden: mx.array        # [1, T, H] post-norm, before FSQ (what the goldens compare)
+    residual_all: mx.array       # [1, T, H]
+    caches: tuple
+
+
+def prefill(model: VoxCPM2, p: Prompt) -> Prefill:
+    feat_embed = model.embed_patches(p.feats)
+    text_embed = model.base_lm.embed_tokens(p.tokens) * model.args.scale_emb
+    tm, fm = p.text_mask[..., None], p.feat_mask[..., None]
+    base_cache, res_cache = model.base_lm.make_cache(), model.residual_lm.make_cache()
+    base = model.base_lm(input_embeddings=tm * text_embed + fm * feat_embed, cache=base_cache)
+    enc = model.fsq_layer(base) * fm + base * tm
+    res = model.residual_lm(input_embeddings=model.fusion_concat_proj(mx.concatenate([enc, fm * feat_embed], -1)),
+                            cache=res_cache)
+    return Prefill(enc[:, -1], res[:, -1], base, res, (base_cache, res_cache))
+
+
+def patches(model: VoxCPM2, p: Prompt, noise: Callable[[int], mx.array], *, steps: int, cfg_value: float,
+            min_len: int = 2, max_len: int = 2000) -> Iterator[tuple[mx.array, mx.array]]:
+    """Yields (patch ``[1, P, D]``, stop logits ``[1, 2]``) per patch; the patch on which the
+    stop head says stop (past ``min_len``) is the last.  ``noise(i)`` is patch i's starting
+    noise ``[1, P, D]``.  Runs to ``max_len`` patches at most: the caller decides whether
+    reaching it is an error."""
+    pre = prefill(model, p)
+    base_cache, res_cache = pre.caches
+    lm_hidden, res_hidden = pre.lm_hidden, pre.residual_hidden
+    cond = p.feats[:, -1]
+    for i in range(max_len):
+        patch = model.feat_decoder(model.dit_condition(lm_hidden, res_hidden), cond, noise(i), steps, cfg_value)
+        stop = model.stop(lm_hidden)
+        mx.eval(patch, stop)
+        yield patch, stop
+        if i > min_len and int(stop[0].argmax()) == 1:
+            return
+        cond = patch
+        embed = model.embed_patches(patch[:, None])
+        lm_hidden = model.fsq_layer(model.base_lm(input_embeddings=embed, cache=base_cache)[:, -1])
+        fused = model.fusion_concat_proj(mx.concatenate([lm_hidden, embed[:, 0]], -1))
+        res_hidden = model.residual_lm(input_embeddings=fused[:, None], cache=res_cache)[:, -1]
