@@ -280,7 +280,8 @@ def _clock(t: float, sep: str) -> str:
 def render(words: Sequence[Word], fmt: str) -> str:
     """The words as a JSON list, SubRip or WebVTT text."""
     if fmt == "json":
-        return json.dumps([w.as_dict() for w in words], ensure_ascii=False, indent=1) + "\n"
+        rows = [json.dumps(w.as_dict(), ensure_ascii=False) for w in words]     # one word a line
+        return "[\n" + ",\n".join(rows) + ("\n]\n" if rows else "]\n")
     sep = "," if fmt == "srt" else "."
     blocks = [f"{_clock(a, sep)} --> {_clock(b, sep)}\n{text}\n" for a, b, text in cues(words)]
     if fmt == "srt":
