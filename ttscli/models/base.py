@@ -79,6 +79,7 @@ class Request:
     chunk_frames: int = 25
     knobs: dict[str, Any] = field(default_factory=dict)      # family knobs (Knob below), by name
     ignore_eos: bool = False                 # bench at random weights: run max_frames frames, never stop
+    timestamps: bool = False                 # the caller wants word timestamps (ttscli.generate.synthesize_words)
 
     def for_chunk(self, text: str) -> "Request":
         return replace(self, text=text)
