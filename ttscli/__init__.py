@@ -4,6 +4,8 @@
     pipe = ttscli.load("piper-joe")
     for chunk in ttscli.synthesize(pipe, ttscli.Request("Hello there.")):
         ...  # float32 mono at pipe.sample_rate
+    for chunk in ttscli.synthesize_words(pipe, ttscli.Request("Hello there.")):
+        ...  # chunk.audio, and chunk.words: (start, end, word) in seconds
 
 ``load``, ``synthesize`` and ``Request`` are imported on first use, and the BLAS that mlx calls
 is loaded at the first import of mlx: ``ttscli --help`` imports neither numpy nor the model
@@ -20,9 +22,10 @@ _blas.preload_before_mlx()  # the BLAS is loaded when, and only if, something im
 
 __version__ = "0.1.0"
 
-__all__ = ["load", "synthesize", "Request", "__version__"]
+__all__ = ["load", "synthesize", "synthesize_words", "Request", "__version__"]
 
-_LAZY = {"load": "ttscli.api", "synthesize": "ttscli.generate", "Request": "ttscli.generate"}
+_LAZY = {"load": "ttscli.api", "synthesize": "ttscli.generate", "synthesize_words": "ttscli.generate",
+         "Request": "ttscli.generate"}
 
 
 def __getattr__(name: str):

@@ -88,6 +88,12 @@ FirstChunkFrames = typer.Option(None, "--first-chunk-frames", min=1, show_defaul
 ChunkFrames = typer.Option(25, "--chunk-frames", min=1, help="Frames per streamed chunk after the first.")
 Workers = typer.Option(1, "--workers", "--concurrent-worker-count", min=1, help="Chunks generated at once.")
 Dtype = typer.Option(None, "--dtype", help="float32, float16 or bfloat16.")
+Timestamps = typer.Option(None, "--timestamps", metavar="FILE.json",
+                          help="Write each word's start and end (seconds) as JSON: from the model's durations "
+                               "where it has them (Piper, Kokoro), else from a forced aligner on the audio "
+                               "(faster-whisper, the eval extra).")
+Subtitles = typer.Option(None, "--subtitles", metavar="FILE.srt|FILE.vtt",
+                         help="Write subtitles of the spoken words: SubRip or WebVTT, by the suffix.")
 
 
 KNOB_PANEL = "Model knobs (each model takes its own: `ttscli models MODEL`)"
@@ -193,25 +199,56 @@ def progress_callback(total_hint: str):
     return prog, cb
 
 
+def word_files(timestamps: Optional[str], subtitles: Optional[str]) -> dict:
+    """{path: (format, option)} of --timestamps and --subtitles, each checked writable before any work."""
+    from ttscli.outfile import check_writable
+    from ttscli.words import format_of
+
+    files = {}
+    for path, what in ((timestamps, "--timestamps"), (subtitles, "--subtitles")):
+        if path is not None:
+            files[path] = (format_of(path, what), what)
+            check_writable(path, what)
+    return files
+
+
+def save_words(files: dict):
+    """A ``save(words)`` writing each of ``files`` (:func:`word_files`) through ttscli.outfile."""
+    from ttscli.outfile import write_bytes
+    from ttscli.words import render
+
+    def save(words) -> None:
+        for path, (fmt, what) in files.items():
+            write_bytes(path, render(words, fmt).encode("utf-8"), what)
+
+    return save
+
+
 def run_synthesis(pipe, request, output: Optional[str], fmt: Optional[str], play: bool, workers: int,
-                  sample_rate: Optional[int] = None) -> None:
+                  sample_rate: Optional[int] = None, words: Optional[dict] = None) -> None:
+    """``words``: the word files (:func:`word_files`), written with the audio or not at all."""
+    from functools import partial
+
     from ttscli.audio import open_sink
-    from ttscli.generate import effective_workers, render
+    from ttscli.generate import effective_workers, render, render_words
 
     output = default_output(output, play)
     play = play or output is None
     n_workers, why = effective_workers(pipe, workers)
     if why:
         note(why)
+    if words and n_workers > 1 and not pipe.concurrent_safe:
+        note(f"--workers {n_workers}: word timestamps run chunks one at a time on this model")
     sink = open_sink(output, pipe.sample_rate, fmt, play, sample_rate)
+    run = partial(render_words, save=save_words(words)) if words else render
     prog, cb = progress_callback("speaking")
     t0 = time.perf_counter()
     try:
         if prog:
             with prog:
-                n = render(pipe, request, sink, n_workers, on_chunk=cb)
+                n = run(pipe, request, sink, workers=n_workers, on_chunk=cb)
         else:
-            n = render(pipe, request, sink, n_workers)
+            n = run(pipe, request, sink, workers=n_workers)
     except KeyboardInterrupt:
         raise Interrupted("interrupted; no output written") from None
     if output not in (None, "-"):
@@ -316,6 +353,8 @@ def speak(
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
     workers: int = Workers,
     dtype: Optional[str] = Dtype,
+    timestamps: Optional[str] = Timestamps,
+    subtitles: Optional[str] = Subtitles,
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
     knobs: Optional[dict] = None,
@@ -328,6 +367,7 @@ def speak(
 
     body = read_text(text, file)
     check_output(default_output(output, play), fmt, sample_rate)
+    words = word_files(timestamps, subtitles)
     if instruct is not None:
         instruct = check_text(instruct, "--instruct", MAX_TEXT_BYTES)
     reg, spec, family = resolve_model(model, registry, model_dir)
@@ -337,7 +377,7 @@ def speak(
         knobs=knobs or {},
     ))
     pipe = load_pipeline(reg, spec, model_dir, backends_asked(backend, code_decoder_backend), dtype)
-    run_synthesis(pipe, request, output, fmt, play, workers, sample_rate)
+    run_synthesis(pipe, request, output, fmt, play, workers, sample_rate, words)
 
 
 @app.command(epilog="Example: [bold]ttscli clone \"Hello there.\" --ref me.wav "
@@ -367,6 +407,8 @@ def clone(
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
     workers: int = Workers,
     dtype: Optional[str] = Dtype,
+    timestamps: Optional[str] = Timestamps,
+    subtitles: Optional[str] = Subtitles,
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
     knobs: Optional[dict] = None,
@@ -381,6 +423,7 @@ def clone(
 
     body = read_text(text, file)
     check_output(default_output(output, play), fmt, sample_rate)
+    words = word_files(timestamps, subtitles)
     if ref is None:
         raise UsageError("clone needs --ref FILE (a recording of the voice)")
     knobs = knobs or {}
@@ -405,7 +448,7 @@ def clone(
     pipe = load_pipeline(reg, spec, model_dir, backends_asked(backend, code_decoder_backend), dtype)
     rate = pipe.ref_sample_rate or sr
     request = replace(request, ref_audio=resample(mono, sr, rate), ref_sample_rate=rate)
-    run_synthesis(pipe, request, output, fmt, play, workers, sample_rate)
+    run_synthesis(pipe, request, output, fmt, play, workers, sample_rate, words)
 
 
 @app.command(epilog="Examples: [bold]ttscli models --json[/bold], [bold]ttscli models qwen3-tts-0.6b-base[/bold]")

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import replace
-from typing import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 
-from ttscli.dsp import CROSSFADE_S, crossfade_join
+from ttscli.dsp import CROSSFADE_S, Crossfade, crossfade_join
 from ttscli.models.base import CLI_NAMING, Naming, Request, Stats, chunk_requests  # noqa: F401  (Stats: the engine imports it from here)
 from ttscli.voicefile import is_voice_file
+
+if TYPE_CHECKING:
+    from ttscli.words import Aligner, Word
 
 
 # The common fields a family may or may not honour, and how to tell that a request uses one.
@@ -183,6 +186,84 @@ def synthesize(
         release_memory_if_grown()
 
 
+@dataclass
+class Chunk:
+    """A piece of the output as :func:`synthesize_words` yields it: its samples, and the words
+    whose spans are known once it is (:class:`ttscli.words.Word`, ``(start, end, word)`` in
+    seconds from the start of the whole output; a word may end in audio a later chunk carries)."""
+
+    audio: np.ndarray
+    words: list[Word] = field(default_factory=list)
+
+
+def synthesize_words(
+    pipeline,
+    request: Request,
+    workers: int = 1,
+    crossfade_s: float = CROSSFADE_S,
+    on_chunk: Callable[[int, int], None] | None = None,
+    aligner: Aligner | None = None,
+) -> Iterator[Chunk]:
+    """:func:`synthesize` with word timestamps: the same audio, in :class:`Chunk` s.
+
+    A pipeline with ``word_durations`` gives each piece's words from its duration predictor as
+    the piece is made; any other pipeline's text chunk is made whole, then ``aligner`` (None:
+    :func:`ttscli.words.default_aligner`, faster-whisper) finds its words in its audio. Each
+    chunk's times are shifted by where its audio starts in the output, crossfades included.
+    Chunks run one at a time, or on ``workers`` threads where the pipeline is ``concurrent_safe``.
+    """
+    from ttscli.memory import release_memory_if_grown
+    from ttscli.models import family_of
+    from ttscli.text import chunk_text
+
+    spec = pipeline.spec
+    if spec is not None:
+        request = check_request(spec, family_of(spec), request)
+    if not pipeline.word_durations and aligner is None:
+        from ttscli.words import default_aligner
+
+        aligner = default_aligner()
+    reqs = chunk_requests(request, chunk_text(request.text, pipeline.max_chunk_chars))
+
+    def gen(r: Request) -> Iterator[tuple[np.ndarray, list]]:
+        if pipeline.word_durations:
+            yield from pipeline.generate_words(r)
+        else:
+            audio = _joined([np.asarray(x, np.float32) for x in pipeline.generate(r)])
+            yield audio, aligner(audio, pipeline.sample_rate, r.text, r.language)
+        if on_chunk:
+            on_chunk(next(k for k, q in enumerate(reqs) if q is r) + 1, len(reqs))
+        pipeline.clear_cache()
+
+    concurrent = workers > 1 and pipeline.concurrent_safe
+    pieces = _run_workers(gen, reqs, workers) if concurrent else _run_sequential(gen, reqs)
+    try:
+        yield from _join_timed(pieces, int(round(crossfade_s * pipeline.sample_rate)), pipeline.sample_rate)
+    finally:
+        release_memory_if_grown()
+
+
+def _join_timed(pieces, n_fade: int, sample_rate: int) -> Iterator[Chunk]:
+    """:func:`ttscli.dsp.crossfade_join` of (chunk index, (audio, words)), the words moved to
+    where their piece lands: a text chunk's first piece starts where the previous chunk's held
+    tail does (they blend), a later piece after what its chunk already pushed."""
+    join = Crossfade(n_fade)
+    emitted, current = 0, -1
+    for idx, (audio, words) in pieces:
+        start = emitted if idx != current else emitted + len(join.held)
+        current = idx
+        out = join.push(idx, audio)
+        emitted += sum(len(x) for x in out)
+        yield Chunk(_joined(out), [w.shifted(start / sample_rate) for w in words])
+    tail = join.finish()
+    if tail:
+        yield Chunk(_joined(tail))
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+
 def effective_workers(pipeline, requested: int) -> tuple[int, str | None]:
     """Workers actually used, and a note when the request was reduced."""
     if requested <= 1:
@@ -195,9 +276,10 @@ def effective_workers(pipeline, requested: int) -> tuple[int, str | None]:
     return requested, None
 
 
-def write_all(chunks: Iterator[np.ndarray], sink) -> int:
+def write_all(chunks: Iterator[np.ndarray], sink, before_close: Callable[[], None] | None = None) -> int:
     """Write audio chunks into a Sink; commits only when everything succeeded (and something was
-    spoken), else aborts it. Returns samples written."""
+    spoken), else aborts it. ``before_close`` (files that go with the audio) runs last before
+    the commit; its failure aborts the audio too. Returns samples written."""
     from ttscli import signals
 
     n = 0
@@ -206,6 +288,8 @@ def write_all(chunks: Iterator[np.ndarray], sink) -> int:
             signals.check()   # a stop whose exception was lost on the way must still stop the run
             sink.write(x)
             n += len(x)
+        if n and before_close is not None:
+            before_close()
     except BaseException:
         sink.abort()
         raise
@@ -221,3 +305,18 @@ def write_all(chunks: Iterator[np.ndarray], sink) -> int:
 def render(pipeline, request: Request, sink, workers: int = 1, on_chunk=None) -> int:
     """Synthesize into a Sink; commits only when everything succeeded. Returns samples written."""
     return write_all(synthesize(pipeline, request, workers=workers, on_chunk=on_chunk), sink)
+
+
+def render_words(pipeline, request: Request, sink, save: Callable[[list[Word]], None], workers: int = 1,
+                 on_chunk=None) -> int:
+    """:func:`render` with word timestamps: ``save(words)`` writes them (all of them, once the
+    audio is complete) before the audio commits, so that both files are written or neither."""
+    words: list[Word] = []
+
+    def audio() -> Iterator[np.ndarray]:
+        for chunk in synthesize_words(pipeline, request, workers=workers, on_chunk=on_chunk):
+            words.extend(chunk.words)
+            if len(chunk.audio):
+                yield chunk.audio
+
+    return write_all(audio(), sink, before_close=lambda: save(words))

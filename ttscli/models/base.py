@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover - numpy only in annotations: `ttscli --hel
     import numpy as np
 
     from ttscli.registry import ModelSpec
+    from ttscli.words import Word
 
 COMMANDS = ("speak", "clone")
 PREFILL_MODES = ("batched", "sequential")
@@ -78,6 +79,7 @@ class Request:
     chunk_frames: int = 25
     knobs: dict[str, Any] = field(default_factory=dict)      # family knobs (Knob below), by name
     ignore_eos: bool = False                 # bench at random weights: run max_frames frames, never stop
+    timestamps: bool = False                 # the caller wants word timestamps (ttscli.generate.synthesize_words)
 
     def for_chunk(self, text: str) -> "Request":
         return replace(self, text=text)
@@ -388,8 +390,17 @@ class Pipeline:
         self.backends: dict[str, str] = {}   # component -> backend in use, e.g. {"code_decoder": "mlx"}
         self.spec: ModelSpec | None = None   # set by ttscli.api.load
 
+    # True when ``generate_words`` takes word timestamps from the model's own durations; the
+    # engine aligns the audio of other pipelines with a forced aligner (ttscli.words)
+    word_durations: bool = False
+
     def generate(self, request: Request) -> Iterator[np.ndarray]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def generate_words(self, request: Request) -> Iterator[tuple[np.ndarray, list[Word]]]:
+        """``generate``'s audio, the same samples, each piece with the input words it speaks
+        (:class:`ttscli.words.Word`, seconds from the piece's start). Only where ``word_durations``."""
+        raise NotImplementedError(f"{type(self).__name__} has no word durations")
 
     def clear_cache(self) -> None:
         """Called after each text chunk; a family that keeps per-chunk buffers drops them here."""

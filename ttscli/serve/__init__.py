@@ -88,8 +88,13 @@ def interleaves(pipeline) -> bool:
 
 
 def run_request(pipeline, request):
-    from ttscli.generate import synthesize
+    """The request's audio chunks; with ``timestamps`` on a model with word durations, the
+    engine's timed :class:`~ttscli.generate.Chunk` s (other models' words are aligned by the
+    HTTP side once the audio is complete)."""
+    from ttscli.generate import synthesize, synthesize_words
 
+    if request.timestamps and pipeline.word_durations:
+        return synthesize_words(pipeline, request)
     return synthesize(pipeline, request)
 
 

@@ -16,6 +16,7 @@ import logging
 import math
 import re
 import tempfile
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +54,8 @@ OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "on
                  "marin", "cedar")
 # The request fields with a meaning of their own; any other field names a family knob.
 FIELDS = ("model", "input", "voice", "instructions", "response_format", "speed", "stream_format", "seed",
-          "language", "max_frames", "ref_audio", "ref_text", "sample_rate", "stream", *KOKORO_FIELDS)
+          "language", "max_frames", "ref_audio", "ref_text", "sample_rate", "stream", "return_timestamps",
+          *KOKORO_FIELDS)
 # Kokoro-FastAPI's `lang_code` letters and the languages they stand for
 LANG_CODES = {"a": "en-us", "b": "en-gb", "e": "es", "f": "fr-fr", "h": "hi", "i": "it", "j": "ja",
               "p": "pt-br", "z": "zh"}
@@ -91,10 +93,24 @@ class ServeConfig:
     max_input_chars: int = MAX_INPUT_CHARS
     metrics: Any = None                      # the server's RequestMetrics (observe.py), shown by /metrics
     strict: bool = False                     # refuse a field the model cannot honour instead of ignoring it
+    word_aligner: Any = None                 # faster-whisper, loaded by the first request that needs it
 
     @property
     def default_model(self) -> str:
         return next(iter(self.workers))
+
+    def aligner(self):
+        """The forced aligner for word timestamps of models without durations (ttscli.words);
+        loaded once, on a thread of the pool (a UsageError when faster-whisper is missing)."""
+        with _ALIGNER_LOCK:
+            if self.word_aligner is None:
+                from ttscli.words import default_aligner
+
+                self.word_aligner = default_aligner()
+        return self.word_aligner
+
+
+_ALIGNER_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -111,6 +127,7 @@ class Reply:
     whole: bool = False
     volume: float = 1.0
     ignored: tuple[str, ...] = ()
+    words: bool = False                      # return_timestamps: Kokoro-FastAPI's captioned shape, or SSE word events
 
 
 class Gain:
@@ -294,9 +311,19 @@ def create_app(cfg: ServeConfig) -> FastAPI:
 
     @app.post("/v1/audio/speech")
     async def speech(request: Request):
+        return await speak(request, captioned=False)
+
+    @app.post("/dev/captioned_speech")
+    async def captioned_speech(request: Request):
+        """Kokoro-FastAPI's route: /v1/audio/speech with ``return_timestamps`` true by default."""
+        return await speak(request, captioned=True)
+
+    async def speak(request: Request, captioned: bool):
         authorize(request)
         try:
             fields_, upload = await read_body(request, cfg.max_body)
+            if captioned:
+                fields_.setdefault("return_timestamps", True)
             model_id, req, reply = await build_request(cfg, fields_, upload)
         except HTTPFailure:
             raise
@@ -327,15 +354,23 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         headers = {"X-Sample-Rate": str(reply.rate), "Cache-Control": "no-store"}
         if reply.ignored:
             headers[IGNORED_HEADER] = ", ".join(reply.ignored)
+        words = Timed(req.text, req.language, cfg, worker.pipeline) if reply.words else None
         if reply.whole:
-            got = await whole_body(job, request, worker, enc, first, buf)
+            got = await whole_body(job, request, worker, enc, first, buf, words)
             if got is None:
                 return fail(499, "client closed the request")
             if isinstance(got, BaseException):
                 log.info("%s: %s", model_id, one_line(got))
                 return fail(status_for(got), one_line(got))
+            if words is not None:
+                try:
+                    timestamps = words.captions(await words.finish())
+                except Exception as e:  # noqa: BLE001 - the aligner's failure, answered with its status
+                    return fail(status_for(e), one_line(e))
+                return JSONResponse({"audio": base64.b64encode(got).decode(), "audio_format": reply.fmt,
+                                     "timestamps": timestamps}, headers=headers)
             return Response(got, media_type=content_type(reply.fmt), headers=headers)
-        body = (sse_events(job, request, worker, enc, first, public) if reply.sse
+        body = (sse_events(job, request, worker, enc, first, public, words) if reply.sse
                 else audio_bytes(job, request, worker, enc, first))
         media = "text/event-stream" if reply.sse else content_type(reply.fmt)
         return StreamingResponse(body, media_type=media, headers=headers)
@@ -356,11 +391,61 @@ async def next_item(job, request):
                 return None
 
 
-async def whole_body(job, request, worker, enc, first, buf=None):
+class Timed:
+    """The words of a ``return_timestamps`` request: taken from the engine's timed chunks, or,
+    for a model without durations, found by the forced aligner in the whole audio once it is
+    complete (its samples are kept for that)."""
+
+    def __init__(self, text: str, language: str | None, cfg: ServeConfig, pipeline):
+        self.text, self.language, self.cfg = text, language, cfg
+        self.sample_rate = pipeline.sample_rate
+        self.words: list = []
+        self.audio: list | None = None if pipeline.word_durations else []
+
+    def take(self, item):
+        """The samples of one item of the job (a timed Chunk or plain audio); its words kept."""
+        from ttscli.generate import Chunk
+
+        if isinstance(item, Chunk):
+            self.words.extend(item.words)
+            item = item.audio
+        if self.audio is not None:
+            self.audio.append(item)
+        return item
+
+    def fresh(self) -> list:
+        """The words taken since the last call (the SSE side sends each once)."""
+        out, self.words = self.words, []
+        return out
+
+    async def finish(self) -> list:
+        """The remaining words, the aligner's where the model has no durations."""
+        if self.audio is None:
+            return self.fresh()
+        from starlette.concurrency import run_in_threadpool
+
+        import numpy as np
+
+        audio = np.concatenate(self.audio) if self.audio else np.zeros(0, np.float32)
+        align = await run_in_threadpool(self.cfg.aligner)
+        return await run_in_threadpool(align, audio, self.sample_rate, self.text, self.language)
+
+    @staticmethod
+    def captions(words) -> list[dict]:
+        """Kokoro-FastAPI's timestamp objects."""
+        return [{"word": w.word, "start_time": round(w.start, 3), "end_time": round(w.end, 3)} for w in words]
+
+
+def _plain(item, words: Timed | None):
+    return words.take(item) if words is not None else item
+
+
+async def whole_body(job, request, worker, enc, first, buf=None, words: Timed | None = None):
     """The whole file with its true sizes, once generation has ended (a WAV's header rewritten;
     a compressed format's muxer finishing its headers in ``buf``); None if the client left, or
-    the exception that ended generation (still answerable with a status: nothing was sent)."""
-    parts = [enc.push(first)]
+    the exception that ended generation (still answerable with a status: nothing was sent).
+    ``words`` collects a timestamps request's words on the way."""
+    parts = [enc.push(_plain(first, words))]
     try:
         while True:
             item = await next_item(job, request)
@@ -368,7 +453,7 @@ async def whole_body(job, request, worker, enc, first, buf=None):
                 return item
             if item is DONE:
                 break
-            parts.append(enc.push(item))
+            parts.append(enc.push(_plain(item, words)))
     finally:
         worker.cancel(job)
     parts.append(enc.finish())
@@ -412,13 +497,21 @@ def _delta(audio: bytes) -> bytes:
     return _event({"type": "speech.audio.delta", "audio": base64.b64encode(audio).decode()})
 
 
-async def sse_events(job, request, worker, enc, first, public):
+def _words_event(words) -> bytes:
+    return _event({"type": "speech.words", "words": Timed.captions(words)})
+
+
+async def sse_events(job, request, worker, enc, first, public, words: Timed | None = None):
     """The encoder's bytes as ``speech.audio.delta`` events, as they come (a compressed format's
-    encoder may hold a chunk back: no empty delta is sent), then ``speech.audio.done``."""
+    encoder may hold a chunk back: no empty delta is sent), then ``speech.audio.done``. With
+    ``words``: a ``speech.words`` event after the audio that carries them (the aligner's, for a
+    model without durations, all before ``speech.audio.done``)."""
     try:
-        data = enc.push(first)
+        data = enc.push(_plain(first, words))
         if data:
             yield _delta(data)
+        if words is not None and words.words:
+            yield _words_event(words.fresh())
         while True:
             item = await next_item(job, request)
             if item is None:
@@ -427,15 +520,26 @@ async def sse_events(job, request, worker, enc, first, public):
                 tail = enc.finish()   # the resampler's last samples, a muxer's last packets
                 if tail:
                     yield _delta(tail)
+                if words is not None:
+                    try:
+                        last = await words.finish()
+                    except Exception as e:  # noqa: BLE001 - the status line is gone: an error event
+                        yield _event({"type": "error",
+                                      "error": error_body(status_for(e), public(one_line(e)))["error"]})
+                        return
+                    if last:
+                        yield _words_event(last)
                 yield _event({"type": "speech.audio.done", "sample_rate": enc.sample_rate,
                               "duration_s": round(enc.samples / enc.sample_rate, 3)})
                 return
             if isinstance(item, BaseException):
                 yield _event({"type": "error", "error": error_body(status_for(item), public(one_line(item)))["error"]})
                 return
-            data = enc.push(item)
+            data = enc.push(_plain(item, words))
             if data:
                 yield _delta(data)
+            if words is not None and words.words:
+                yield _words_event(words.fresh())
     finally:
         worker.cancel(job)
 
@@ -771,8 +875,12 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
         ref_text = check_text(ref_text, "ref_text")
     voice = map_voice(cfg, model_id, data.get("voice"), ignored)
     sse = stream_format == "sse"
-    reply = Reply(fmt, rate, sse=sse, whole=fmt in ("wav", "flac") and not sse and not stream, volume=volume,
-                  ignored=tuple(ignored))
+    words = data.get("return_timestamps", False)
+    if not isinstance(words, bool):
+        raise UsageError(f"return_timestamps must be true or false, not {shown(words)}")
+    # timestamps outside SSE: one JSON body (Kokoro-FastAPI's captioned shape), so the whole audio
+    whole = (fmt in ("wav", "flac") and not stream or words) and not sse
+    reply = Reply(fmt, rate, sse=sse, whole=whole, volume=volume, ignored=tuple(ignored), words=words)
     req = Request(text=text, voice=voice, instruct=instruct,
                   language=language or None, seed=seed, speed=speed if speed is not None else 1.0,
                   max_frames=max_frames, knobs=knobs)
@@ -787,7 +895,10 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
     elif ref_text is not None:
         raise UsageError("ref_text goes with ref_audio (the reference recording)")
     req.stream = "stream" in honoured(spec, family)
+    req.timestamps = words
     req = check_request(spec, family, req, API_NAMING)
+    if words and not cfg.workers[model_id].pipeline.word_durations:
+        await run_in_threadpool(cfg.aligner)   # its absence is a 400 now, not an error after the audio
     if req.ref_audio is not None:
         rate = cfg.workers[model_id].pipeline.ref_sample_rate or req.ref_sample_rate
         from ttscli.audio import resample

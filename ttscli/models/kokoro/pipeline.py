@@ -12,6 +12,7 @@ import numpy as np
 
 from ttscli.errors import UsageError
 from ttscli.models.base import Pipeline, Request
+from ttscli.words import frame_spans, input_words, timed_segments
 
 from .g2p import language_of, phonemize
 from .load import parse_voice, style_row
@@ -63,9 +64,26 @@ def tokens_of(ps: str, vocab: dict[str, int]) -> list[int]:
     return [0] + [vocab[c] for c in ps if c in vocab] + [0]
 
 
+def token_spans(piece: str, vocab: dict[str, int], durations: np.ndarray,
+                seconds_per_frame: float) -> list[tuple[float, float] | None]:
+    """(start, end) in seconds of each symbol of ``piece`` from its token's frames (the pads at
+    both ends included in ``durations``); None for a symbol the vocabulary lacks."""
+    spans = frame_spans(durations, seconds_per_frame)
+    out: list[tuple[float, float] | None] = []
+    k = 1
+    for c in piece:
+        if c in vocab:
+            out.append(spans[k])
+            k += 1
+        else:
+            out.append(None)
+    return out
+
+
 class KokoroPipeline(Pipeline):
     max_chunk_chars = 400
     independent_generations = True    # a generation's phonemes and random key are its own
+    word_durations = True
 
     def __init__(self, model: KModel | OnnxKModel, voices: dict[str, np.ndarray], vocab: dict[str, int],
                  default_voice: str = "jf_alpha"):
@@ -96,10 +114,21 @@ class KokoroPipeline(Pipeline):
         audio = self.model.decode(p, s, feats)
         mx.eval(audio)
         t2 = time.perf_counter()
-        frames = int(np.asarray(dur).sum())
-        return np.array(audio, dtype=np.float32), {"prosody_s": t1 - t0, "decoder_s": t2 - t1, "frames": frames}
+        frames = np.asarray(dur).astype(np.int64)
+        return np.array(audio, dtype=np.float32), {"prosody_s": t1 - t0, "decoder_s": t2 - t1,
+                                                   "frames": int(frames.sum()), "durations": frames}
 
     def generate(self, request: Request) -> Iterator[np.ndarray]:
+        for audio, _ in self.pieces(request, timed=False):
+            yield audio
+
+    def generate_words(self, request: Request) -> Iterator[tuple[np.ndarray, list]]:
+        yield from self.pieces(request, timed=True)
+
+    def pieces(self, request: Request, timed: bool) -> Iterator[tuple[np.ndarray, list]]:
+        """(audio, words) per piece; the words (from the predicted durations) only when ``timed``:
+        each input word phonemized alone is found in the chunk's phonemes, and each symbol lasts
+        its token's frames."""
         speed = float(request.speed if request.speed is not None else 1.0)
         if not 0.25 <= speed <= 4.0:
             raise UsageError(f"--speed must be in [0.25..4] for Kokoro, got {speed:g}")
@@ -116,11 +145,12 @@ class KokoroPipeline(Pipeline):
             key = mx.random.key(seed)
         stats = self.reset_stats()
         t0 = time.perf_counter()
-        ps = phonemize(request.text, lang)
+        ps = phonemize(request.text, lang).strip()
         stats.extra["phonemize_s"] = time.perf_counter() - t0
         pieces = [p for p in pieces_of(ps, request.stream) if len(tokens_of(p, self.vocab)) > 2]
         stats.extra.update(pieces=len(pieces), audio_s=0.0, prosody_s=0.0)
-        for piece in pieces:
+        place = self.word_places(request.text, lang, ps, pieces) if timed else None
+        for k, piece in enumerate(pieces):
             tokens = tokens_of(piece, self.vocab)
             if key is not None:
                 key, sub = mx.random.split(key)
@@ -136,4 +166,22 @@ class KokoroPipeline(Pipeline):
             stats.extra["audio_s"] += audio.size / self.sample_rate
             if stats.first_audio_s is None:
                 stats.first_audio_s = time.perf_counter() - t0
-            yield audio
+            words = []
+            if place is not None:
+                seconds = audio.size / self.sample_rate
+                spf = seconds / t["frames"] if t["frames"] else 0.0
+                words = place(k, token_spans(piece, self.vocab, t["durations"], spf), seconds)
+            yield audio, words
+
+    @staticmethod
+    def word_places(text: str, lang: str, ps: str, pieces: list[str]):
+        """:func:`ttscli.words.timed_segments` over the chunk's phonemes ``ps``, whose pieces are
+        consecutive substrings of it."""
+        words = input_words(text)
+        alone = [phonemize(w, lang) for w in words]
+        bounds, at = [], 0
+        for piece in pieces:
+            a = ps.find(piece, at)
+            bounds.append((a, a + len(piece)))
+            at = a + len(piece)
+        return timed_segments(words, alone, ps, bounds)

@@ -37,7 +37,9 @@ from .voice import Voice
 
 NOISES = {"dp": "dp_noise", "prior": "prior_noise"}
 FRAMES_PER_ID = 24         # first prior-noise buffer: frames per phoneme id (x length scale)
-SEEDED_FORMAT = 1          # bumped when seeded_graph's edit changes: older cached graphs are rebuilt
+SEEDED_FORMAT = 2          # bumped when seeded_graph's edit changes: older cached graphs are rebuilt
+DURATIONS = "durations"    # second output: frames per phoneme id, the predictor's ceil'd durations
+DURATIONS_OF = "/Ceil_output_0"    # the tensor it exposes in piper's published graph
 GRAPH_FILE = "seeded.onnx"
 RECORD_KEY = "ttscli.seeded"    # metadata entry: the source, format, onnxruntime version and channels
 
@@ -68,6 +70,9 @@ def seeded_graph(onnx_path: Path):
         g.input.append(helper.make_tensor_value_info(NOISES[kind], TensorProto.FLOAT, [1, None, None]))
     if set(found) != {"dp", "prior"}:
         raise BackendUnavailableError(f"{onnx_path.name}: unexpected noise nodes {sorted(found)}")
+    if any(DURATIONS_OF in n.output for n in g.node):   # word timestamps read it (ttscli.words)
+        g.node.append(helper.make_node("Identity", [DURATIONS_OF], [DURATIONS], name="/durations_out"))
+        g.output.append(helper.make_tensor_value_info(DURATIONS, TensorProto.FLOAT, [1, 1, None]))
     channels = next((int(t.dims[0]) for t in g.initializer if t.name == "enc_p.proj.bias"), 384) // 2
     return model, channels
 
@@ -177,11 +182,28 @@ class OnnxVitsModel:
             found = ort.InferenceSession(graph, so, providers=["CPUExecutionProvider"]), channels
         self.session, self.channels = found
         self.takes_speaker = "sid" in {i.name for i in self.session.get_inputs()}
+        self.has_durations = DURATIONS in {o.name for o in self.session.get_outputs()}
 
     def __call__(self, ids: list[int], noise_scale: float, length_scale: float, noise_w: float,
                  rng: np.random.Generator, speaker: int | None = None) -> tuple[np.ndarray, int]:
         """Audio of one sentence and how many prior-noise frames it used; ``speaker`` feeds a
         multi-speaker graph's ``sid`` (speaker 0 when None)."""
+        (audio, *_), frames = self.run(ids, noise_scale, length_scale, noise_w, rng, speaker, ["output"])
+        return audio.reshape(-1), frames
+
+    def with_durations(self, ids: list[int], noise_scale: float, length_scale: float, noise_w: float,
+                       rng: np.random.Generator, speaker: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Audio of one sentence and the frames of each of its ids (the same audio as ``__call__``)."""
+        if not self.has_durations:
+            from ttscli.errors import UsageError
+
+            raise UsageError("this Piper graph does not expose its durations, so it gives no word timestamps")
+        (audio, durations), _ = self.run(ids, noise_scale, length_scale, noise_w, rng, speaker, ["output", DURATIONS])
+        return audio.reshape(-1), np.maximum(durations.reshape(-1), 0).astype(np.int64)
+
+    def run(self, ids: list[int], noise_scale: float, length_scale: float, noise_w: float,
+            rng: np.random.Generator, speaker: int | None, outputs: list[str]) -> tuple[list[np.ndarray], int]:
+        """The graph's ``outputs`` for one sentence and the prior-noise frames it used."""
         t = len(ids)
         dp = rng.standard_normal((1, 2, t), dtype=np.float32)
         frames = max(256, int(FRAMES_PER_ID * max(1.0, length_scale) * t))
@@ -193,7 +215,7 @@ class OnnxVitsModel:
             if self.takes_speaker:
                 feeds["sid"] = np.array([speaker or 0], np.int64)
             try:
-                return self.session.run(None, feeds)[0].reshape(-1), frames
+                return self.session.run(outputs, feeds), frames
             except Exception as e:  # the slice came out shorter than the frames: retry longer
                 if "prior_noise" not in str(e) and "broadcast" not in str(e).lower() or frames > 1 << 20:
                     raise
@@ -208,6 +230,7 @@ class PiperOnnxPipeline(Pipeline):
     # paragraph spread over workers (sentences stay whole; they are rarely over 200 characters).
     max_chunk_chars = 200
     concurrent_safe = True
+    word_durations = True
 
     def __init__(self, model: OnnxVitsModel, voice: Voice):
         super().__init__()
@@ -223,7 +246,16 @@ class PiperOnnxPipeline(Pipeline):
         return scales(self.inference, request)
 
     def generate(self, request: Request) -> Iterator[np.ndarray]:
-        from .phonemize import text_to_ids
+        for audio, _ in self.sentences(request, timed=False):
+            yield audio
+
+    def generate_words(self, request: Request) -> Iterator[tuple[np.ndarray, list]]:
+        yield from self.sentences(request, timed=True)
+
+    def sentences(self, request: Request, timed: bool) -> Iterator[tuple[np.ndarray, list]]:
+        """(audio, words) per sentence; the words (from the graph's durations) only when ``timed``."""
+        from .phonemize import phoneme_ids, phonemize
+        from .timing import SentenceWords
 
         cfg = self.settings(request)
         speaker = self.voice.speaker_id(request.voice)
@@ -233,14 +265,17 @@ class PiperOnnxPipeline(Pipeline):
         volume = float(request.knobs.get("volume", 1.0))
         stats = self.reset_stats()       # per chunk; with workers the last chunk's figures remain
         t0 = time.perf_counter()
-        sentences = text_to_ids(request.text, self.id_map, self.espeak_voice)
+        phonemes = [s for s in phonemize(request.text, self.espeak_voice) if s]
+        sentences = [phoneme_ids(s, self.id_map) for s in phonemes]
         stats.extra.update(phonemize_s=time.perf_counter() - t0, sentences=len(sentences))
-        for ids in sentences:
+        words = SentenceWords(request.text, phonemes, self.id_map, self.espeak_voice) if timed else None
+        for k, ids in enumerate(sentences):
             t1 = time.perf_counter()
-            audio, _ = self.model(ids, cfg["noise_scale"], cfg["length_scale"], cfg["noise_w"], rng, speaker)
+            args = (ids, cfg["noise_scale"], cfg["length_scale"], cfg["noise_w"], rng, speaker)
+            audio, frames = self.model.with_durations(*args) if words else self.model(*args)
             stats.decoder_s += time.perf_counter() - t1
             audio = sentence_audio(audio, normalize, volume)
             stats.prefill_tokens += len(ids)
             if stats.first_audio_s is None:
                 stats.first_audio_s = time.perf_counter() - t0
-            yield audio
+            yield audio, (words.place(k, frames, len(audio) / self.sample_rate) if words else [])

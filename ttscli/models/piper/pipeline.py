@@ -11,13 +11,15 @@ import numpy as np
 from ttscli.models.base import Pipeline, Request
 
 from .model import Vits
-from .phonemize import text_to_ids
+from .phonemize import phoneme_ids, phonemize
 from .settings import scales, sentence_audio
+from .timing import SentenceWords
 
 
 class PiperPipeline(Pipeline):
     max_chunk_chars = 400
     independent_generations = True    # a generation's random key and sentences are its own
+    word_durations = True
 
     def __init__(self, model: Vits, id_map: dict, espeak_voice: str = "en-us"):
         super().__init__()
@@ -35,6 +37,14 @@ class PiperPipeline(Pipeline):
     def generate(self, request: Request) -> Iterator[np.ndarray]:
         """Yield audio per sentence (piper synthesises sentence by sentence), as piper-tts does:
         peak-normalised per sentence unless the ``normalize`` knob is False."""
+        for audio, _ in self.sentences(request, timed=False):
+            yield audio
+
+    def generate_words(self, request: Request) -> Iterator[tuple[np.ndarray, list]]:
+        yield from self.sentences(request, timed=True)
+
+    def sentences(self, request: Request, timed: bool) -> Iterator[tuple[np.ndarray, list]]:
+        """(audio, words) per sentence; the words (from the predicted durations) only when ``timed``."""
         cfg = self.settings(request)
         seed = request.seed if request.seed is not None else int.from_bytes(os.urandom(4), "little")
         key = mx.random.key(seed)
@@ -42,10 +52,12 @@ class PiperPipeline(Pipeline):
         volume = float(request.knobs.get("volume", 1.0))
         stats = self.reset_stats()
         t0 = time.perf_counter()
-        sentences = text_to_ids(request.text, self.id_map, self.espeak_voice)
+        phonemes = [s for s in phonemize(request.text, self.espeak_voice) if s]
+        sentences = [phoneme_ids(s, self.id_map) for s in phonemes]
         stats.extra["phonemize_s"] = time.perf_counter() - t0
         stats.extra["sentences"] = len(sentences)
-        for ids in sentences:
+        words = SentenceWords(request.text, phonemes, self.id_map, self.espeak_voice) if timed else None
+        for k, ids in enumerate(sentences):
             key, k_dur, k_prior = mx.random.split(key, 3)
             t1 = time.perf_counter()
             m_p, logs_p, frames = self.model.durations(mx.array([ids]), cfg["noise_w"], cfg["length_scale"], k_dur)
@@ -62,4 +74,4 @@ class PiperPipeline(Pipeline):
             stats.decoder_frames += int(z.shape[1])
             if stats.first_audio_s is None:
                 stats.first_audio_s = time.perf_counter() - t0
-            yield audio
+            yield audio, (words.place(k, np.maximum(frames, 0), len(audio) / self.sample_rate) if words else [])
