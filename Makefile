@@ -35,10 +35,10 @@ docs: $(STAMP)
 
 test: $(STAMP) docs browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" --durations=40
 
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -m slow --durations=25
 
 # Playwright drives this chromium (its own browser download needs a site other than the registries)
 browser:
