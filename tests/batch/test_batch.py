@@ -161,3 +161,32 @@ def test_resume_sweeps_a_killed_writers_temp_file_beside_a_done_row(run_cli, tmp
     p = run_cli("batch", m, "-o", "out")
     assert p.returncode == 0 and "(1 already done, 0 failed)" in p.err, p.err
     assert not dead.exists()
+
+
+def test_ctrl_c_says_how_many_rows_were_written_and_that_a_re_run_resumes(tmp_path, shared_cache):
+    """Ctrl-C after some rows: the one line counts the rows kept (as the manifest lists them)."""
+    n = 60
+    m = write_jsonl(tmp_path / "m.jsonl", [{"id": f"row{i:03d}", "text": f"Sentence number {i} of the corpus."}
+                                           for i in range(n)])
+    env = {**os.environ, "TTSCLI_CACHE": str(shared_cache), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(ttscli_exe() + ["batch", "m.jsonl", "-o", "out", "-q"], cwd=tmp_path, env=env,
+                            stderr=subprocess.PIPE)
+    mf = tmp_path / "out" / "manifest.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if mf.exists() and len(mf.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be interrupted: " + proc.stderr.read().decode()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    kept = len(entries(tmp_path / "out"))
+    assert proc.returncode == 130, err
+    assert 2 <= kept < n
+    assert only_line(err.decode()) == (f"error: interrupted; {kept} of {n} rows written to out; "
+                                       "re-run the same command to resume")
+    # the same command resumes: the kept rows are not made again (the manifest cut to one row more)
+    write_jsonl(m, [json.loads(x) for x in m.read_text().splitlines()][:kept + 1])
+    p = subprocess.run(ttscli_exe() + ["batch", "m.jsonl", "-o", "out"], cwd=tmp_path, env=env, capture_output=True,
+                       timeout=300)
+    assert p.returncode == 0 and f"wrote 1 of {kept + 1} rows to out ({kept} already done" in p.stderr.decode()
