@@ -501,7 +501,7 @@ def bench(
     json_out: bool = typer.Option(False, "--json", help="Figures and environment as JSON on stdout."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="PNG of per-frame latency (needs matplotlib)."),
     quality: bool = typer.Option(
-        False, "--quality", help="Add WER/CER and DNSMOS of the audio (as `ttscli eval`; needs ttscli[eval])."),
+        False, "--quality", help="Add WER/CER and DNSMOS of the audio (as `ttscli eval`; needs ttscli\\[eval])."),
     model_dir: Optional[Path] = ModelDir,
     dtype: Optional[str] = Dtype,
     registry: Optional[List[Path]] = Registry,
