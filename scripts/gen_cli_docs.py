@@ -22,7 +22,7 @@ TARGET = ROOT / "docs" / "cli.md"
 REGENERATE = "python scripts/gen_cli_docs.py"
 
 # Rich style tags the app's help texts use for emphasis; anything else in brackets (``ttscli[eval]``) is text,
-# escaped there as rich wants it (``ttscli\\[eval]``) so that a terminal shows it.
+# escaped there as rich wants it (``ttscli\[eval]``) so that a terminal shows it.
 STYLE_TAG = re.compile(r"(?<!\\)(?:\[/?(?:bold|italic|dim|underline|b|i|u)\]|\[/\])")
 BOLD_SPAN = re.compile(r"\[bold\](.+?)\[/bold\]")
 TYPE_NAMES = {str: "text", int: "integer", float: "number", bool: "boolean", Path: "path"}
