@@ -767,7 +767,8 @@ def serve(
                      "(re-run the same command to resume)")
 def batch(
     manifest: Path = typer.Argument(..., help="Rows to speak: .jsonl or .csv with id, text and optional "
-                                    "voice, ref_audio, ref_text, instruct, language, seed, knobs."),
+                                    "voice, ref_audio, ref_text, instruct, language, seed, knobs; or .txt, "
+                                    "one row per non-empty line, its id from the line number (line-0001)."),
     output: Path = typer.Option(
         ..., "-o", "--output", help="Output folder: DIR/<shard>/<id>.<fmt>, DIR/manifest.jsonl, DIR/errors.jsonl."),
     model: Optional[str] = Model,

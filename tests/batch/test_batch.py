@@ -43,6 +43,34 @@ def test_rows_from_jsonl_and_csv(tmp_path):
     assert rows[1].knobs == {} and rows[1].seed == 9
 
 
+def test_rows_from_plain_text_one_a_line(tmp_path):
+    t = tmp_path / "lines.txt"
+    t.write_text("The first line.\n\n  Third, after a blank one.  \r\n{\"id\": \"x\", \"text\": \"as text\"}\n")
+    rows = read_rows(t)
+    assert [(r.id, r.line, r.text) for r in rows] == [
+        ("line-0001", 1, "The first line."), ("line-0003", 3, "Third, after a blank one."),
+        ("line-0004", 4, '{"id": "x", "text": "as text"}')]
+    assert [r.id for r in read_rows(t)] == [r.id for r in rows]     # the same file, the same ids: a re-run resumes
+
+
+def test_batch_speaks_a_plain_text_file(run_cli, tmp_path):
+    (tmp_path / "lines.txt").write_text("Hello there.\n\nGood night.\n")
+    p = run_cli("batch", "lines.txt", "-o", "out", env={"COLUMNS": "200"})
+    assert p.returncode == 0, p.err
+    assert sorted((e["id"], e["text"], e["path"]) for e in entries(tmp_path / "out")) == [
+        ("line-0001", "Hello there.", rel_path("line-0001", "wav")),
+        ("line-0003", "Good night.", rel_path("line-0003", "wav"))]
+
+
+def test_batch_help_names_the_plain_text_manifest():
+    from typer.testing import CliRunner
+
+    from ttscli.cli import app
+
+    shown = " ".join(CliRunner().invoke(app, ["batch", "--help"], env={"COLUMNS": "200"}).output.split())
+    assert ".txt, one row per non-empty line" in shown
+
+
 @pytest.mark.parametrize("content,name,needle", [
     ('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n', "m.jsonl", "id 'a' was already used on line 1"),
     ('{"id": "a", "text": "x"}\n{oops\n', "m.jsonl", "m.jsonl:2: not valid JSON"),
@@ -52,7 +80,8 @@ def test_rows_from_jsonl_and_csv(tmp_path):
     ("text\nhello\n", "m.csv", "including id and text"),
     ("id,text\na,b,c\n", "m.csv", "more cells than columns"),
     ("", "m.jsonl", "has no rows"),
-    ('{"id": "a", "text": "x"}\n', "m.txt", "name it .jsonl or .csv"),
+    ('{"id": "a", "text": "x"}\n', "m.xml", "name it .jsonl, .csv or .txt"),
+    ("\n  \n", "m.txt", "has no rows"),
 ])
 def test_bad_manifests_stop_before_any_work(tmp_path, content, name, needle):
     p = tmp_path / name
