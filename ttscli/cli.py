@@ -502,12 +502,18 @@ def bench(
     plot: Optional[Path] = typer.Option(None, "--plot", help="PNG of per-frame latency (needs matplotlib)."),
     quality: bool = typer.Option(
         False, "--quality", help="Add WER/CER and DNSMOS of the audio (as `ttscli eval`; needs ttscli\\[eval])."),
+    ref: Optional[Path] = typer.Option(
+        None, "--ref", help="Reference audio to clone, for models that need one (a Base model); with --ref-text."),
+    ref_text: Optional[str] = typer.Option(None, "--ref-text", help="Transcript of the --ref recording."),
     model_dir: Optional[Path] = ModelDir,
     dtype: Optional[str] = Dtype,
     registry: Optional[List[Path]] = Registry,
-    quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
+    quiet: bool = Quiet,
+    verbose: bool = typer.Option(
+        False, "-v", "--verbose", help="Every figure in the table, a model's internal ones too (as --json has them)."),
+    debug: bool = Debug,
 ):
-    """Measure load time, first audio, prefill, per-frame latency, real-time factor and memory."""
+    """Measure load time, first audio, per-frame latency, real-time factor and memory (-v: every figure)."""
     set_flags(quiet, verbose, debug)
     from ttscli.bench import BenchRequest, run_bench
 
@@ -536,7 +542,8 @@ def bench(
                        backends=compared, component=component, fixed_backends=fixed,
                        prefill_modes=[m.strip() for m in prefill_mode.split(",") if m.strip()],
                        peer=peer, stream=stream, max_frames=max_frames, prompt_tokens=prompt_tokens,
-                       model_dir=model_dir, dtype=dtype, plot=plot, quality=quality, workers=workers)
+                       model_dir=model_dir, dtype=dtype, plot=plot, quality=quality, workers=workers,
+                       ref=ref, ref_text=ref_text, verbose=State.verbose)
     if batch:
         try:
             req.batch = [int(x) for x in batch.split(",") if x.strip()]
