@@ -499,7 +499,8 @@ def bench(
     batch: Optional[str] = typer.Option(
         None, "--batch", help="Rows generated at once, side by side, e.g. 1,4,16 (codec LMs)."),
     json_out: bool = typer.Option(False, "--json", help="Figures and environment as JSON on stdout."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="PNG of per-frame latency (needs matplotlib)."),
+    plot: Optional[Path] = typer.Option(
+        None, "--plot", help="PNG of per-frame latency, for models that make frames one by one (needs matplotlib)."),
     quality: bool = typer.Option(
         False, "--quality", help="Add WER/CER and DNSMOS of the audio (as `ttscli eval`; needs ttscli\\[eval])."),
     ref: Optional[Path] = typer.Option(
