@@ -21,15 +21,17 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET = ROOT / "docs" / "cli.md"
 REGENERATE = "python scripts/gen_cli_docs.py"
 
-# Rich style tags the app's help texts use for emphasis; anything else in brackets (``ttscli[eval]``) is text.
-STYLE_TAG = re.compile(r"\[/?(?:bold|italic|dim|underline|b|i|u)\]|\[/\]")
+# Rich style tags the app's help texts use for emphasis; anything else in brackets (``ttscli[eval]``) is text,
+# escaped there as rich wants it (``ttscli\[eval]``) so that a terminal shows it.
+STYLE_TAG = re.compile(r"(?<!\\)(?:\[/?(?:bold|italic|dim|underline|b|i|u)\]|\[/\])")
 BOLD_SPAN = re.compile(r"\[bold\](.+?)\[/bold\]")
 TYPE_NAMES = {str: "text", int: "integer", float: "number", bool: "boolean", Path: "path"}
 
 
 def plain(text: str | None) -> str:
-    """Help text as one line of plain text: rich style tags dropped, whitespace folded."""
-    return " ".join(STYLE_TAG.sub("", text or "").split())
+    """Help text as one line of plain text: rich style tags dropped, escaped brackets unescaped,
+    whitespace folded."""
+    return " ".join(STYLE_TAG.sub("", text or "").replace("\\[", "[").split())
 
 
 def cell(text: str) -> str:

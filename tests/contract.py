@@ -79,8 +79,8 @@ def declaration_problems(family: Family, all_families: list[Family] = ()) -> lis
         if target not in CONVERT_TARGETS or not callable(fn):
             out.append(f"convert[{target!r}] is not a known target with a callable")
     for row in family.bench_rows:
-        if len(row) != 3 or not all(isinstance(x, str) for x in row):
-            out.append(f"bench row {row!r} is not (key, label, format)")
+        if len(row) not in (3, 4) or not all(isinstance(x, str) for x in row) or row[3:] not in ((), ("cuda",)):
+            out.append(f"bench row {row!r} is not (key, label, format) or (key, label, format, \"cuda\")")
     if family.bench_batch is not None and not callable(family.bench_batch):
         out.append("bench_batch is not callable")
     if family.bench_batch is not None and not family.batches:
@@ -167,7 +167,7 @@ def run_contract(case: Case) -> list[str]:
     for key in ("rtf", "audio_s", "load_s", "total_s"):
         if not isinstance(fig.get(key), float) or not fig[key] > 0:
             out.append(f"bench figure {key} = {fig.get(key)!r}")
-    for key, _, _ in family.bench_rows:
+    for key, *_ in family.bench_rows:
         if key not in fig:
             out.append(f"bench row {key!r} is declared but the bench did not report it")
     if case.golden is not None or case.against is not None:

@@ -62,3 +62,26 @@ def test_progress_shows_no_count_before_the_first_chunk(monkeypatch):
     assert "None" not in shown() and "chunks" not in shown()
     cb(1, 3)
     assert "1/3 chunks" in shown()
+
+
+def test_help_keeps_bracketed_words_like_pip_extras():
+    """`ttscli[eval]` in an option's help is text, not rich markup: every command's help shows it."""
+    import re
+
+    from typer.main import get_command
+    from typer.testing import CliRunner
+
+    from ttscli.cli import app
+
+    root = get_command(app)
+    bracketed = re.compile(r"\w+\\?\[[\w,.-]+\]")
+    checked = 0
+    for name, cmd in root.commands.items():
+        wanted = {m.replace("\\", "") for p in cmd.params for m in bracketed.findall(getattr(p, "help", None) or "")}
+        if not wanted:
+            continue
+        shown = CliRunner().invoke(app, [name, "--help"], env={"COLUMNS": "400"}).output
+        for w in wanted:
+            assert w in shown, f"`ttscli {name} --help` lost {w!r}"
+            checked += 1
+    assert checked, "no option help names a bracketed word any more; this test checks nothing"

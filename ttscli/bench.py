@@ -52,6 +52,18 @@ class BenchRequest:
     quality: bool = False                    # add WER/CER and DNSMOS (ttscli.eval.quality_figures)
     batch: list[int] = field(default_factory=list)  # --batch: rows generated at once, side by side
     workers: int = 1                         # --workers: chunks at once (where the pipeline allows it)
+    ref: Path | None = None                  # --ref: reference audio, for models that clone (a Base model)
+    ref_text: str | None = None              # --ref-text: its transcript
+    verbose: bool = False                    # the table lists every figure, internal ones too (as the JSON)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The voice a clone model is benched with: the recording at its own rate, and its transcript."""
+
+    audio: np.ndarray
+    sample_rate: int
+    text: str
 
 
 def environment() -> dict:
@@ -66,6 +78,7 @@ def environment() -> dict:
         "machine": platform.machine(),
         "mlx": getattr(mx, "__version__", "?"),
         "device": str(mx.default_device()),
+        "cuda": bool(mx.cuda.is_available()),
         "blas": _blas.name(),
         "cpu_count": __import__("os").cpu_count(),
     }
@@ -141,7 +154,8 @@ def _median_run(runs: list[dict]) -> dict:
     return med
 
 
-def run_variant(spec, req: BenchRequest, backend: str, prefill_mode: str, text: str, registry) -> dict:
+def run_variant(spec, req: BenchRequest, backend: str, prefill_mode: str, text: str, registry,
+                ref: Reference | None = None) -> dict:
     import mlx.core as mx
 
     mx.reset_peak_memory()
@@ -158,6 +172,12 @@ def run_variant(spec, req: BenchRequest, backend: str, prefill_mode: str, text: 
     request = Request(text=text, seed=req.seed, stream=req.stream,
                       max_frames=(req.max_frames or (50 if req.random_weights else None)) if frames else None,
                       ignore_eos=frames and (req.random_weights if req.ignore_eos is None else req.ignore_eos))
+    if ref is not None:
+        from ttscli.audio import resample
+
+        rate = pipe.ref_sample_rate or ref.sample_rate
+        request.ref_audio, request.ref_sample_rate = resample(ref.audio, ref.sample_rate, rate), rate
+        request.ref_text = ref.text
     for _ in range(req.warmup):
         run_once(pipe, request, req.workers)
     runs = [run_once(pipe, request, req.workers) for _ in range(req.repeats)]
@@ -196,9 +216,8 @@ def run_bench(req: BenchRequest, registry: Registry, console=None) -> dict:
     if req.stream and "stream" not in family.honours:
         raise UsageError(f"{spec.id} cannot honour --stream; drop it")
     if req.plot:
-        from ttscli.outfile import check_writable
-
-        check_writable(req.plot, "--plot")
+        check_plot(spec, family, req)
+    ref = reference(spec, req)
     check_backends(spec, family, req)
     peer_fn = family.peers.get(req.peer) if req.peer else None
     if req.peer and peer_fn is None:              # refused before the variants' long runs
@@ -213,7 +232,7 @@ def run_bench(req: BenchRequest, registry: Registry, console=None) -> dict:
             name = name if len(req.prefill_modes) == 1 else f"{name}/{m}"
             if console:
                 console.print(f"[dim]bench {spec.id} [{name}] …[/dim]")
-            fig = run_variant(spec, req, b, m, text, registry)
+            fig = run_variant(spec, req, b, m, text, registry, ref)
             used = fig.pop("backend")
             variants[name.replace("default", used, 1) if b is None else name] = fig
     if peer_fn is not None:
@@ -230,10 +249,44 @@ def run_bench(req: BenchRequest, registry: Registry, console=None) -> dict:
         "rows": [list(r) for r in family.bench_rows],
     }
     if console:
-        console.print(render(report))
+        console.print(render(report, verbose=req.verbose))
     if req.plot:
         plot_frames(variants, req.plot, spec.id)
     return report
+
+
+def check_plot(spec, family, req: BenchRequest) -> None:
+    """--plot draws per-frame latency: refused, before anything runs, where no frame is timed
+    (a model that makes whole sentences, or --batch, which times batched steps instead)."""
+    from ttscli.outfile import check_writable
+
+    if "max_frames" not in family.honours:
+        raise UsageError(f"--plot draws per-frame latency, and {spec.id} makes whole sentences, not frames one by "
+                         "one: drop --plot")
+    if req.batch:
+        raise UsageError("--plot draws the per-frame latency of single runs: drop it with --batch")
+    check_writable(req.plot, "--plot")
+
+
+def reference(spec, req: BenchRequest) -> Reference | None:
+    """--ref and --ref-text, read and checked as `ttscli clone` does, before anything loads."""
+    if req.ref is None:
+        if req.ref_text is not None:
+            raise UsageError("--ref-text goes with --ref (the reference recording)")
+        return None
+    if not spec.can("clone"):
+        raise UsageError(f"{spec.id} cannot clone voices; drop --ref")
+    if req.ref_text is None:
+        raise UsageError("give --ref-text (the reference transcript) with --ref")
+    if req.peer or req.batch:
+        raise UsageError(f"--ref is for our own runs; {'--peer' if req.peer else '--batch'} would time rows "
+                         "without it: drop one")
+    from ttscli.audio import read_reference
+    from ttscli.text import check_text
+
+    text = check_text(req.ref_text, "--ref-text")
+    audio, rate = read_reference(req.ref, max_seconds=float(spec.defaults.get("max_ref_seconds", 30.0)))
+    return Reference(audio, rate, text)
 
 
 def peer_checkpoint(spec, req: BenchRequest) -> Path | None:
@@ -296,19 +349,40 @@ ROWS = [
     ("prefill_ms", "prefill of the prompt (ms)", "{:.1f}"),
     ("prefill_tokens_per_s", "prefill (tokens/s)", "{:.0f}"),
     ("prefill_tokens", "prefill length (tokens)", "{:.0f}"),
-    ("frame_ms_p50", "full frame p50 (ms)", "{:.2f}"),
-    ("frame_ms_p95", "full frame p95 (ms)", "{:.2f}"),
+    ("frame_ms_p50", "per frame, p50 (ms)", "{:.2f}"),
+    ("frame_ms_p95", "per frame, p95 (ms)", "{:.2f}"),
     ("decoder_ms_per_frame", "decoder (ms/frame)", "{:.2f}"),
     ("frames_per_s", "frames/s", "{:.1f}"),
     ("audio_s", "audio (s)", "{:.2f}"),
     ("total_s", "synthesis (s)", "{:.3f}"),
     ("rtf", "real-time factor", "{:.3f}"),
+    ("wer", "WER", "{:.3f}"),
+    ("cer", "CER", "{:.3f}"),
+    ("dnsmos_ovrl", "DNSMOS overall", "{:.2f}"),
     ("mlx_peak_mb", "MLX peak (MB)", "{:.0f}"),
     ("rss_peak_mb", "RSS peak (MB)", "{:.0f}"),
 ]
+# the default table: what a user compares (the rest, a family's internal figures included, with
+# --verbose and in --json); quality figures only appear when --quality measured them
+SUMMARY = ("load_s", "first_audio_s", "frame_ms_p50", "rtf", "wer", "cer", "dnsmos_ovrl", "mlx_peak_mb",
+           "rss_peak_mb")
 
 
-def render(report: dict):
+def applies(row: tuple, variants: dict, environment: dict) -> bool:
+    """Whether a row means something on this machine and run: measured in some variant, MLX's
+    peak only where MLX held memory, a row a family marks ``cuda`` (its 4th field) only where
+    MLX runs on CUDA."""
+    key = row[0]
+    values = [v[key] for v in variants.values() if isinstance(v.get(key), (int, float))]
+    if not values:
+        return False
+    if key == "mlx_peak_mb":
+        return any(values)
+    return not (len(row) > 3 and row[3] == "cuda" and not environment.get("cuda"))
+
+
+def render(report: dict, verbose: bool = False, summary: tuple[str, ...] = SUMMARY):
+    """The figures as a table: the ``summary`` rows, or every row with ``verbose``."""
     from rich.table import Table
 
     variants = report["variants"]
@@ -316,7 +390,8 @@ def render(report: dict):
     t = Table(title=f"ttscli bench {report['model']}" + (" (random weights)" if report["random_weights"] else ""),
               caption="real-time factor = synthesis time / audio duration (lower is faster); "
                       "ratio = first column's time / this column's (>1: faster); "
-                      f"{report['environment']['device']}, BLAS {report['environment']['blas'].split()[0]}")
+                      f"{report['environment']['device']}, BLAS {report['environment']['blas'].split()[0]}"
+                      + ("" if verbose else "; -v for every figure"))
     t.add_column("figure")
     for n in names:
         t.add_column(n, justify="right")
@@ -325,9 +400,12 @@ def render(report: dict):
             t.add_column(f"ratio {n}", justify="right")
     family_rows = [tuple(r) for r in report.get("rows", [])]
     rows = ROWS[:5] + family_rows + ROWS[5:]      # the family's figures after the prefill rows
-    keys = [r for r in rows if any(r[0] in v for v in variants.values())]
-    extra = sorted({k for v in variants.values() for k in v} - {r[0] for r in rows} - {"frames"})
-    for key, label, fmt in keys + [(k, k, "{:.3f}") for k in extra]:
+    if verbose:
+        rows += [(k, k, "{:.4g}") for k in sorted({k for v in variants.values() for k in v}
+                                                  - {r[0] for r in rows} - {"frames"})]
+    else:
+        rows = [r for r in rows if r[0] in summary]
+    for key, label, fmt, *_ in (r for r in rows if applies(r, variants, report["environment"])):
         cells = [fmt.format(variants[n][key]) if isinstance(variants[n].get(key), (int, float)) else "-" for n in names]
         for n in names[1:]:
             r = report["ratios"].get(f"{n} vs {names[0]}", {}).get(key)
@@ -371,6 +449,7 @@ BATCH_ROWS = (("step_ms_p50", "batched frame step, p50 (ms)", "{:.1f}"),
               ("frame_ms_per_row", "per row (ms/frame)", "{:.1f}"),
               ("audio_s_per_s", "audio s per wall s", "{:.3f}"),
               ("speedup_vs_first", "audio s/s vs first size", "{:.2f}x"))
+BATCH_SUMMARY = (*(r[0] for r in BATCH_ROWS), "mlx_peak_mb")
 
 
 def bench_batches(spec, req: BenchRequest, text: str, registry, console=None) -> dict:
@@ -393,7 +472,7 @@ def bench_batches(spec, req: BenchRequest, text: str, registry, console=None) ->
               "repeats": 1, "dtype": req.dtype or "default", "environment": environment(),
               "variants": variants, "ratios": {}, "rows": [list(r) for r in BATCH_ROWS]}
     if console:
-        console.print(render(report))
+        console.print(render(report, verbose=req.verbose, summary=BATCH_SUMMARY))
     return report
 
 

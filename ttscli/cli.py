@@ -250,7 +250,7 @@ def run_synthesis(pipe, request, output: Optional[str], fmt: Optional[str], play
         else:
             n = run(pipe, request, sink, workers=n_workers)
     except KeyboardInterrupt:
-        raise Interrupted("interrupted; no output written") from None
+        raise Interrupted() from None
     if output not in (None, "-"):
         note(f"wrote {output} ({n / pipe.sample_rate:.2f} s at {sample_rate or pipe.sample_rate} Hz)")
     if State.verbose and n:
@@ -542,15 +542,22 @@ def bench(
     batch: Optional[str] = typer.Option(
         None, "--batch", help="Rows generated at once, side by side, e.g. 1,4,16 (codec LMs)."),
     json_out: bool = typer.Option(False, "--json", help="Figures and environment as JSON on stdout."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="PNG of per-frame latency (needs matplotlib)."),
+    plot: Optional[Path] = typer.Option(
+        None, "--plot", help="PNG of per-frame latency, for models that make frames one by one (needs matplotlib)."),
     quality: bool = typer.Option(
-        False, "--quality", help="Add WER/CER and DNSMOS of the audio (as `ttscli eval`; needs ttscli[eval])."),
+        False, "--quality", help="Add WER/CER and DNSMOS of the audio (as `ttscli eval`; needs ttscli\\[eval])."),
+    ref: Optional[Path] = typer.Option(
+        None, "--ref", help="Reference audio to clone, for models that need one (a Base model); with --ref-text."),
+    ref_text: Optional[str] = typer.Option(None, "--ref-text", help="Transcript of the --ref recording."),
     model_dir: Optional[Path] = ModelDir,
     dtype: Optional[str] = Dtype,
     registry: Optional[List[Path]] = Registry,
-    quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
+    quiet: bool = Quiet,
+    verbose: bool = typer.Option(
+        False, "-v", "--verbose", help="Every figure in the table, a model's internal ones too (as --json has them)."),
+    debug: bool = Debug,
 ):
-    """Measure load time, first audio, prefill, per-frame latency, real-time factor and memory."""
+    """Measure load time, first audio, per-frame latency, real-time factor and memory (-v: every figure)."""
     set_flags(quiet, verbose, debug)
     from ttscli.bench import BenchRequest, run_bench
 
@@ -579,7 +586,8 @@ def bench(
                        backends=compared, component=component, fixed_backends=fixed,
                        prefill_modes=[m.strip() for m in prefill_mode.split(",") if m.strip()],
                        peer=peer, stream=stream, max_frames=max_frames, prompt_tokens=prompt_tokens,
-                       model_dir=model_dir, dtype=dtype, plot=plot, quality=quality, workers=workers)
+                       model_dir=model_dir, dtype=dtype, plot=plot, quality=quality, workers=workers,
+                       ref=ref, ref_text=ref_text, verbose=State.verbose)
     if batch:
         try:
             req.batch = [int(x) for x in batch.split(",") if x.strip()]
@@ -803,14 +811,15 @@ def serve(
                    max_input_chars=max_input_chars, request_timeout=request_timeout, strict=strict,
                    access_log=log_format if access_log or State.verbose or log_format == "json" else None)
     except KeyboardInterrupt:
-        raise Interrupted("stopped") from None
+        raise Interrupted() from None
 
 
 @app.command(epilog="Example: [bold]ttscli batch lines.jsonl -o corpus/ --seed 1[/bold] "
                      "(re-run the same command to resume)")
 def batch(
     manifest: Path = typer.Argument(..., help="Rows to speak: .jsonl or .csv with id, text and optional "
-                                    "voice, ref_audio, ref_text, instruct, language, seed, knobs."),
+                                    "voice, ref_audio, ref_text, instruct, language, seed, knobs; or .txt, "
+                                    "one row per non-empty line, its id from the line number (line-0001)."),
     output: Path = typer.Option(
         ..., "-o", "--output", help="Output folder: DIR/<shard>/<id>.<fmt>, DIR/manifest.jsonl, DIR/errors.jsonl."),
     model: Optional[str] = Model,
@@ -834,7 +843,7 @@ def batch(
 ):
     """Synthesize every row of a manifest into a folder; resumable, failures go to an errors file."""
     set_flags(quiet, verbose, debug)
-    from ttscli.batch import BatchJob, ModelRef, progress, run_batch, run_local
+    from ttscli.batch import BatchJob, ModelRef, Summary, progress, run_batch, run_local
 
     if engine not in ("local", "ray"):
         raise UsageError(f"--engine {engine}: choose local or ray")
@@ -859,18 +868,28 @@ def batch(
     else:
         run_engine = run_local
     prog, on_start, on_row = (None, None, None) if quiet or not err.is_terminal else progress(err)
+    s = Summary()
     try:
         if prog:
             with prog:
-                s = run_batch(job, run_engine, on_row, on_start)
+                run_batch(job, run_engine, on_row, on_start, summary=s)
         else:
-            s = run_batch(job, run_engine)
+            run_batch(job, run_engine, summary=s)
     except KeyboardInterrupt:
-        raise Interrupted("interrupted; re-run the same command to resume") from None
+        raise Interrupted(stopped_batch(s, output)) from None
     note(f"wrote {s.written} of {s.total} rows to {output} ({s.skipped} already done, {s.failed} failed): "
          f"{s.audio_s:.1f} s of audio in {s.wall_s:.1f} s")
     if s.failed:
         raise TTSError(f"{s.failed} of {s.total} rows failed; see {output / 'errors.jsonl'} (a re-run retries them)")
+
+
+def stopped_batch(s, output: Path) -> str:
+    """What a stopped batch keeps: the rows written so far stay listed in the folder's manifest
+    and a re-run starts after them."""
+    kept = f"{s.written} of {s.total} rows written to {output}"
+    if s.skipped:
+        kept += f" ({s.skipped} more were already done)"
+    return f"{kept}; re-run the same command to resume"
 
 
 def version_callback(value: bool):
@@ -910,10 +929,12 @@ def main(argv: Optional[list] = None) -> int:
     previous = {s: signal.getsignal(s) for s in signals.STOP_SIGNALS}
     signals.at_stop(remove_partial_files)
     signals.install()
-    stopped = False
+    stopped, outcome = False, Interrupted().outcome
     try:
         rc = _dispatch(list(sys.argv[1:] if argv is None else argv))
-    except (Interrupted, KeyboardInterrupt, typer.Abort):
+    except Interrupted as e:
+        stopped, outcome = True, e.outcome
+    except (KeyboardInterrupt, typer.Abort):
         stopped = True
     finally:
         # handlers first: a stop arriving during the cleanup must not raise out of main
@@ -925,7 +946,7 @@ def main(argv: Optional[list] = None) -> int:
             signals.uninstall_unraisable()
         remove_partial_files()  # whatever raised, and wherever: no .part outlives the run
     if stopped or signals.received() is not None:
-        fail(signals.message())
+        fail(signals.message(outcome=outcome))
         rc = signals.exit_code()
     signals.forget()  # a later write in this process (an in-process caller) is not stopped by this one
     return rc

@@ -137,7 +137,7 @@ def _write_folder(dest: Destination, fill: Callable[[Path], None]) -> Path:
         os.rename(tmp_name, dest.name, src_dir_fd=dest.folder, dst_dir_fd=dest.folder)
     except KeyboardInterrupt:
         shutil.rmtree(tmp_name, ignore_errors=True, dir_fd=dest.folder)
-        raise Interrupted("interrupted; nothing written") from None
+        raise Interrupted() from None
     except BaseException:
         shutil.rmtree(tmp_name, ignore_errors=True, dir_fd=dest.folder)
         raise

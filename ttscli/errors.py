@@ -49,9 +49,16 @@ class LimitReached(GenerationError):
 
 
 class Interrupted(TTSError):
-    """Ctrl-C: exit 130, no partial output."""
+    """Ctrl-C (or SIGTERM, SIGHUP): exit 128 + the signal, no partial file.
+
+    ``outcome`` is what the stopped run leaves behind, the second half of the one line the user
+    reads after the signal's name: a batch stopped after some rows says how many are kept."""
 
     exit_code = 130
+
+    def __init__(self, outcome: str = "no output written"):
+        super().__init__(outcome)
+        self.outcome = outcome
 
 
 class OutputError(TTSError):

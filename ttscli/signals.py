@@ -69,11 +69,12 @@ def exit_code(signum: int | None = None) -> int:
     return 128 + int(signum or _received or signal.SIGINT)
 
 
-def message(signum: int | None = None) -> str:
+def message(signum: int | None = None, outcome: str = "no output written") -> str:
+    """The line a stop ends with: which signal, then what the run leaves behind."""
     signum = signum or _received or signal.SIGINT
     if signum == signal.SIGINT:
-        return "interrupted; no output written"
-    return f"stopped by {signal.Signals(signum).name}; no output written"
+        return f"interrupted; {outcome}"
+    return f"stopped by {signal.Signals(signum).name}; {outcome}"
 
 
 def at_stop(fn: Callable[[], None]) -> None:

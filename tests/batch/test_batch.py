@@ -43,6 +43,34 @@ def test_rows_from_jsonl_and_csv(tmp_path):
     assert rows[1].knobs == {} and rows[1].seed == 9
 
 
+def test_rows_from_plain_text_one_a_line(tmp_path):
+    t = tmp_path / "lines.txt"
+    t.write_text("The first line.\n\n  Third, after a blank one.  \r\n{\"id\": \"x\", \"text\": \"as text\"}\n")
+    rows = read_rows(t)
+    assert [(r.id, r.line, r.text) for r in rows] == [
+        ("line-0001", 1, "The first line."), ("line-0003", 3, "Third, after a blank one."),
+        ("line-0004", 4, '{"id": "x", "text": "as text"}')]
+    assert [r.id for r in read_rows(t)] == [r.id for r in rows]     # the same file, the same ids: a re-run resumes
+
+
+def test_batch_speaks_a_plain_text_file(run_cli, tmp_path):
+    (tmp_path / "lines.txt").write_text("Hello there.\n\nGood night.\n")
+    p = run_cli("batch", "lines.txt", "-o", "out", env={"COLUMNS": "200"})
+    assert p.returncode == 0, p.err
+    assert sorted((e["id"], e["text"], e["path"]) for e in entries(tmp_path / "out")) == [
+        ("line-0001", "Hello there.", rel_path("line-0001", "wav")),
+        ("line-0003", "Good night.", rel_path("line-0003", "wav"))]
+
+
+def test_batch_help_names_the_plain_text_manifest():
+    from typer.testing import CliRunner
+
+    from ttscli.cli import app
+
+    shown = " ".join(CliRunner().invoke(app, ["batch", "--help"], env={"COLUMNS": "200"}).output.split())
+    assert ".txt, one row per non-empty line" in shown
+
+
 @pytest.mark.parametrize("content,name,needle", [
     ('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n', "m.jsonl", "id 'a' was already used on line 1"),
     ('{"id": "a", "text": "x"}\n{oops\n', "m.jsonl", "m.jsonl:2: not valid JSON"),
@@ -52,7 +80,8 @@ def test_rows_from_jsonl_and_csv(tmp_path):
     ("text\nhello\n", "m.csv", "including id and text"),
     ("id,text\na,b,c\n", "m.csv", "more cells than columns"),
     ("", "m.jsonl", "has no rows"),
-    ('{"id": "a", "text": "x"}\n', "m.txt", "name it .jsonl or .csv"),
+    ('{"id": "a", "text": "x"}\n', "m.xml", "name it .jsonl, .csv or .txt"),
+    ("\n  \n", "m.txt", "has no rows"),
 ])
 def test_bad_manifests_stop_before_any_work(tmp_path, content, name, needle):
     p = tmp_path / name
@@ -161,3 +190,32 @@ def test_resume_sweeps_a_killed_writers_temp_file_beside_a_done_row(run_cli, tmp
     p = run_cli("batch", m, "-o", "out")
     assert p.returncode == 0 and "(1 already done, 0 failed)" in p.err, p.err
     assert not dead.exists()
+
+
+def test_ctrl_c_says_how_many_rows_were_written_and_that_a_re_run_resumes(tmp_path, shared_cache):
+    """Ctrl-C after some rows: the one line counts the rows kept (as the manifest lists them)."""
+    n = 60
+    m = write_jsonl(tmp_path / "m.jsonl", [{"id": f"row{i:03d}", "text": f"Sentence number {i} of the corpus."}
+                                           for i in range(n)])
+    env = {**os.environ, "TTSCLI_CACHE": str(shared_cache), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(ttscli_exe() + ["batch", "m.jsonl", "-o", "out", "-q"], cwd=tmp_path, env=env,
+                            stderr=subprocess.PIPE)
+    mf = tmp_path / "out" / "manifest.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if mf.exists() and len(mf.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be interrupted: " + proc.stderr.read().decode()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    kept = len(entries(tmp_path / "out"))
+    assert proc.returncode == 130, err
+    assert 2 <= kept < n
+    assert only_line(err.decode()) == (f"error: interrupted; {kept} of {n} rows written to out; "
+                                       "re-run the same command to resume")
+    # the same command resumes: the kept rows are not made again (the manifest cut to one row more)
+    write_jsonl(m, [json.loads(x) for x in m.read_text().splitlines()][:kept + 1])
+    p = subprocess.run(ttscli_exe() + ["batch", "m.jsonl", "-o", "out"], cwd=tmp_path, env=env, capture_output=True,
+                       timeout=300)
+    assert p.returncode == 0 and f"wrote 1 of {kept + 1} rows to out ({kept} already done" in p.stderr.decode()

@@ -118,6 +118,18 @@ def test_clone_x_vector_only(run_cli, tmp_path, ckpt, ref_wav):
     assert len(wav(tmp_path / "x.wav")) > 0
 
 
+def test_bench_clones_with_ref_on_a_base_model(run_cli, tmp_path, ckpt, ref_wav):
+    p = run_cli("bench", BASE, "--model-dir", ckpt["base"], "--ref", ref_wav, "--ref-text", "Some words.",
+                "--repeats", "1", "--warmup", "0", "--json")
+    assert p.returncode == 0, p.err
+    (fig,) = json.loads(p.stdout)["variants"].values()
+    assert fig["audio_s"] > 0 and fig["rtf"] > 0 and fig["frame_ms_p50"] > 0
+    # the default table: what a user compares, no internal rows
+    assert "per frame, p50 (ms)" in p.err and "talker step" not in p.err and "kernels" not in p.err
+    p = run_cli("bench", BASE, "--model-dir", ckpt["base"], "--ref", ref_wav, "--repeats", "1")
+    assert p.returncode == 2 and "give --ref-text" in only_line(p.err)
+
+
 def test_clone_refused_by_customvoice(run_cli, tmp_path, ckpt, ref_wav):
     p = run_cli("clone", "Hello.", "--ref", ref_wav, "--x-vector-only", "-m", CV, "--model-dir", ckpt["customvoice"],
                 "-o", "x.wav")
@@ -126,8 +138,10 @@ def test_clone_refused_by_customvoice(run_cli, tmp_path, ckpt, ref_wav):
 
 def test_bench_json_and_plot(run_cli, tmp_path, ckpt):
     p = run_cli("bench", CV, "--model-dir", ckpt["customvoice"], "--repeats", "1", "--warmup", "0",
-                "--prefill-mode", "batched,sequential", "--prompt-tokens", "16", "--json", "--plot", "frames.png")
+                "--prefill-mode", "batched,sequential", "--prompt-tokens", "16", "--json", "--plot", "frames.png", "-v")
     assert p.returncode == 0, p.err
+    # -v's table has the internal rows; a CUDA kernel's row means nothing on this CPU
+    assert "talker step, median (ms)" in p.err and "kernels_sampling" in p.err and "CUDA" not in p.err
     report = json.loads(p.stdout)
     v = report["variants"]
     assert set(v) == {"mlx/batched", "mlx/sequential"}

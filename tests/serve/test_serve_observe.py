@@ -303,3 +303,43 @@ def check_wav_prefix(data: bytes, rate: int) -> None:
     start = data.index(b"data", 36) + 8
     pcm = np.frombuffer(data[start:start + (len(data) - start) // 2 * 2], dtype="<i2")
     assert pcm.size >= rate // 10 and np.abs(pcm.astype(np.int32)).max() > 0, pcm.size
+
+
+def test_an_sse_stream_that_ends_in_an_error_event_is_logged_and_counted_as_an_error():
+    """A generation failing after the first audio: the 200 stream ends with an error event, which
+    its access-log line and /metrics report (end=error), not as a complete success."""
+    from starlette.testclient import TestClient
+
+    from ttscli.errors import TTSError
+    from ttscli.models import family_of
+    from ttscli.registry import load_registry
+    from ttscli.serve.app import ServeConfig, create_app
+    from ttscli.serve.observe import Observed, RequestMetrics, text_line
+    from ttscli.serve.worker import ModelWorker
+
+    class Pipe:
+        sample_rate, ref_sample_rate = 22050, None
+
+    def run(pipeline, request):
+        yield np.zeros(2205, np.float32)
+        raise TTSError("the second sentence failed")
+
+    reg = load_registry([])
+    spec = reg.resolve("piper-joe")
+    worker = ModelWorker(spec.id, Pipe, run, 4)
+    worker.start()
+    lines, metrics = [], RequestMetrics()
+    try:
+        api = create_app(ServeConfig(workers={spec.id: worker}, specs={spec.id: spec}, registry=reg,
+                                     families={spec.id: family_of(spec)}, metrics=metrics))
+        app = Observed(api, metrics, {r.path for r in api.routes}, lambda r: lines.append(text_line(r)) or "")
+        with TestClient(app) as client:
+            r = client.post("/v1/audio/speech", json={"input": "One. Two.", "stream_format": "sse",
+                                                        "response_format": "pcm"})
+    finally:
+        worker.stop()
+    events = [json.loads(x.removeprefix("data: ")) for x in r.text.split("\n\n") if x.strip()]
+    assert r.status_code == 200 and [e["type"] for e in events] == ["speech.audio.delta", "error"]
+    (line,) = lines
+    assert fields(line)["status"] == "200" and fields(line)["end"] == "error"
+    assert metrics.errors == {("/v1/audio/speech", spec.id, "error"): 1}

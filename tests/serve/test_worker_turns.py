@@ -210,3 +210,37 @@ def test_request_timeout_in_a_batch():
     assert len(short) == 4 and short[-1] is DONE
     s = w.status()
     assert (s["timed_out"], s["served"], s["active"]) == (1, 1, 0)
+
+
+def test_a_row_that_fails_in_a_batch_is_booked_failed_when_its_client_cancels_at_once(monkeypatch):
+    """The HTTP side cancels a job in its clean-up as soon as it has the job's last item; that
+    must not turn the row's outcome into "cancelled". Each job's client here reacts at once, on
+    the worker's thread, the earliest a real one could."""
+    from ttscli.serve.worker import Job
+
+    def stream_many(pipeline, source, drop, max_batch, stats):   # "F" fails where it would end
+        for key, x in fake_stream_many(pipeline, source, drop, max_batch, stats):
+            yield key, ValueError("row F failed") if x is DONE and key.request[0] == "F" else x
+
+    w = ModelWorker("m", lambda: object(), None, max_queue=4, batched=lambda p: stream_many)
+    put = Job.put
+
+    def put_then_cancel(job, item):
+        put(job, item)
+        if item is DONE or isinstance(item, BaseException):
+            w.cancel(job)
+
+    monkeypatch.setattr(Job, "put", put_then_cancel)
+    w.start()
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        return await asyncio.gather(read_all(w.submit(("F", 2), loop)), read_all(w.submit(("S", 2), loop)))
+
+    try:
+        failed, served = asyncio.run(go())
+    finally:
+        w.stop()
+    assert isinstance(failed[-1], ValueError) and served[-1] is DONE
+    s = w.status()
+    assert (s["failed"], s["served"], s["cancelled"], s["active"]) == (1, 1, 0, 0)

@@ -233,8 +233,10 @@ def _pop_all(items: list):
 
 @dataclass
 class Summary:
-    total: int
-    skipped: int
+    """What a run did; filled in as rows finish, so a stopped run's caller can say what it kept."""
+
+    total: int = 0
+    skipped: int = 0                         # rows already done by an earlier run
     written: int = 0
     failed: int = 0
     audio_s: float = 0.0
@@ -284,14 +286,17 @@ def sweep_stale_parts(out: Path, rel: str) -> None:
 
 def run_batch(job: BatchJob, engine: Callable[[list[Row], BatchJob], Iterator[tuple[bool, dict]]] = run_local,
               on_row: Callable[[bool, dict], None] | None = None,
-              on_start: Callable[[int, int], None] | None = None) -> Summary:
+              on_start: Callable[[int, int], None] | None = None, summary: Summary | None = None) -> Summary:
     """Run every row not already done; the manifest and errors file are appended as rows finish.
 
     An error that ends the run (a full disk, Ctrl-C) leaves the manifest listing exactly the
     complete files recorded so far, and is the error that comes out: a failure in the cleanup
-    after it (stopping the engine, closing the files) does not replace it."""
+    after it (stopping the engine, closing the files) does not replace it. ``summary``, when
+    given, is the one filled in, so the caller still knows what was written when an error ends
+    the run."""
     rows, done, todo = plan(job)
-    summary = Summary(total=len(rows), skipped=len(rows) - len(todo))
+    summary = summary if summary is not None else Summary()
+    summary.total, summary.skipped = len(rows), len(rows) - len(todo)
     if on_start:
         on_start(summary.total, summary.skipped)
     ids = {r.id for r in rows}
@@ -331,6 +336,8 @@ def run_batch(job: BatchJob, engine: Callable[[list[Row], BatchJob], Iterator[tu
     else:
         _clean_up(results, job, recorded, manifest, errors, failing=False)
     finally:
+        # rows the writers journaled after the driver stopped taking results were folded in
+        summary.written = len(recorded) - summary.skipped
         summary.wall_s = time.perf_counter() - t0
     return summary
 

@@ -1,4 +1,4 @@
-"""Batch manifests: the rows to synthesize (JSONL or CSV) and the record of what was written.
+"""Batch manifests: the rows to synthesize (JSONL, CSV or plain text) and the record of what was written.
 
 Input rows carry ``id`` and ``text`` and optionally ``voice``, ``ref_audio`` + ``ref_text``,
 ``instruct``, ``language``, ``seed``; any other column names a family knob. Output goes to
@@ -105,8 +105,15 @@ def _row(obj: dict, line: int, where: str) -> Row:
     return Row(id=rid, text=text, line=line, seed=seed, knobs=knobs, **strs)
 
 
+def line_id(n: int) -> str:
+    """A plain-text row's id, from its line number: a re-run of the same file finds its rows done,
+    and the files sort in the text's order."""
+    return f"line-{n:04d}"
+
+
 def read_rows(path: Path) -> list[Row]:
-    """Every row of a JSONL or CSV manifest (by extension; .jsonl/.json/.ndjson or .csv/.tsv).
+    """Every row of a JSONL, CSV or plain-text manifest (by extension; .jsonl/.json/.ndjson,
+    .csv/.tsv, or .txt: one row per non-empty line, named by :func:`line_id`).
 
     Structure errors (bad JSON, no id, duplicate ids) stop the run before any work; what is
     wrong with a row's content (text too long, unknown knob, missing reference) goes to the
@@ -144,8 +151,11 @@ def read_rows(path: Path) -> list[Row]:
                 rows.append(_row(obj, n, f"{path}:{n}"))
         except csv.Error as e:
             raise UsageError(f"{path}:{reader.line_num}: {e}") from None
+    elif ext == ".txt":
+        rows = [Row(id=line_id(n), text=line.strip(), line=n)
+                for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     else:
-        raise UsageError(f"cannot tell the format of manifest {path}: name it .jsonl or .csv")
+        raise UsageError(f"cannot tell the format of manifest {path}: name it .jsonl, .csv or .txt")
     if not rows:
         raise UsageError(f"manifest {path} has no rows")
     seen: dict[str, int] = {}

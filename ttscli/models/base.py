@@ -307,7 +307,8 @@ class Family:
     voices: Callable[["ModelSpec", Path | None], list[str]] | None = None
     convert: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     bench_components: Callable[..., dict[str, float]] | None = None
-    bench_rows: tuple[tuple[str, str, str], ...] = ()       # (figure key, row label, format)
+    # (figure key, row label, format), and "cuda" 4th for a row that means something only on CUDA
+    bench_rows: tuple[tuple[str, ...], ...] = ()
     peers: Mapping[str, Callable[..., dict[str, float]]] = field(default_factory=dict)
     parity_checks: Callable[..., list] | None = None
     parity_against: tuple[str, ...] = ()

@@ -39,6 +39,7 @@ from ttscli.paths import cache_dir, config_dir
 from ttscli.encode import MAX_RATE, MIN_RATE, make_encoder
 from ttscli.models.base import API_NAMING
 from ttscli.serve.formats import DEFAULT_RATE, RESPONSE_FORMATS, check_format, content_type
+from ttscli.serve.observe import note_error
 from ttscli.serve.worker import DONE, ModelWorker, QueueFull, RequestTimeout
 
 log = logging.getLogger("ttscli.serve")
@@ -533,6 +534,8 @@ async def sse_events(job, request, worker, enc, first, public, words: Timed | No
                               "duration_s": round(enc.samples / enc.sample_rate, 3)})
                 return
             if isinstance(item, BaseException):
+                log.warning("%s: %s", worker.model_id, one_line(item))
+                note_error()
                 yield _event({"type": "error", "error": error_body(status_for(item), public(one_line(item)))["error"]})
                 return
             data = enc.push(_plain(item, words))

@@ -44,8 +44,9 @@ access_log = logging.getLogger("ttscli.serve.access")
 @dataclass
 class AccessRecord:
     """One request as its access-log line reports it. ``end``: complete, cut (the response broke
-    off after its status line: a failed or timed-out generation), client_gone (the client left
-    before the end) or none (no response was started)."""
+    off after its status line: a failed or timed-out generation), error (the response ended
+    properly but with an error it reports in its body: an SSE stream's error event), client_gone
+    (the client left before the end) or none (no response was started)."""
 
     time: str
     client: str
@@ -68,6 +69,15 @@ def note_job(model_id: str, chars: int) -> None:
     record = _current.get()
     if record is not None:
         record.model, record.chars = model_id, chars
+
+
+def note_error() -> None:
+    """The response in progress reports an error in its body after a 200 status line (an SSE
+    stream's error event): its line says end=error and /metrics counts it as an error, where the
+    status alone would read as a success (a no-op outside a request)."""
+    record = _current.get()
+    if record is not None:
+        record.end = "error"
 
 
 class Histogram:
@@ -110,12 +120,13 @@ class RequestMetrics:
 
 
 def error_kind(r: AccessRecord) -> str | None:
-    """client_error (4xx), server_error (5xx), cut or client_gone; None for a complete success."""
+    """client_error (4xx), server_error (5xx), cut, error (in the body) or client_gone; None for
+    a complete success."""
     if r.status is not None and r.status >= 500:
         return "server_error"
     if r.status is not None and r.status >= 400:
         return "client_error"
-    return r.end if r.end in ("cut", "client_gone") else None
+    return r.end if r.end in ("cut", "error", "client_gone") else None
 
 
 # ---- the access log -------------------------------------------------------------------------
@@ -281,7 +292,8 @@ def render(metrics: RequestMetrics, workers: dict[str, Any], connections: Any = 
         out.sample("ttscli_requests_total", n, route=route, model=model, status=status)
     out.family("ttscli_request_errors_total", "counter",
                "Requests that did not end in a complete success: client_error (4xx), server_error (5xx), "
-               "cut (a response that broke off after its status line) or client_gone.")
+               "cut (a response that broke off after its status line), error (an error reported in the body: "
+               "an SSE stream's error event) or client_gone.")
     for (route, model, kind), n in sorted(metrics.errors.items()):
         out.sample("ttscli_request_errors_total", n, route=route, model=model, kind=kind)
     out.family("ttscli_request_duration_seconds", "histogram", "Time from a request's arrival to its response's end.")

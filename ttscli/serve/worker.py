@@ -320,13 +320,12 @@ class ModelWorker:
                 if not job.cancelled.is_set():
                     job.put(x)
                 continue
-            if isinstance(x, BaseException):
-                job.put(x)
-                outcome = "failed"
-            else:
-                job.put(DONE)
-                outcome = "served"
-            self._finish(job, "cancelled" if job.cancelled.is_set() else outcome, started.pop(job, time.monotonic()))
+            # the outcome before the answer: once the client has its last item it cancels the job
+            # (its clean-up does, whatever the answer), which must not turn this row into "cancelled"
+            failed = isinstance(x, BaseException)
+            outcome = "cancelled" if job.cancelled.is_set() else "failed" if failed else "served"
+            job.put(x if failed else DONE)
+            self._finish(job, outcome, started.pop(job, time.monotonic()))
             del job, x  # the generator may now wait for work: hold nothing of an answered request
             if not self.active and not self._pending:
                 release_memory()

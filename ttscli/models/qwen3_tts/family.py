@@ -22,7 +22,7 @@ FAMILY = Family(
     bench_components=hook("ttscli.models.qwen3_tts.bench:bench_components"),
     bench_rows=(("talker_step_ms", "talker step, median (ms)", "{:.2f}"),
                 ("code_predictor_frame_ms", "code predictor, 15 steps (ms)", "{:.2f}"),
-                ("code_predictor_one_kernel", "code predictor as one CUDA kernel (1: yes, 0: no)", "{:.0f}"),
+                ("code_predictor_one_kernel", "code predictor as one CUDA kernel (1: yes, 0: no)", "{:.0f}", "cuda"),
                 # MLX counts no kernel launches: non-view primitives of the graph after mx.compile fusion
                 ("kernels_per_frame", "kernels per frame (graph primitives)", "{:.0f}"),
                 ("kernels_talker_step", "  of which talker step", "{:.0f}"),
