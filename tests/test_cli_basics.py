@@ -149,8 +149,12 @@ def test_stream_format_to_stdout(run_cli, tmp_path):
     _bad(run_cli, tmp_path, ["speak", "hi", "-o", "-", "--format", "m4a"], "cannot stream")
 
 
-def test_unimplemented_model(run_cli, tmp_path):
-    _bad(run_cli, tmp_path, ["speak", "hi", "-m", "pocket-tts", "-o", "x.wav"], "does not implement it yet", code=1)
+def test_unimplemented_model(run_cli, tmp_path, tmp_path_factory):
+    reg = tmp_path_factory.mktemp("registry") / "future.toml"
+    reg.write_text('[models."future-tts"]\nname = "A model announced but not implemented"\nfamily = "piper"\n'
+                   'implemented = false\nsample_rate = 24000\nsource = { hf_repo = "x/future-tts", files = [] }\n')
+    _bad(run_cli, tmp_path, ["speak", "hi", "-m", "future-tts", "--registry", str(reg), "-o", "x.wav"],
+         "does not implement it yet", code=1)
 
 
 def test_coreml_backend_off_macos(run_cli, tmp_path):

@@ -90,7 +90,7 @@ def test_cache_converted_once_reused_and_rebuilt(voice_dir, tmp_path, monkeypatc
     real = conv_mod.convert_onnx
     monkeypatch.setattr("ttscli.models.piper.load.convert_onnx",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
-    spec = SimpleNamespace(id="piper-joe", sample_rate=22050, defaults={})
+    spec = SimpleNamespace(id="piper-joe", cache_id="piper-joe", sample_rate=22050, defaults={})
     mlx = LoadOptions(backends={"vits": "mlx"})       # the converted cache serves the MLX VITS
     load_pipeline(spec, voice_dir, mlx)
     load_pipeline(spec, voice_dir, mlx)

@@ -255,7 +255,7 @@ def test_clone_upload_from_the_page(chromium, clone_server, ref_clip):
         p.set_input_files("#ref-audio", str(ref_clip))
         p.click("#speak")
         w.wait_state("error")
-        assert "--ref-text" in p.text_content("#status")
+        assert "ref_text" in p.text_content("#status")
         w.problems.clear()                     # the 400 the browser logged
         p.fill("#ref-text", "A reference sentence.")
         p.click("#speak")
