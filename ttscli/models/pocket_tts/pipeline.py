@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import math
+import queue
+import threading
 import time
+from collections import deque
+from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -52,6 +56,36 @@ def save_voice_state(path: Path, state: list[tuple[mx.array, mx.array]]) -> Path
     return voicefile.save(path, tensors, {"format": "pocket-tts-voice-state"})
 
 
+class DecodeThread:
+    """One long-lived daemon thread that runs submitted calls in order and answers each with a
+    :class:`concurrent.futures.Future`.
+
+    Long-lived, because MLX keeps a stream (and its worker thread) for every thread that has
+    evaluated on it: a thread per generation would leave one behind per request in a server. A
+    daemon that is never joined, because a thread that has used MLX and ends while the
+    interpreter shuts down can abort the process ("terminate called without an active
+    exception"), which a ``ThreadPoolExecutor`` (joined at exit) does now and then."""
+
+    def __init__(self, name: str = "pocket-mimi"):
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def submit(self, fn, *args) -> Future:
+        future: Future = Future()
+        self._jobs.put((future, fn, args))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            future, fn, args = self._jobs.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001  (handed to the generation that waits on it)
+                future.set_exception(e)
+
+
 class PocketPipeline(Pipeline):
     sample_rate = SAMPLE_RATE
     ref_sample_rate = SAMPLE_RATE
@@ -70,6 +104,8 @@ class PocketPipeline(Pipeline):
         self.backends = {"flow_lm": "mlx", "speech_decoder": "mlx"}
         self._voice_states: dict[str, list[tuple[mx.array, mx.array]]] = {}
         self._clone: tuple[str, list[tuple[mx.array, mx.array]]] | None = None
+        self._decoder_thread: DecodeThread | None = None
+        self._decoder_lock = threading.Lock()
 
     @property
     def args(self):
@@ -188,46 +224,75 @@ class PocketPipeline(Pipeline):
             raise GenerationError(f"Pocket TTS reached {limit} frames without ending the utterance "
                                   "(raise --max-frames if the text is that long)")
 
+    def decoder_thread(self) -> "DecodeThread":
+        """The pipeline's one Mimi decoding thread, shared by every generation (see
+        :class:`DecodeThread`)."""
+        with self._decoder_lock:
+            if self._decoder_thread is None:
+                self._decoder_thread = DecodeThread()
+            return self._decoder_thread
+
+    def decode_chunk(self, latents: list[mx.array], stream: Any, first: bool) -> np.ndarray:
+        """Normalised latent frames -> their samples, continuing the Mimi ``stream``; the first
+        chunk of a stream fades in (a fresh decoder's first samples click)."""
+        t = time.perf_counter()
+        lm = self.model.flow_lm
+        x = mx.concatenate(latents, axis=1) * lm.emb_std + lm.emb_mean
+        audio = np.array(self.model.mimi.decode(x, stream)[0], dtype=np.float32)
+        if first:
+            n = min(int(FADE_IN_S * SAMPLE_RATE), len(audio))
+            audio[:n] *= np.linspace(0, 1, int(FADE_IN_S * SAMPLE_RATE), dtype=np.float32)[:n]
+        self.stats.decoder_s += time.perf_counter() - t
+        self.stats.decoder_frames += len(latents)
+        return audio
+
     def generate(self, r: Request) -> Iterator[np.ndarray]:
+        """Frames from :meth:`frames`, decoded by Mimi on a thread of its own while the flow LM
+        runs the next frames (upstream's ``_decode_audio_worker`` design): MLX releases the GIL
+        while it evaluates and each thread has its own stream, so on two cores the decoder's time
+        hides behind the LM's. Chunks are decoded in order by one thread, so the stream state and
+        the audio are those of a serial decode. The first chunk is waited for at once (first
+        audio as early as one frame allows); later ones are handed on as they finish."""
         t_start = time.perf_counter()
-        lm, mimi = self.model.flow_lm, self.model.mimi
-        stream = mimi.new_stream()
-        fade = np.linspace(0, 1, int(FADE_IN_S * SAMPLE_RATE), dtype=np.float32)
+        stream = self.model.mimi.new_stream()
         first = r.first_chunk_frames or 1
         pending: list[mx.array] = []
+        decoding: deque[Future] = deque()
         parts: list[np.ndarray] = []
-        emitted = 0
 
-        def decode() -> np.ndarray:
-            t = time.perf_counter()
-            x = mx.concatenate(pending, axis=1) * lm.emb_std + lm.emb_mean
-            audio = np.array(mimi.decode(x, stream)[0], dtype=np.float32)
-            if emitted == 0:
-                n = min(len(fade), len(audio))
-                audio[:n] *= fade[:n]
-            self.stats.decoder_s += time.perf_counter() - t
-            self.stats.decoder_frames += len(pending)
+        def submit(index: int) -> None:
+            decoding.append(pool.submit(self.decode_chunk, list(pending), stream, index == 0))
             pending.clear()
-            return audio
 
-        for latent in self.frames(r):
-            pending.append(latent)
-            if len(pending) >= (first if emitted == 0 else r.chunk_frames):
-                audio = decode()
-                emitted += 1
-                if r.stream:
-                    if self.stats.first_audio_s is None:
-                        self.stats.first_audio_s = time.perf_counter() - t_start
-                    yield audio
-                else:
+        def finished(wait: bool) -> Iterator[np.ndarray]:
+            while decoding and (wait or decoding[0].done()):
+                audio = decoding.popleft().result()
+                if not r.stream:
                     parts.append(audio)
-        if pending:
-            audio = decode()
-            emitted += 1
-            if r.stream:
+                    continue
+                if self.stats.first_audio_s is None:
+                    self.stats.first_audio_s = time.perf_counter() - t_start
                 yield audio
-            else:
-                parts.append(audio)
+
+        pool = self.decoder_thread()
+        try:
+            chunks = 0
+            for latent in self.frames(r):
+                pending.append(latent)
+                if len(pending) >= (first if chunks == 0 else r.chunk_frames):
+                    submit(chunks)
+                    chunks += 1
+                    yield from finished(wait=r.stream and chunks == 1)
+                else:
+                    yield from finished(wait=False)
+            if pending:
+                submit(chunks)
+            yield from finished(wait=True)
+        finally:
+            # a closed or failed generation leaves no work queued and none running
+            for f in decoding:
+                f.cancel()
+            wait(decoding)
         if not r.stream and parts:
             if self.stats.first_audio_s is None:
                 self.stats.first_audio_s = time.perf_counter() - t_start
