@@ -18,6 +18,7 @@ import mlx.nn as nn
 
 from ttscli.lm.cache import KVCache, make_cache
 from ttscli.lm.model import create_causal_mask
+from ttscli.nn.fastmath import gelu_tanh
 from ttscli.nn.layers import RoPE, attention
 
 from .config import FlowLMArgs
@@ -54,7 +55,7 @@ class TransformerLayer(nn.Module):
 
     def __call__(self, x: mx.array, mask: Any, cache: KVCache | None) -> mx.array:
         x = x + self.self_attn(self.norm1(x), mask, cache)
-        return x + self.linear2(nn.gelu_approx(self.linear1(self.norm2(x))))
+        return x + self.linear2(gelu_tanh(self.linear1(self.norm2(x))))
 
 
 class Transformer(nn.Module):
