@@ -161,6 +161,16 @@ class FlowNet(nn.Module):
             x = block(x, y)
         return self.final_layer(x, y)
 
+    def compiled(self, c: mx.array, s: mx.array, t: mx.array, x: mx.array) -> mx.array:
+        """``__call__`` as one :func:`mx.compile` trace per batch size (the weights its inputs,
+        so a later load is seen): the head is ~60 small ops on one row, and one trace cuts its
+        per-op overhead by about a third on a CPU."""
+        f = self.__dict__.get("_compiled")
+        if f is None:
+            f = mx.compile(self.__call__, inputs=self.state)
+            object.__setattr__(self, "_compiled", f)
+        return f(c, s, t, x)
+
 
 def lsd_decode(flow: FlowNet, c: mx.array, noise: mx.array, steps: int) -> mx.array:
     """Lagrangian self-distillation sampling (upstream's ``lsd_decode``): ``steps`` Euler moves
@@ -168,7 +178,7 @@ def lsd_decode(flow: FlowNet, c: mx.array, noise: mx.array, steps: int) -> mx.ar
     x = noise
     ones = mx.ones((*noise.shape[:-1], 1), noise.dtype)
     for i in range(steps):
-        x = x + flow(c, ones * (i / steps), ones * ((i + 1) / steps), x) / steps
+        x = x + flow.compiled(c, ones * (i / steps), ones * ((i + 1) / steps), x) / steps
     return x
 
 
