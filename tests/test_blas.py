@@ -69,3 +69,20 @@ def test_a_file_that_is_not_a_library_is_named_in_the_warning(tmp_path):
 def test_the_default_choice_is_silent():
     assert run_probe(None).stderr == ""
     assert run_probe("none").stderr == ""
+
+
+def test_mlx_imported_before_ttscli_is_named_once():
+    """mlx binds its BLAS at import: imported first, it keeps its reference BLAS, and ttscli says so
+    (one warning), except where the reference BLAS is what TTSCLI_BLAS asks for."""
+    from ttscli import _blas
+
+    if not (_blas.mkl_library() or any(os.path.exists(p) for p in _blas.OPENBLAS)):
+        pytest.skip("no BLAS to preload on this machine")
+    code = "import mlx.core, ttscli, ttscli.lm; from ttscli import _blas; print(_blas.name())"
+    for blas, warned in ((None, True), ("none", False)):
+        env = {k: v for k, v in os.environ.items() if k != "TTSCLI_BLAS"}
+        if blas:
+            env["TTSCLI_BLAS"] = blas
+        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0 and p.stdout.strip() == "mlx builtin", p.stderr
+        assert p.stderr.count("import ttscli before mlx") == (1 if warned else 0), p.stderr

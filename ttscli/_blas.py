@@ -107,11 +107,30 @@ def _choices(choice: str) -> list[str]:
     return [p for p in (mkl_library(),) if p] + list(OPENBLAS)
 
 
+def _warn_mlx_came_first(choice: str) -> None:
+    """mlx binds its cblas calls when it is imported, so a BLAS loaded after it serves nothing:
+    say so once, since a float32 GEMM of a few dozen rows then runs ~30x slower on a CPU
+    (docs/benchmarks.md#blas-mkl)."""
+    global why
+    if choice.lower() == "none" or why == "mlx imported first":
+        return
+    if not any(os.path.exists(p) for p in _choices(choice)):
+        return
+    why = "mlx imported first"
+    import warnings
+
+    warnings.warn("mlx was imported before ttscli, so mlx's matrix products run on its built-in reference "
+                  "BLAS (many times slower on a CPU): import ttscli before mlx", RuntimeWarning, stacklevel=3)
+
+
 def preload() -> str | None:
     global loaded, _lib, why
-    if loaded or not sys.platform.startswith("linux") or "mlx.core" in sys.modules:
+    if loaded or not sys.platform.startswith("linux"):
         return loaded
     choice = os.environ.get("TTSCLI_BLAS", "").strip()
+    if "mlx.core" in sys.modules:
+        _warn_mlx_came_first(choice)
+        return loaded
     why = "TTSCLI_BLAS" if choice else ""
     if not choice:
         picked = measured_choice()
