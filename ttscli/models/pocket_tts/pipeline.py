@@ -40,6 +40,8 @@ TOKENS_PER_SECOND = 3.0
 PADDING_S = 2.0
 MIN_FRAMES_BEFORE_EOS = 6
 FADE_IN_S = 0.005
+# frames per Mimi decoder call after the first chunk (see PocketPipeline.generate)
+DECODE_FRAMES = 4
 
 
 def save_voice_state(path: Path, state: list[tuple[mx.array, mx.array]]) -> Path:
@@ -250,50 +252,60 @@ class PocketPipeline(Pipeline):
         """Frames from :meth:`frames`, decoded by Mimi on a thread of its own while the flow LM
         runs the next frames (upstream's ``_decode_audio_worker`` design): MLX releases the GIL
         while it evaluates and each thread has its own stream, so on two cores the decoder's time
-        hides behind the LM's. Chunks are decoded in order by one thread, so the stream state and
-        the audio are those of a serial decode. The first chunk is waited for at once (first
-        audio as early as one frame allows); later ones are handed on as they finish."""
+        hides behind the LM's. The decoder is handed the first chunk's frames, then
+        ``DECODE_FRAMES`` at a time, whatever the chunk size asked for: a small handful keeps it
+        busy beside the LM and leaves little to decode after the last frame, while reading
+        Mimi's weights for several frames at once costs much less per frame than for one.
+        Calls run in order on one thread, so the stream state and the samples are those of a
+        serial decode; samples are regrouped into the request's chunks. The first chunk is
+        waited for at once (first audio as early as one frame allows)."""
         t_start = time.perf_counter()
         stream = self.model.mimi.new_stream()
         first = r.first_chunk_frames or 1
+        frame = self.args.mimi.frame_samples
         pending: list[mx.array] = []
         decoding: deque[Future] = deque()
-        parts: list[np.ndarray] = []
+        ready: list[np.ndarray] = []          # decoded samples not yet handed on
+        state = {"decodes": 0, "chunks": 0}
 
-        def submit(index: int) -> None:
-            decoding.append(pool.submit(self.decode_chunk, list(pending), stream, index == 0))
+        def submit() -> None:
+            decoding.append(pool.submit(self.decode_chunk, list(pending), stream, state["decodes"] == 0))
+            state["decodes"] += 1
             pending.clear()
 
-        def finished(wait: bool) -> Iterator[np.ndarray]:
+        def chunks(wait: bool, last: bool = False) -> Iterator[np.ndarray]:
             while decoding and (wait or decoding[0].done()):
-                audio = decoding.popleft().result()
-                if not r.stream:
-                    parts.append(audio)
-                    continue
+                ready.append(decoding.popleft().result())
+            if not r.stream:
+                return
+            while ready:
+                want = (first if state["chunks"] == 0 else r.chunk_frames) * frame
+                have = sum(len(a) for a in ready)
+                if have < want and not last:
+                    return
+                audio = np.concatenate(ready)
+                ready[:] = [audio[want:]] if have > want else []
                 if self.stats.first_audio_s is None:
                     self.stats.first_audio_s = time.perf_counter() - t_start
-                yield audio
+                state["chunks"] += 1
+                yield audio[:want]
 
         pool = self.decoder_thread()
         try:
-            chunks = 0
             for latent in self.frames(r):
                 pending.append(latent)
-                if len(pending) >= (first if chunks == 0 else r.chunk_frames):
-                    submit(chunks)
-                    chunks += 1
-                    yield from finished(wait=r.stream and chunks == 1)
-                else:
-                    yield from finished(wait=False)
+                if len(pending) >= (first if state["decodes"] == 0 else min(DECODE_FRAMES, r.chunk_frames)):
+                    submit()
+                yield from chunks(wait=r.stream and state["chunks"] == 0 and state["decodes"] > 0)
             if pending:
-                submit(chunks)
-            yield from finished(wait=True)
+                submit()
+            yield from chunks(wait=True, last=True)
         finally:
             # a closed or failed generation leaves no work queued and none running
             for f in decoding:
                 f.cancel()
             wait(decoding)
-        if not r.stream and parts:
+        if not r.stream and ready:
             if self.stats.first_audio_s is None:
                 self.stats.first_audio_s = time.perf_counter() - t_start
-            yield np.concatenate(parts)
+            yield np.concatenate(ready)
