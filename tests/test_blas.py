@@ -86,3 +86,25 @@ def test_mlx_imported_before_ttscli_is_named_once():
         p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
         assert p.returncode == 0 and p.stdout.strip() == "mlx builtin", p.stderr
         assert p.stderr.count("import ttscli before mlx") == (1 if warned else 0), p.stderr
+
+
+def test_one_thread_blocks_share_one_count_and_restore_the_threads():
+    code = ("import threading, ttscli, ttscli._blas as b, mlx.core\n"
+            "b.set_num_threads(2); before = b.num_threads()\n"
+            "inside, left = threading.Event(), threading.Event()\n"
+            "def other():\n"
+            "    with b.one_thread():\n"
+            "        inside.set(); left.wait(30)\n"
+            "t = threading.Thread(target=other); t.start(); inside.wait(30)\n"
+            "with b.one_thread():\n"
+            "    pass\n"
+            "still = b.num_threads(); left.set(); t.join(30)\n"
+            "print(before, still, b.num_threads())")
+    env = {k: v for k, v in os.environ.items() if k != "TTSCLI_BLAS"}
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    before, still, after = p.stdout.split()
+    if before == "None":
+        pytest.skip("no BLAS that reports its threads on this machine")
+    # the other thread's block was still open when ours closed: one thread until it closed too
+    assert (before, still, after) == ("2", "1", "2")

@@ -19,8 +19,10 @@ voice ran faster on OpenBLAS; docs/benchmarks.md#qwen3-cpu-backends-before). Ord
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover - ctypes is imported by the preload itself: `ttscli --help` loads no BLAS
@@ -243,6 +245,38 @@ if __name__ == "__main__":  # python -m ttscli._blas --measure
     r = measure()
     print(f"{r['choice']} ({', '.join(f'{k} {v * 1e3:.0f} ms' for k, v in r['seconds'].items())}); "
           f"kept in {_measure_path()}")
+
+
+def num_threads() -> int | None:
+    """The loaded BLAS's thread count (None: no BLAS loaded, or one that does not say)."""
+    if _lib is not None and hasattr(_lib, "openblas_get_num_threads"):
+        return _lib.openblas_get_num_threads()
+    if _lib is not None and hasattr(_lib, "MKL_Get_Max_Threads"):
+        return _lib.MKL_Get_Max_Threads()
+    return None
+
+
+_one = {"depth": 0, "prev": None}
+_one_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def one_thread():
+    """The loaded BLAS on one thread while the block runs, for work that runs its own stages on
+    the two cores in parallel (a second BLAS thread per stage would only contend, and an
+    OpenMP BLAS spins its idle threads). Process-wide, as the BLAS's setting is: blocks in
+    several threads share one count, and the last to leave restores the thread count."""
+    with _one_lock:
+        if _one["depth"] == 0:
+            _one["prev"] = set_num_threads(1)
+        _one["depth"] += 1
+    try:
+        yield
+    finally:
+        with _one_lock:
+            _one["depth"] -= 1
+            if _one["depth"] == 0 and _one["prev"] is not None:
+                set_num_threads(_one["prev"])
 
 
 def set_num_threads(n: int) -> int | None:

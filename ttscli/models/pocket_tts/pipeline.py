@@ -25,6 +25,7 @@ from typing import Any, Iterator
 import mlx.core as mx
 import numpy as np
 
+from ttscli._blas import one_thread
 from ttscli.errors import AudioInputError, GenerationError, UsageError
 from ttscli.lm.cache import KVCache
 from ttscli.lm.sample import KeyStream
@@ -208,6 +209,12 @@ class PocketPipeline(Pipeline):
         self.stats.prefill_s = time.perf_counter() - t0
         limit = r.max_frames or math.ceil((len(tokens) / TOKENS_PER_SECOND + PADDING_S) * 12.5)
         keys = KeyStream(r.seed)
+        with one_thread():      # the LM here and Mimi's thread: one core each (see generate)
+            yield from self._frame_loop(r, s, cache, keys, limit)
+
+    def _frame_loop(self, r: Request, s: dict[str, Any], cache: list[KVCache], keys: KeyStream,
+                    limit: int) -> Iterator[mx.array]:
+        lm, dec = self.model.flow_lm, self.code_decoder
         latent, eos_at = None, None
         for step in range(limit):
             t = time.perf_counter()
@@ -252,7 +259,9 @@ class PocketPipeline(Pipeline):
         """Frames from :meth:`frames`, decoded by Mimi on a thread of its own while the flow LM
         runs the next frames (upstream's ``_decode_audio_worker`` design): MLX releases the GIL
         while it evaluates and each thread has its own stream, so on two cores the decoder's time
-        hides behind the LM's. The decoder is handed the first chunk's frames, then
+        hides behind the LM's; while frames come the BLAS runs on one thread
+        (:func:`ttscli._blas.one_thread`, as upstream pins torch to one), so each has a core
+        rather than both contending for two with two threads each. The decoder is handed the first chunk's frames, then
         ``DECODE_FRAMES`` at a time, whatever the chunk size asked for: a small handful keeps it
         busy beside the LM and leaves little to decode after the last frame, while reading
         Mimi's weights for several frames at once costs much less per frame than for one.
