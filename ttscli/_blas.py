@@ -112,7 +112,7 @@ def _choices(choice: str) -> list[str]:
 def _warn_mlx_came_first(choice: str) -> None:
     """mlx binds its cblas calls when it is imported, so a BLAS loaded after it serves nothing:
     say so once, since a float32 GEMM of a few dozen rows then runs ~30x slower on a CPU
-    (docs/benchmarks.md#blas-mkl)."""
+    (docs/benchmarks.md#mlx-cpu-matmul)."""
     global why
     if choice.lower() == "none" or why == "mlx imported first":
         return
