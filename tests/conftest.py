@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+import ttscli  # noqa: F401  (first: a test module that imports mlx before ttscli would keep mlx's slow BLAS)
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 

@@ -69,3 +69,42 @@ def test_a_file_that_is_not_a_library_is_named_in_the_warning(tmp_path):
 def test_the_default_choice_is_silent():
     assert run_probe(None).stderr == ""
     assert run_probe("none").stderr == ""
+
+
+def test_mlx_imported_before_ttscli_is_named_once():
+    """mlx binds its BLAS at import: imported first, it keeps its reference BLAS, and ttscli says so
+    (one warning), except where the reference BLAS is what TTSCLI_BLAS asks for."""
+    from ttscli import _blas
+
+    if not (_blas.mkl_library() or any(os.path.exists(p) for p in _blas.OPENBLAS)):
+        pytest.skip("no BLAS to preload on this machine")
+    code = "import mlx.core, ttscli, ttscli.lm; from ttscli import _blas; print(_blas.name())"
+    for blas, warned in ((None, True), ("none", False)):
+        env = {k: v for k, v in os.environ.items() if k != "TTSCLI_BLAS"}
+        if blas:
+            env["TTSCLI_BLAS"] = blas
+        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0 and p.stdout.strip() == "mlx builtin", p.stderr
+        assert p.stderr.count("import ttscli before mlx") == (1 if warned else 0), p.stderr
+
+
+def test_one_thread_blocks_share_one_count_and_restore_the_threads():
+    code = ("import threading, ttscli, ttscli._blas as b, mlx.core\n"
+            "b.set_num_threads(2); before = b.num_threads()\n"
+            "inside, left = threading.Event(), threading.Event()\n"
+            "def other():\n"
+            "    with b.one_thread():\n"
+            "        inside.set(); left.wait(30)\n"
+            "t = threading.Thread(target=other); t.start(); inside.wait(30)\n"
+            "with b.one_thread():\n"
+            "    pass\n"
+            "still = b.num_threads(); left.set(); t.join(30)\n"
+            "print(before, still, b.num_threads())")
+    env = {k: v for k, v in os.environ.items() if k != "TTSCLI_BLAS"}
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    before, still, after = p.stdout.split()
+    if before == "None":
+        pytest.skip("no BLAS that reports its threads on this machine")
+    # the other thread's block was still open when ours closed: one thread until it closed too
+    assert (before, still, after) == ("2", "1", "2")

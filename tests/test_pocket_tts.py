@@ -118,6 +118,33 @@ def test_stream_equals_one_shot_and_starts_after_one_frame(pipe, golden):
     np.testing.assert_allclose(np.concatenate(chunks), one, atol=1e-5)
 
 
+def test_mimi_decodes_on_one_thread_of_its_own_beside_the_lm(pipe):
+    """Chunks are decoded off the generating thread (the flow LM goes on meanwhile), in order, by
+    one thread for every generation: no thread per request; a closed stream leaves none queued."""
+    import threading
+
+    decode, seen = pipe.model.mimi.decode, []
+
+    def record(x, stream=None):
+        seen.append(threading.current_thread())
+        return decode(x, stream)
+
+    pipe.model.mimi.decode = record
+    try:
+        req = Request(text=TEXT, voice="alba", seed=2, max_frames=6, ignore_eos=True, stream=True, chunk_frames=2)
+        alone = list(pipe.generate(req))
+        threads = threading.active_count()
+        for _ in range(3):
+            assert all(np.array_equal(a, b) for a, b in zip(pipe.generate(req), alone, strict=True))
+        closed = pipe.generate(req)
+        next(closed)
+        closed.close()
+    finally:
+        del pipe.model.mimi.decode
+    assert threading.active_count() == threads
+    assert len(seen) == 4 * 4 + 1 and len(set(seen)) == 1 and seen[0] is not threading.current_thread()
+
+
 def test_seeded_generation_repeats(pipe):
     req = Request(text=TEXT, voice="alba", seed=7, max_frames=5, ignore_eos=True)
     a, b = (np.concatenate(list(pipe.generate(req))) for _ in range(2))

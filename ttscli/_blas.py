@@ -19,8 +19,10 @@ voice ran faster on OpenBLAS; docs/benchmarks.md#qwen3-cpu-backends-before). Ord
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover - ctypes is imported by the preload itself: `ttscli --help` loads no BLAS
@@ -107,11 +109,30 @@ def _choices(choice: str) -> list[str]:
     return [p for p in (mkl_library(),) if p] + list(OPENBLAS)
 
 
+def _warn_mlx_came_first(choice: str) -> None:
+    """mlx binds its cblas calls when it is imported, so a BLAS loaded after it serves nothing:
+    say so once, since a float32 GEMM of a few dozen rows then runs ~30x slower on a CPU
+    (docs/benchmarks.md#mlx-cpu-matmul)."""
+    global why
+    if choice.lower() == "none" or why == "mlx imported first":
+        return
+    if not any(os.path.exists(p) for p in _choices(choice)):
+        return
+    why = "mlx imported first"
+    import warnings
+
+    warnings.warn("mlx was imported before ttscli, so mlx's matrix products run on its built-in reference "
+                  "BLAS (many times slower on a CPU): import ttscli before mlx", RuntimeWarning, stacklevel=3)
+
+
 def preload() -> str | None:
     global loaded, _lib, why
-    if loaded or not sys.platform.startswith("linux") or "mlx.core" in sys.modules:
+    if loaded or not sys.platform.startswith("linux"):
         return loaded
     choice = os.environ.get("TTSCLI_BLAS", "").strip()
+    if "mlx.core" in sys.modules:
+        _warn_mlx_came_first(choice)
+        return loaded
     why = "TTSCLI_BLAS" if choice else ""
     if not choice:
         picked = measured_choice()
@@ -224,6 +245,38 @@ if __name__ == "__main__":  # python -m ttscli._blas --measure
     r = measure()
     print(f"{r['choice']} ({', '.join(f'{k} {v * 1e3:.0f} ms' for k, v in r['seconds'].items())}); "
           f"kept in {_measure_path()}")
+
+
+def num_threads() -> int | None:
+    """The loaded BLAS's thread count (None: no BLAS loaded, or one that does not say)."""
+    if _lib is not None and hasattr(_lib, "openblas_get_num_threads"):
+        return _lib.openblas_get_num_threads()
+    if _lib is not None and hasattr(_lib, "MKL_Get_Max_Threads"):
+        return _lib.MKL_Get_Max_Threads()
+    return None
+
+
+_one = {"depth": 0, "prev": None}
+_one_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def one_thread():
+    """The loaded BLAS on one thread while the block runs, for work that runs its own stages on
+    the two cores in parallel (a second BLAS thread per stage would only contend, and an
+    OpenMP BLAS spins its idle threads). Process-wide, as the BLAS's setting is: blocks in
+    several threads share one count, and the last to leave restores the thread count."""
+    with _one_lock:
+        if _one["depth"] == 0:
+            _one["prev"] = set_num_threads(1)
+        _one["depth"] += 1
+    try:
+        yield
+    finally:
+        with _one_lock:
+            _one["depth"] -= 1
+            if _one["depth"] == 0 and _one["prev"] is not None:
+                set_num_threads(_one["prev"])
 
 
 def set_num_threads(n: int) -> int | None:

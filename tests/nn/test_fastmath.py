@@ -7,7 +7,7 @@ import pytest
 import ttscli  # noqa: F401  (BLAS preload before mlx)
 import mlx.core as mx
 
-from ttscli.nn.fastmath import estrin, fast_exp, fast_sigmoid, fast_tanh, horner, softmax, swiglu
+from ttscli.nn.fastmath import estrin, fast_exp, fast_sigmoid, fast_tanh, gelu_tanh, horner, softmax, swiglu
 from ttscli.nn.layers import attention
 
 
@@ -33,6 +33,14 @@ def test_tanh_sigmoid_swiglu():
     u = np.random.default_rng(0).standard_normal(x.shape).astype(np.float32)
     got = np.array(swiglu(mx.array(x), mx.array(u)))
     assert np.max(np.abs(got - x64 * sig * u) / (np.abs(x64 * sig * u) + 1e-30)) < 1e-6
+
+
+def test_gelu_tanh_matches_the_float64_formula():
+    x = np.linspace(-30, 30, 100001).astype(np.float32)
+    x64 = x.astype(np.float64)
+    want = 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64 ** 3)))
+    got = np.array(gelu_tanh(mx.array(x)))
+    assert np.max(np.abs(got - want) / np.maximum(1.0, np.abs(x64))) < 1e-6
 
 
 @pytest.mark.parametrize("n", range(1, 9))

@@ -1,4 +1,4 @@
-"""exp, tanh, sigmoid, SiLU and softmax from multiply-adds, for MLX's CPU backend.
+"""exp, tanh, sigmoid, SiLU, tanh-GELU and softmax from multiply-adds, for MLX's CPU backend.
 
 MLX's CPU exp/tanh/sigmoid run as scalar loops, while multiply-adds run vectorised. Written as a
 few fused multiply-adds inside ``mx.compile`` they are several times faster (docs/benchmarks.md#code-comment-figures),
@@ -11,6 +11,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import mlx.core as mx
+import mlx.nn as nn
 
 from ttscli.nn.compiled import compile_bounded
 
@@ -112,3 +113,18 @@ def softmax(x: mx.array) -> mx.array:
     """
     e = fast_exp(x - mx.max(x, axis=-1, keepdims=True), zero_below=-80.0)
     return e / mx.sum(e, axis=-1, keepdims=True)
+
+
+_GELU_C = 0.7978845608028654             # sqrt(2 / pi)
+
+
+@compile_bounded
+def _gelu_tanh_cpu(x: mx.array) -> mx.array:
+    return 0.5 * x * (1.0 + fast_tanh(x + 0.044715 * x * x * x, scale=_GELU_C))
+
+
+def gelu_tanh(x: mx.array) -> mx.array:
+    """The tanh approximation of GELU (torch's ``gelu(approximate="tanh")``, ``nn.gelu_approx``).
+    On the CPU through :func:`fast_tanh` in one compiled kernel, several times faster than MLX's
+    scalar tanh; max abs error ~1e-6 against it for |x| < 10."""
+    return _gelu_tanh_cpu(x) if on_cpu() else nn.gelu_approx(x)

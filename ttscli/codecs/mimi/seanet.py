@@ -59,14 +59,17 @@ class CausalConv1d(nn.Module):
 
 
 class ELU(nn.Module):
-    """ELU (alpha 1) evaluated by numpy: MLX's CPU exp is ~8x slower than numpy's vectorised expm1,
-    and the SEANet applies ELU to ~70M activations per 10 s of audio. One host sync per call is
-    fine here: the encoder runs once per reference clip."""
+    """ELU (alpha 1) evaluated by numpy as max(x, exp(min(x, 0)) - 1): MLX's CPU exp is scalar and
+    slow, and numpy's float32 ``exp`` is SIMD where its ``expm1`` is not (on an AVX2 CPU it calls
+    libm per element), so this form is several times faster than ``expm1`` at the price of an
+    absolute error below 2e-7 near zero. The SEANet applies ELU to ~70M activations per 10 s of
+    audio, ten times per decoded frame; one host sync per call costs less than MLX's exp."""
 
     def __call__(self, x: mx.array) -> mx.array:
         a = np.asarray(x)
         out = np.minimum(a, 0.0)  # one temporary: fresh 60 MB buffers page-fault slowly in this VM
-        np.expm1(out, out=out)
+        np.exp(out, out=out)
+        out -= 1.0
         np.maximum(a, out, out=out)
         return mx.array(out)
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from ttscli.errors import CheckpointError
 from ttscli.nn import Attention
+from ttscli.nn.fastmath import gelu_tanh
 
 from .config import MimiArgs
 
@@ -49,7 +50,7 @@ def gelu_erf(x: mx.array) -> mx.array:
     return mx.array(p)
 
 
-_ACTS = {"gelu": gelu_erf, "gelu_new": nn.gelu_approx, "gelu_pytorch_tanh": nn.gelu_approx, "relu": nn.relu,
+_ACTS = {"gelu": gelu_erf, "gelu_new": gelu_tanh, "gelu_pytorch_tanh": gelu_tanh, "relu": nn.relu,
          "silu": nn.silu}
 
 

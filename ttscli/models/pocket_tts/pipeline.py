@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import hashlib
 import math
+import queue
+import threading
 import time
+from collections import deque
+from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import Any, Iterator
 
 import mlx.core as mx
 import numpy as np
 
+from ttscli._blas import one_thread
 from ttscli.errors import AudioInputError, GenerationError, UsageError
 from ttscli.lm.cache import KVCache
 from ttscli.lm.sample import KeyStream
@@ -36,6 +41,8 @@ TOKENS_PER_SECOND = 3.0
 PADDING_S = 2.0
 MIN_FRAMES_BEFORE_EOS = 6
 FADE_IN_S = 0.005
+# frames per Mimi decoder call after the first chunk (see PocketPipeline.generate)
+DECODE_FRAMES = 4
 
 
 def save_voice_state(path: Path, state: list[tuple[mx.array, mx.array]]) -> Path:
@@ -50,6 +57,36 @@ def save_voice_state(path: Path, state: list[tuple[mx.array, mx.array]]) -> Path
         tensors[f"{name}/cache"] = np.stack([np.array(k), np.array(v)]).transpose(0, 1, 3, 2, 4)
         tensors[f"{name}/offset"] = np.array([k.shape[2]], np.int64)
     return voicefile.save(path, tensors, {"format": "pocket-tts-voice-state"})
+
+
+class DecodeThread:
+    """One long-lived daemon thread that runs submitted calls in order and answers each with a
+    :class:`concurrent.futures.Future`.
+
+    Long-lived, because MLX keeps a stream (and its worker thread) for every thread that has
+    evaluated on it: a thread per generation would leave one behind per request in a server. A
+    daemon that is never joined, because a thread that has used MLX and ends while the
+    interpreter shuts down can abort the process ("terminate called without an active
+    exception"), which a ``ThreadPoolExecutor`` (joined at exit) does now and then."""
+
+    def __init__(self, name: str = "pocket-mimi"):
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def submit(self, fn, *args) -> Future:
+        future: Future = Future()
+        self._jobs.put((future, fn, args))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            future, fn, args = self._jobs.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001  (handed to the generation that waits on it)
+                future.set_exception(e)
 
 
 class PocketPipeline(Pipeline):
@@ -70,6 +107,8 @@ class PocketPipeline(Pipeline):
         self.backends = {"flow_lm": "mlx", "speech_decoder": "mlx"}
         self._voice_states: dict[str, list[tuple[mx.array, mx.array]]] = {}
         self._clone: tuple[str, list[tuple[mx.array, mx.array]]] | None = None
+        self._decoder_thread: DecodeThread | None = None
+        self._decoder_lock = threading.Lock()
 
     @property
     def args(self):
@@ -170,6 +209,12 @@ class PocketPipeline(Pipeline):
         self.stats.prefill_s = time.perf_counter() - t0
         limit = r.max_frames or math.ceil((len(tokens) / TOKENS_PER_SECOND + PADDING_S) * 12.5)
         keys = KeyStream(r.seed)
+        with one_thread():      # the LM here and Mimi's thread: one core each (see generate)
+            yield from self._frame_loop(r, s, cache, keys, limit)
+
+    def _frame_loop(self, r: Request, s: dict[str, Any], cache: list[KVCache], keys: KeyStream,
+                    limit: int) -> Iterator[mx.array]:
+        lm, dec = self.model.flow_lm, self.code_decoder
         latent, eos_at = None, None
         for step in range(limit):
             t = time.perf_counter()
@@ -188,47 +233,88 @@ class PocketPipeline(Pipeline):
             raise GenerationError(f"Pocket TTS reached {limit} frames without ending the utterance "
                                   "(raise --max-frames if the text is that long)")
 
+    def decoder_thread(self) -> "DecodeThread":
+        """The pipeline's one Mimi decoding thread, shared by every generation (see
+        :class:`DecodeThread`)."""
+        with self._decoder_lock:
+            if self._decoder_thread is None:
+                self._decoder_thread = DecodeThread()
+            return self._decoder_thread
+
+    def decode_chunk(self, latents: list[mx.array], stream: Any, first: bool) -> np.ndarray:
+        """Normalised latent frames -> their samples, continuing the Mimi ``stream``; the first
+        chunk of a stream fades in (a fresh decoder's first samples click)."""
+        t = time.perf_counter()
+        lm = self.model.flow_lm
+        x = mx.concatenate(latents, axis=1) * lm.emb_std + lm.emb_mean
+        audio = np.array(self.model.mimi.decode(x, stream)[0], dtype=np.float32)
+        if first:
+            n = min(int(FADE_IN_S * SAMPLE_RATE), len(audio))
+            audio[:n] *= np.linspace(0, 1, int(FADE_IN_S * SAMPLE_RATE), dtype=np.float32)[:n]
+        self.stats.decoder_s += time.perf_counter() - t
+        self.stats.decoder_frames += len(latents)
+        return audio
+
     def generate(self, r: Request) -> Iterator[np.ndarray]:
+        """Frames from :meth:`frames`, decoded by Mimi on a thread of its own while the flow LM
+        runs the next frames (upstream's ``_decode_audio_worker`` design): MLX releases the GIL
+        while it evaluates and each thread has its own stream, so on two cores the decoder's time
+        hides behind the LM's; while frames come the BLAS runs on one thread
+        (:func:`ttscli._blas.one_thread`, as upstream pins torch to one), so each has a core
+        rather than both contending for two with two threads each. The decoder is handed the first chunk's frames, then
+        ``DECODE_FRAMES`` at a time, whatever the chunk size asked for: a small handful keeps it
+        busy beside the LM and leaves little to decode after the last frame, while reading
+        Mimi's weights for several frames at once costs much less per frame than for one.
+        Calls run in order on one thread, so the stream state and the samples are those of a
+        serial decode; samples are regrouped into the request's chunks. The first chunk is
+        waited for at once (first audio as early as one frame allows)."""
         t_start = time.perf_counter()
-        lm, mimi = self.model.flow_lm, self.model.mimi
-        stream = mimi.new_stream()
-        fade = np.linspace(0, 1, int(FADE_IN_S * SAMPLE_RATE), dtype=np.float32)
+        stream = self.model.mimi.new_stream()
         first = r.first_chunk_frames or 1
+        frame = self.args.mimi.frame_samples
         pending: list[mx.array] = []
-        parts: list[np.ndarray] = []
-        emitted = 0
+        decoding: deque[Future] = deque()
+        ready: list[np.ndarray] = []          # decoded samples not yet handed on
+        state = {"decodes": 0, "chunks": 0}
 
-        def decode() -> np.ndarray:
-            t = time.perf_counter()
-            x = mx.concatenate(pending, axis=1) * lm.emb_std + lm.emb_mean
-            audio = np.array(mimi.decode(x, stream)[0], dtype=np.float32)
-            if emitted == 0:
-                n = min(len(fade), len(audio))
-                audio[:n] *= fade[:n]
-            self.stats.decoder_s += time.perf_counter() - t
-            self.stats.decoder_frames += len(pending)
+        def submit() -> None:
+            decoding.append(pool.submit(self.decode_chunk, list(pending), stream, state["decodes"] == 0))
+            state["decodes"] += 1
             pending.clear()
-            return audio
 
-        for latent in self.frames(r):
-            pending.append(latent)
-            if len(pending) >= (first if emitted == 0 else r.chunk_frames):
-                audio = decode()
-                emitted += 1
-                if r.stream:
-                    if self.stats.first_audio_s is None:
-                        self.stats.first_audio_s = time.perf_counter() - t_start
-                    yield audio
-                else:
-                    parts.append(audio)
-        if pending:
-            audio = decode()
-            emitted += 1
-            if r.stream:
-                yield audio
-            else:
-                parts.append(audio)
-        if not r.stream and parts:
+        def chunks(wait: bool, last: bool = False) -> Iterator[np.ndarray]:
+            while decoding and (wait or decoding[0].done()):
+                ready.append(decoding.popleft().result())
+            if not r.stream:
+                return
+            while ready:
+                want = (first if state["chunks"] == 0 else r.chunk_frames) * frame
+                have = sum(len(a) for a in ready)
+                if have < want and not last:
+                    return
+                audio = np.concatenate(ready)
+                ready[:] = [audio[want:]] if have > want else []
+                if self.stats.first_audio_s is None:
+                    self.stats.first_audio_s = time.perf_counter() - t_start
+                state["chunks"] += 1
+                yield audio[:want]
+
+        pool = self.decoder_thread()
+        try:
+            for latent in self.frames(r):
+                pending.append(latent)
+                if len(pending) >= (first if state["decodes"] == 0 else min(DECODE_FRAMES, r.chunk_frames)):
+                    submit()
+                yield from chunks(wait=r.stream and state["chunks"] == 0 and state["decodes"] > 0)
+            if pending:
+                submit()
+            yield from chunks(wait=True, last=True)
+        finally:
+            # a closed or failed generation leaves no work queued and none running
+            for f in decoding:
+                f.cancel()
+            wait(decoding)
+        if not r.stream and ready:
             if self.stats.first_audio_s is None:
                 self.stats.first_audio_s = time.perf_counter() - t_start
-            yield np.concatenate(parts)
+            yield np.concatenate(ready)
