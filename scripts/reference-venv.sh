@@ -19,4 +19,8 @@ pip install -q --no-deps conformer==0.3.2 diffusers==0.29.0 s3tokenizer==0.3.0
 # light dependencies it imports that the lines above do not bring
 pip install -q --no-deps pocket-tts==4.0.1
 pip install -q einops sentencepiece pydantic safetensors tokenizers pyyaml
+# CosyVoice3 (scripts/goldens/cosyvoice3_upstream.py, benchmarks/bench_cosyvoice3_peer.py): upstream's code is
+# fetched by scripts/goldens/cosyvoice_fetch.sh; these are the imports it needs that the lines above do not bring
+pip install -q --no-deps HyperPyYAML==1.2.3 ruamel.yaml==0.18.6 x-transformers==2.11.24 einx==0.3.0 \
+    loguru==0.7.3 frozendict==2.4.6 matcha-tts==0.0.7.2
 echo "reference venv ready: $venv  (generators import scripts/reference_stubs.py before upstream packages)"
