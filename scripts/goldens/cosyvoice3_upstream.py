@@ -1,7 +1,8 @@
 """A tiny Fun-CosyVoice3 checkpoint and its goldens, computed by the upstream CosyVoice code.
 
 Upstream is not a PyPI package: fetch it first (scripts/goldens/cosyvoice_fetch.sh), then, from
-the repository root, with the reference venv (scripts/goldens/README.md):
+the repository root, with the reference venv (scripts/goldens/README.md; it holds upstream's
+pinned transformers 4.51.3 in a side folder, which this script puts first):
 
     COSYVOICE_SRC=../refsrc/CosyVoice REFVENV/bin/python scripts/goldens/cosyvoice3_upstream.py
 
@@ -43,6 +44,8 @@ OUT = ROOT / "tests" / "fixtures" / "cosyvoice3"
 SRC = Path(os.environ.get("COSYVOICE_SRC", ROOT.parent / "refsrc" / "CosyVoice"))
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(SRC))
+# upstream's pinned transformers (scripts/reference-venv.sh says why)
+sys.path.insert(0, str(Path(sys.prefix) / "cosyvoice-transformers"))
 import reference_stubs
 
 reference_stubs.install_matcha_utils()

@@ -1,0 +1,72 @@
+"""The published Fun-CosyVoice3 folder -> our modules, strictly (a missing, unexpected or
+mis-shaped tensor is one error naming it).
+
+    cosyvoice3.yaml            sizes (config.py)
+    llm.pt                     CosyVoice3LM: llm.model.model.* (Qwen2), speech_embedding, llm_decoder
+    flow.pt                    CausalMaskedDiffWithDiT (codecs/s3gen/dit.py)
+    hift.pt                    CausalHiFTGenerator (codecs/s3gen/hift.py), weight norm folded
+    campplus.onnx              the speaker x-vector (192), run by onnxruntime as upstream does
+    speech_tokenizer_v3.onnx   16 kHz audio -> 25 Hz speech tokens, run by onnxruntime
+    CosyVoice-BlankEN/         the Qwen2 config and its BPE tokenizer (vocab.json, merges.txt)
+
+``.pt`` files are read by ttscli.torchfile (tensors only, never plain unpickling).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ttscli.checkpoint import load_strict
+from ttscli.errors import CheckpointError
+from ttscli.models.cosyvoice3.config import CosyVoice3Args
+
+
+def _file(folder: Path, name: str) -> Path:
+    p = Path(folder) / name
+    if not p.is_file():
+        raise CheckpointError(f"{folder}: no {name} (a Fun-CosyVoice3 folder holds cosyvoice3.yaml, llm.pt, "
+                              "flow.pt, hift.pt, campplus.onnx, speech_tokenizer_v3.onnx and CosyVoice-BlankEN/)")
+    return p
+
+
+def _torch_weights(path: Path) -> dict:
+    import mlx.core as mx
+
+    from ttscli import torchfile
+
+    return {k: mx.array(v) for k, v in torchfile.state_dict(path).items()}
+
+
+def _random(module, dtype: str | None = None):
+    from ttscli.nn.init import random_weights
+
+    return random_weights(module, dtype=dtype)
+
+
+def load_llm(folder: Path | None, args: CosyVoice3Args, dtype: str | None = "float32", random_weights: bool = False):
+    from ttscli.models.cosyvoice3.llm import CosyVoice3LM
+
+    model = CosyVoice3LM(args)
+    if random_weights:
+        return _random(model, dtype)
+    path = _file(folder, "llm.pt")
+    return load_strict(model, _torch_weights(path), source=str(path), dtype=dtype)
+
+
+def load_flow(folder: Path | None, args: CosyVoice3Args, random_weights: bool = False):
+    from ttscli.codecs.s3gen.dit import CausalMaskedDiffWithDiT
+
+    model = CausalMaskedDiffWithDiT(args.flow)
+    if random_weights:
+        return _random(model)
+    path = _file(folder, "flow.pt")
+    return load_strict(model, _torch_weights(path), source=str(path), dtype="float32")
+
+
+def load_hift(folder: Path | None, args: CosyVoice3Args, random_weights: bool = False):
+    from ttscli.codecs.s3gen.hift import CausalHiFTGenerator, fold_weight_norm
+
+    model = CausalHiFTGenerator(args.hift)
+    if random_weights:
+        return _random(model)
+    path = _file(folder, "hift.pt")
+    return load_strict(model, fold_weight_norm(_torch_weights(path)), source=str(path), dtype="float32")
