@@ -15,9 +15,11 @@ Writes tests/fixtures/cosyvoice3/:
   ``CosyVoice3LM`` around transformers' ``Qwen2ForCausalLM``, ``CausalMaskedDiffWithDiT``,
   ``CausalHiFTGenerator``), saved by ``torch.save`` as upstream's checkpoints are, every tensor
   re-initialised deterministically at a scale that keeps activations lively.
-  ``CosyVoice-BlankEN/config.json`` is the Qwen2 config the LM was built from. The ONNX front
-  ends (``campplus.onnx``, ``speech_tokenizer_v3.onnx``) and the Qwen tokenizer files are not
-  rebuilt here.
+  ``CosyVoice-BlankEN/config.json`` is the Qwen2 config the LM was built from, and
+  ``vocab.json`` / ``merges.txt`` / ``tokenizer_config.json`` a byte-level BPE without merges in
+  Qwen's layout (ids inside the tiny LM's 300-row embedding). ``campplus.onnx`` and
+  ``speech_tokenizer_v3.onnx`` have upstream's interfaces but tiny stand-in networks (not CAM++
+  nor the v3 tokenizer), so the clone path runs end to end; they produce no goldens.
 - ``goldens.npz``: the LM prompt (``lm_text`` ids, ``lm_prompt_speech``), its prefill hidden
   states (``lm_hidden``, upstream ``Qwen2Encoder.forward_one_step``) and last log-probs
   (``lm_logp``), 20 greedy tokens from upstream ``inference_wrapper`` (``lm_greedy``); the flow
@@ -106,6 +108,62 @@ def build():
     return configs["llm"].eval(), configs["flow"].eval(), configs["hift"].eval()
 
 
+def tiny_tokenizer(folder: Path) -> None:
+    """A byte-level BPE in Qwen2's file layout with no merges: the 256 byte symbols, then
+    <|endoftext|>, <|im_start|>, <|im_end|> as Qwen's tokenizer_config.json adds them; the
+    CosyVoice3 specials follow at load time, as upstream's tokenizer adds them."""
+    # GPT-2's byte -> printable-character table, which Qwen's byte-level BPE uses
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    vocab = {chr(c): b for b, c in sorted(zip(bs, cs))}
+    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    (folder / "merges.txt").write_text("#version: 0.2\n")
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    added = {str(256 + i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
+                            "single_word": False, "special": True} for i, t in enumerate(specials)}
+    (folder / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": added,
+                                                              "tokenizer_class": "Qwen2Tokenizer"}, indent=1))
+
+
+def tiny_onnx_encoders(folder: Path, gen: torch.Generator) -> None:
+    """``campplus.onnx`` and ``speech_tokenizer_v3.onnx`` with upstream's interfaces (as its front
+    end calls them: fbank ``[1, T, 80]`` -> x-vector ``[1, 192]``; 128-bin log-mel ``[1, 128, T]``
+    and its length -> ``[1, T / 4]`` token ids) but tiny stand-in networks, not CAM++ or the v3
+    tokenizer: they let the clone path run end to end; what they compute is not a golden."""
+
+    class XVector(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(80, 192)
+
+        def forward(self, feats):
+            return self.proj(feats.mean(dim=1))
+
+    class Tokens(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(128, 1)
+
+        def forward(self, feats, feats_length):
+            x = self.proj(feats[:, :, ::4].transpose(1, 2))[..., 0] * (feats_length[:, None] > 0)
+            return (torch.sigmoid(x) * (SPEECH_TOKENS - 1)).floor().to(torch.int64)
+
+    for m in (XVector, Tokens):
+        reinit(m_ := m(), gen)
+        if m is XVector:
+            torch.onnx.export(m_, (torch.randn(1, 50, 80),), folder / "campplus.onnx", input_names=["input"],
+                              output_names=["output"], dynamic_axes={"input": {1: "T"}}, dynamo=False)
+        else:
+            torch.onnx.export(m_, (torch.randn(1, 128, 200), torch.tensor([200], dtype=torch.int32)),
+                              folder / "speech_tokenizer_v3.onnx", input_names=["feats", "feats_length"],
+                              output_names=["indices"], dynamic_axes={"feats": {2: "T"}}, dynamo=False)
+
+
 def reinit(module: torch.nn.Module, gen: torch.Generator) -> None:
     """Fan-in-scaled normals for matrices, g of weight norm near 1, norms near 1, small biases."""
     with torch.no_grad():
@@ -191,6 +249,8 @@ def main() -> None:
     goldens = {**lm_goldens(llm, gen), **flow_goldens(flow, gen), **hift_goldens(hift, gen)}
     (tiny / "cosyvoice3.yaml").write_text(tiny_yaml())
     (tiny / "CosyVoice-BlankEN" / "config.json").write_text(json.dumps(QWEN, indent=1) + "\n")
+    tiny_tokenizer(tiny / "CosyVoice-BlankEN")
+    tiny_onnx_encoders(tiny, gen)
     for name, module in (("llm", llm), ("flow", flow), ("hift", hift)):
         torch.save({k: v.contiguous() for k, v in module.state_dict().items()}, tiny / f"{name}.pt")
     np.savez_compressed(OUT / "goldens.npz", **{k: np.asarray(v) for k, v in goldens.items()})

@@ -70,3 +70,35 @@ def load_hift(folder: Path | None, args: CosyVoice3Args, random_weights: bool = 
         return _random(model)
     path = _file(folder, "hift.pt")
     return load_strict(model, fold_weight_norm(_torch_weights(path)), source=str(path), dtype="float32")
+
+
+def load_pipeline(spec, checkpoint: Path | None, options):
+    """The engine's load hook: every component from one folder (or random at the real size)."""
+    from ttscli.errors import BackendUnavailableError
+    from ttscli.models.cosyvoice3.config import read_args
+    from ttscli.models.cosyvoice3.frontend import (
+        ReferenceEncoder,
+        load_text_tokenizer,
+        random_text_tokenizer,
+        random_voice,
+    )
+    from ttscli.models.cosyvoice3.pipeline import CosyVoice3Pipeline
+
+    for component, backend in options.backends.items():
+        if backend != "mlx":
+            raise BackendUnavailableError(f"CosyVoice3 {component}: backend {backend!r} is not available (mlx only)")
+    rnd = options.random_weights
+    dtype = options.dtype or "float32"      # the LM's; the flow and HiFT run in float32 as upstream's do
+    args = CosyVoice3Args() if rnd else read_args(checkpoint)
+    lm = load_llm(checkpoint, args, dtype=dtype, random_weights=rnd)
+    flow = load_flow(checkpoint, args, random_weights=rnd)
+    hift = load_hift(checkpoint, args, random_weights=rnd)
+    if rnd:
+        tokenizer, encoder, voice = random_text_tokenizer(), None, random_voice(args.speech_token_size)
+    else:
+        tokenizer = load_text_tokenizer(checkpoint)
+        onnx = [Path(checkpoint) / n for n in ("campplus.onnx", "speech_tokenizer_v3.onnx")]
+        encoder = ReferenceEncoder(checkpoint) if all(p.is_file() for p in onnx) else None
+        voice = None
+    return CosyVoice3Pipeline(spec, args, lm, flow, hift, tokenizer, encoder, voice,
+                              backends={"code_decoder": "mlx", "flow_estimator": "mlx", "vocoder": "mlx"})
