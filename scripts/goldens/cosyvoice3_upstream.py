@@ -20,6 +20,7 @@ Writes tests/fixtures/cosyvoice3/:
   Qwen's layout (ids inside the tiny LM's 300-row embedding). ``campplus.onnx`` and
   ``speech_tokenizer_v3.onnx`` have upstream's interfaces but tiny stand-in networks (not CAM++
   nor the v3 tokenizer), so the clone path runs end to end; they produce no goldens.
+  ``spk2info.pt``: one stored speaker in upstream's layout (random prompt values), the default voice.
 - ``goldens.npz``: the LM prompt (``lm_text`` ids, ``lm_prompt_speech``), its prefill hidden
   states (``lm_hidden``, upstream ``Qwen2Encoder.forward_one_step``) and last log-probs
   (``lm_logp``), 20 greedy tokens from upstream ``inference_wrapper`` (``lm_greedy``); the flow
@@ -164,6 +165,22 @@ def tiny_onnx_encoders(folder: Path, gen: torch.Generator) -> None:
                               output_names=["indices"], dynamic_axes={"feats": {2: "T"}}, dynamo=False)
 
 
+def tiny_speakers(folder: Path, gen: torch.Generator) -> None:
+    """``spk2info.pt`` as upstream's ``add_zero_shot_spk`` + ``save_spkinfo`` write it (one speaker,
+    ``frontend_zero_shot``'s tensors less the text), with random prompt values."""
+    n = 12
+    tokens = torch.randint(0, SPEECH_TOKENS, (1, n), generator=gen, dtype=torch.int32)
+    text = torch.tensor([list(b"A reference.")], dtype=torch.int32)
+    emb = torch.randn(1, 192, generator=gen)
+    info = {"prompt_text": text, "prompt_text_len": torch.tensor([text.shape[1]], dtype=torch.int32),
+            "llm_prompt_speech_token": tokens, "llm_prompt_speech_token_len": torch.tensor([n], dtype=torch.int32),
+            "flow_prompt_speech_token": tokens, "flow_prompt_speech_token_len": torch.tensor([n], dtype=torch.int32),
+            "prompt_speech_feat": torch.randn(1, 2 * n, 80, generator=gen) - 4.0,
+            "prompt_speech_feat_len": torch.tensor([2 * n], dtype=torch.int32),
+            "llm_embedding": emb, "flow_embedding": emb}
+    torch.save({"tiny_speaker": info}, folder / "spk2info.pt")
+
+
 def reinit(module: torch.nn.Module, gen: torch.Generator) -> None:
     """Fan-in-scaled normals for matrices, g of weight norm near 1, norms near 1, small biases."""
     with torch.no_grad():
@@ -251,6 +268,7 @@ def main() -> None:
     (tiny / "CosyVoice-BlankEN" / "config.json").write_text(json.dumps(QWEN, indent=1) + "\n")
     tiny_tokenizer(tiny / "CosyVoice-BlankEN")
     tiny_onnx_encoders(tiny, gen)
+    tiny_speakers(tiny, gen)
     for name, module in (("llm", llm), ("flow", flow), ("hift", hift)):
         torch.save({k: v.contiguous() for k, v in module.state_dict().items()}, tiny / f"{name}.pt")
     np.savez_compressed(OUT / "goldens.npz", **{k: np.asarray(v) for k, v in goldens.items()})

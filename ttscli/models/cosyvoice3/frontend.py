@@ -71,6 +71,7 @@ class Voice:
     feat: np.ndarray
     embedding: np.ndarray
     text: str | None = None
+    text_ids: list[int] | None = None      # a stored speaker's transcript, already tokenized
 
     def save(self, path: Path) -> Path:
         from ttscli import voicefile
@@ -155,6 +156,35 @@ class ReferenceEncoder:
         if n < 1:
             raise UsageError("the reference is too short to give CosyVoice3 one speech token (40 ms)")
         return Voice(tokens[:n], feat[: 2 * n], self.embedding(wav16), text)
+
+
+def load_speakers(path: Path, speech_tokens: int) -> dict[str, Voice]:
+    """Upstream's speaker store ``spk2info.pt`` (``CosyVoice.add_zero_shot_spk`` + ``save_spkinfo``:
+    per speaker id, ``frontend_zero_shot``'s tensors without the text) as voices, in file order."""
+    from ttscli import torchfile
+
+    try:
+        table = torchfile.load(path)
+    except torchfile.TorchFileError as e:
+        raise CheckpointError(str(e)) from None
+    if not isinstance(table, dict):
+        raise CheckpointError(f"{path}: holds a {type(table).__name__}, not upstream's speaker table")
+    out = {}
+    for name, info in table.items():
+        try:
+            tokens = np.asarray(info["flow_prompt_speech_token"], np.int64).reshape(-1)
+            feat = np.asarray(info["prompt_speech_feat"], np.float32).reshape(-1, 80)
+            emb = np.asarray(info["flow_embedding"], np.float32).reshape(-1)
+            text_ids = np.asarray(info["prompt_text"]).reshape(-1).tolist() if "prompt_text" in info else None
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointError(f"{path}: speaker {name!r} lacks or mis-shapes {e}") from None
+        if feat.shape[0] != 2 * tokens.shape[0] or emb.shape != (192,) or not tokens.size \
+                or tokens.min() < 0 or tokens.max() >= speech_tokens:
+            raise CheckpointError(f"{path}: speaker {name!r} has tokens {tokens.shape}, mel {feat.shape}, x-vector "
+                                  f"{emb.shape}; expected [P] within {speech_tokens} ids, [2P, 80], [192]")
+        # upstream's LM sees the stored speech tokens only with a transcript (zero-shot)
+        out[str(name)] = Voice(tokens, feat, emb, None, text_ids or None)
+    return out
 
 
 def random_voice(speech_tokens: int, n: int = 50, seed: int = 0) -> Voice:

@@ -8,6 +8,7 @@ mis-shaped tensor is one error naming it).
     campplus.onnx              the speaker x-vector (192), run by onnxruntime as upstream does
     speech_tokenizer_v3.onnx   16 kHz audio -> 25 Hz speech tokens, run by onnxruntime
     CosyVoice-BlankEN/         the Qwen2 config and its BPE tokenizer (vocab.json, merges.txt)
+    spk2info.pt                optional: upstream's stored speakers (the first is the default voice)
 
 ``.pt`` files are read by ttscli.torchfile (tensors only, never plain unpickling).
 """
@@ -78,6 +79,7 @@ def load_pipeline(spec, checkpoint: Path | None, options):
     from ttscli.models.cosyvoice3.config import read_args
     from ttscli.models.cosyvoice3.frontend import (
         ReferenceEncoder,
+        load_speakers,
         load_text_tokenizer,
         random_text_tokenizer,
         random_voice,
@@ -100,5 +102,8 @@ def load_pipeline(spec, checkpoint: Path | None, options):
         onnx = [Path(checkpoint) / n for n in ("campplus.onnx", "speech_tokenizer_v3.onnx")]
         encoder = ReferenceEncoder(checkpoint) if all(p.is_file() for p in onnx) else None
         voice = None
+    store = None if rnd else Path(checkpoint) / "spk2info.pt"
+    speakers = load_speakers(store, args.speech_token_size) if store is not None and store.is_file() else {}
     return CosyVoice3Pipeline(spec, args, lm, flow, hift, tokenizer, encoder, voice,
-                              backends={"code_decoder": "mlx", "flow_estimator": "mlx", "vocoder": "mlx"})
+                              backends={"code_decoder": "mlx", "flow_estimator": "mlx", "vocoder": "mlx"},
+                              speakers=speakers)

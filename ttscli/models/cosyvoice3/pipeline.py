@@ -80,8 +80,10 @@ class CosyVoice3Pipeline(Pipeline):
     independent_generations = True   # KV cache, draws and stream state live in each generation
 
     def __init__(self, spec: Any, args: CosyVoice3Args, lm, flow, hift, tokenizer, encoder=None,
-                 default_voice: Voice | None = None, backends: dict[str, str] | None = None):
+                 default_voice: Voice | None = None, backends: dict[str, str] | None = None,
+                 speakers: dict[str, Voice] | None = None):
         super().__init__()
+        self.speakers = dict(speakers or {})      # spk2info.pt's, the first the default voice
         self.spec, self.args, self.lm, self.flow, self.hift = spec, args, lm, flow, hift
         self.tokenizer, self.encoder, self.default_voice = tokenizer, encoder, default_voice
         self.backends = dict(backends or {"code_decoder": "mlx", "flow_estimator": "mlx", "vocoder": "mlx"})
@@ -90,15 +92,22 @@ class CosyVoice3Pipeline(Pipeline):
 
     # -- the voice and the prompt -------------------------------------------------------------------
     def voice(self, r: Request) -> Voice:
-        """The request's voice: a saved one (``--voice v.safetensors``; ``--ref-text`` replaces its
-        transcript), a reference encoded now (``--save-voice`` keeps it), or the load's default."""
+        """The request's voice: a stored speaker (``spk2info.pt``) or a saved one (``--voice
+        v.safetensors``; ``--ref-text`` replaces its transcript), a reference encoded now
+        (``--save-voice`` keeps it), or the default (the first stored speaker; random weights: a
+        random prompt)."""
         if r.voice is not None:
+            if r.voice in self.speakers:
+                return self.speakers[r.voice]
             if not is_voice_file(r.voice):
-                raise UsageError(f"CosyVoice3 has no preset voices ({r.voice!r}): clone one with --ref, or pass "
-                                 "a voice saved with --save-voice (.safetensors)")
+                have = ", ".join(self.speakers) or "none in this folder's spk2info.pt"
+                raise UsageError(f"CosyVoice3 has no voice {r.voice!r} (stored speakers: {have}): clone one with "
+                                 "--ref, or pass a voice saved with --save-voice (.safetensors)")
             v = Voice.load(Path(r.voice), self.args.speech_token_size)
             return replace(v, text=r.ref_text) if r.ref_text is not None else v
         if r.ref_audio is None:
+            if self.default_voice is None and self.speakers:
+                return next(iter(self.speakers.values()))
             if self.default_voice is None:
                 raise UsageError("CosyVoice3 speaks in a cloned voice: give --ref (with --ref-text for zero-shot "
                                  "cloning, alone for cross-lingual, with --instruct for instructions)")
@@ -122,9 +131,11 @@ class CosyVoice3Pipeline(Pipeline):
             prompt = r.instruct if END_OF_PROMPT in r.instruct else f"{SYSTEM} {r.instruct}{END_OF_PROMPT}"
         elif voice.text:
             prompt, speech = ensure_end_of_prompt(voice.text), voice.tokens.tolist()
-        else:
+        elif not voice.text_ids:
             text = ensure_end_of_prompt(text)
         prompt_ids = self.tokenizer.encode(prompt) if prompt else []
+        if voice.text_ids and not r.instruct and not voice.text:
+            prompt_ids, speech = list(voice.text_ids), voice.tokens.tolist()
         ids = self.tokenizer.encode(text)
         if not ids:
             raise UsageError("nothing to say: the text gives no tokens")
