@@ -1,7 +1,7 @@
 """The cosyvoice3 family's declaration (light: heavy imports happen inside the hooks)."""
 from __future__ import annotations
 
-from ttscli.models.base import Family, hook, sampling_knobs
+from ttscli.models.base import Family, Knob, hook, sampling_knobs
 
 
 def _voices(spec, checkpoint):
@@ -12,8 +12,13 @@ def _voices(spec, checkpoint):
 FAMILY = Family(
     name="cosyvoice3",
     load=hook("ttscli.models.cosyvoice3.load:load_pipeline"),
-    knobs=sampling_knobs(defaults={"top_k": 25, "top_p": 0.8, "do_sample": True},
-                         names=("top_k", "top_p", "do_sample")),
+    knobs=(
+        # cloning without the transcript is upstream's cross-lingual mode: the reference voices
+        # the flow (x-vector, prompt mel), its tokens stay out of the LM
+        Knob("x_vector_only", bool, "Cross-lingual cloning: the reference's voice only, no transcript or "
+             "reference tokens in the LM (upstream's inference_cross_lingual).", False, commands=("clone",)),
+        *sampling_knobs(defaults={"top_k": 25, "top_p": 0.8, "do_sample": True}, names=("top_k", "top_p", "do_sample")),
+    ),
     voices=_voices,
     bench_components=hook("ttscli.models.cosyvoice3.bench:bench_components"),
     bench_rows=(("lm_prefill_s", "LM prefill (s)", "{:.3f}"),

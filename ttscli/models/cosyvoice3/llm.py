@@ -116,7 +116,8 @@ class CosyVoice3LM(nn.Module):
                 if ignore_eos:
                     return
                 raise LimitReached(f"CosyVoice3's LM reached its limit of {max_len} speech tokens "
-                                   f"({max_len / self.args.token_frame_rate:.0f} s) without ending")
+                                   f"({max_len / self.args.token_frame_rate:.1f} s) without ending; raise it with "
+                                   "--max-frames (`max_frames` in a server request), or split the text")
             out.append(tok)
             yield tok
             h = self.backbone(input_embeddings=self.speech_embedding.weight[tok][None, None], cache=cache)

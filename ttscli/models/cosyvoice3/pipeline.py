@@ -5,8 +5,8 @@ request picks the mode as upstream's ``CosyVoice3`` methods do:
 
 - zero-shot (``--ref`` + ``--ref-text``): the LM continues the reference's transcript and speech
   tokens (``inference_zero_shot``);
-- cross-lingual (``--ref`` alone): the LM sees only the text, the reference voices the flow
-  (``inference_cross_lingual``);
+- cross-lingual (``--ref`` with ``--x-vector-only``, or a voice without transcript): the LM sees
+  only the text, the reference voices the flow (``inference_cross_lingual``);
 - instruct (``--ref`` + ``--instruct``): the instruction replaces the transcript, no reference
   tokens in the LM (``inference_instruct2``).
 
@@ -127,6 +127,8 @@ class CosyVoice3Pipeline(Pipeline):
     def lm_prompt(self, r: Request, voice: Voice) -> LMPrompt:
         """The mode's prompt text and reference tokens (module docstring)."""
         text, speech, prompt = r.text, [], ""
+        if r.knobs.get("x_vector_only"):
+            voice = replace(voice, text=None, text_ids=None)
         if r.instruct:
             prompt = r.instruct if END_OF_PROMPT in r.instruct else f"{SYSTEM} {r.instruct}{END_OF_PROMPT}"
         elif voice.text:
