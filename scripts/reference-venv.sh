@@ -23,4 +23,11 @@ pip install -q einops sentencepiece pydantic safetensors tokenizers pyyaml
 # librosa, tqdm and transformers' LlamaTokenizerFast (already above) at module level
 pip install -q --no-deps voxcpm==2.0.3
 pip install -q librosa tqdm
+# CosyVoice3 (scripts/goldens/cosyvoice3_upstream.py, benchmarks/bench_cosyvoice3_peer.py): upstream's code is
+# fetched by scripts/goldens/cosyvoice_fetch.sh; these are the imports it needs that the lines above do not bring
+pip install -q --no-deps HyperPyYAML==1.2.3 ruamel.yaml==0.18.6 x-transformers==2.11.24 einx==0.3.0 \
+    loguru==0.7.3 frozendict==2.4.6 matcha-tts==0.0.7.2
+# CosyVoice pins transformers 4.51.3, whose Qwen2 reads upstream's one-column decode mask as "no padding";
+# 4.57 pads it with False and changes every decode step: a side folder the CosyVoice3 scripts put first
+pip install -q --no-deps --target "$venv/cosyvoice-transformers" transformers==4.51.3 tokenizers==0.21.4
 echo "reference venv ready: $venv  (generators import scripts/reference_stubs.py before upstream packages)"

@@ -110,6 +110,7 @@ class RopeArgs:
 class LMArgs:
     """One decoder stack. ``qk_norm``: per-head RMSNorm on q and k (Qwen3), none for Llama.
 
+    ``attention_bias``: biases on q, k, v and o; ``qkv_bias``: on q, k and v only (Qwen2).
     ``residual_scale`` multiplies each sublayer's output before it joins the residual stream:
     MiniCPM's muP depth scaling ``scale_depth / sqrt(num_hidden_layers)``; 1 elsewhere.
     """
@@ -123,6 +124,7 @@ class LMArgs:
     rms_norm_eps: float = 1e-6
     vocab_size: int | None = None
     attention_bias: bool = False
+    qkv_bias: bool = False
     mlp_bias: bool = False
     qk_norm: bool = False
     rope: RopeArgs = field(default_factory=RopeArgs)
@@ -148,15 +150,17 @@ class LMArgs:
         """From a Hugging Face Qwen3 / Llama (text) config dict; unknown keys are ignored.
 
         ``qk_norm`` defaults to what ``model_type`` says (``qwen3*``: yes, otherwise no); a
-        family whose config has no telling ``model_type`` passes it.
+        family whose config has no telling ``model_type`` passes it. ``model_type`` ``qwen2``
+        sets ``qkv_bias`` (transformers' Qwen2 always biases q, k and v, never o).
         """
         act = config.get("hidden_act", "silu")
         if act != "silu":
             raise CheckpointError(f"hidden_act {act!r} is not supported (the MLP is SwiGLU: silu)")
         if qk_norm is None:
             qk_norm = str(config.get("model_type", "")).startswith("qwen3")
-        names = {f.name for f in fields(cls)} - {"rope", "qk_norm"}
+        names = {f.name for f in fields(cls)} - {"rope", "qk_norm", "qkv_bias"}
         kw = {k: v for k, v in config.items() if k in names and v is not None}
+        kw["qkv_bias"] = config.get("model_type") == "qwen2"
         try:
             return cls(**kw, qk_norm=qk_norm, rope=RopeArgs.from_hf(config))
         except TypeError as e:
@@ -182,9 +186,11 @@ def stack_shapes(args: LMArgs) -> dict[str, tuple[int, ...]]:
                     p + "mlp.down_proj.weight": (h, inter)})
         if args.qk_norm:
             out.update({p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)})
-        if args.attention_bias:
+        if args.attention_bias or args.qkv_bias:
             out.update({p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
-                        p + "self_attn.v_proj.bias": (kv,), p + "self_attn.o_proj.bias": (h,)})
+                        p + "self_attn.v_proj.bias": (kv,)})
+        if args.attention_bias:
+            out[p + "self_attn.o_proj.bias"] = (h,)
         if args.mlp_bias:
             out.update({p + "mlp.gate_proj.bias": (inter,), p + "mlp.up_proj.bias": (inter,),
                         p + "mlp.down_proj.bias": (h,)})

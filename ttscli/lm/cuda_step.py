@@ -221,7 +221,7 @@ def unsupported(lm, head, rows: int) -> str | None:
     a = lm.args
     if rows > MAX_ROWS or 4 * rows * a.hidden_size > 32 * 1024:
         return f"{rows} rows: the kernel takes up to {MAX_ROWS}"
-    if a.attention_bias or a.mlp_bias or "bias" in head:
+    if a.attention_bias or a.qkv_bias or a.mlp_bias or "bias" in head:
         return "biases"
     if not _plain_layers(lm) or not all(type(lyr) is DecoderLayer for lyr in lm.layers):
         return "layers other than the shared DecoderLayer"

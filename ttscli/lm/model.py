@@ -231,8 +231,8 @@ class DecoderLayer(nn.Module):
     def __init__(self, a: LMArgs):
         super().__init__()
         self.self_attn = LMAttention(a.hidden_size, a.num_attention_heads, a.num_key_value_heads, a.head_dim,
-                                   eps=a.rms_norm_eps, bias=a.attention_bias, qk_norm=a.qk_norm,
-                                   rope=make_rope(a.rope, a.head_dim))
+                                   eps=a.rms_norm_eps, bias=a.attention_bias or a.qkv_bias, qk_norm=a.qk_norm,
+                                   rope=make_rope(a.rope, a.head_dim), o_bias=a.attention_bias)
         self.self_attn.scale *= a.rope.attention_factor() ** 2
         self.mlp = LMMLP(a.hidden_size, a.intermediate_size, bias=a.mlp_bias)
         self.input_layernorm = RMSNorm(a.hidden_size, a.rms_norm_eps)

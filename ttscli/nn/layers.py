@@ -95,8 +95,10 @@ class Attention(nn.Module):
 
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
                  rope_theta: float = 10000.0, eps: float = 1e-6, bias: bool = False,
-                 qk_norm: bool = True, rope: RoPE | None = None):
-        """``rope``: the rotation to use (a RoPE variant); default plain RoPE at ``rope_theta``."""
+                 qk_norm: bool = True, rope: RoPE | None = None, o_bias: bool | None = None):
+        """``rope``: the rotation to use (a RoPE variant); default plain RoPE at ``rope_theta``.
+        ``o_bias``: whether the output projection has a bias (default: as ``bias``; Qwen2 biases
+        only q, k and v)."""
         super().__init__()
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
@@ -106,7 +108,7 @@ class Attention(nn.Module):
         self.q_proj = nn.Linear(hidden_size, num_heads * head_dim, bias=bias)
         self.k_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=bias)
         self.v_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=bias)
-        self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=bias)
+        self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=bias if o_bias is None else o_bias)
         self.qk_norm = qk_norm
         if qk_norm:
             self.q_norm = RMSNorm(head_dim, eps)

@@ -183,12 +183,14 @@ class ConformerEncoderLayer(nn.Module):
 
 
 class PreLookaheadLayer(nn.Module):
-    """Each frame sees ``n`` future frames (conv1, right zero padding) then 2 past (conv2)."""
+    """Each frame sees ``n`` future frames (conv1, right zero padding) then 2 past (conv2).
+    ``hidden``: conv1's output width (default ``channels``; CosyVoice3 widens 80 to 1024)."""
 
-    def __init__(self, channels: int, n: int):
+    def __init__(self, channels: int, n: int, hidden: int | None = None):
         super().__init__()
-        self.conv1 = Conv1d(channels, channels, n + 1, padding=(0, n))
-        self.conv2 = Conv1d(channels, channels, 3, padding=(2, 0))
+        hidden = hidden or channels
+        self.conv1 = Conv1d(channels, hidden, n + 1, padding=(0, n))
+        self.conv2 = Conv1d(hidden, channels, 3, padding=(2, 0))
 
     def __call__(self, x: mx.array) -> mx.array:
         return self.conv2(nn.leaky_relu(self.conv1(x), 0.01), residual=x)
@@ -384,16 +386,19 @@ class ConditionalDecoder(nn.Module):
 
 
 class CausalConditionalCFM(nn.Module):
-    def __init__(self, a: FlowArgs):
+    """``estimator``: the velocity network (default CosyVoice2's U-Net; CosyVoice3 passes its DiT)."""
+
+    def __init__(self, a: FlowArgs, estimator: nn.Module | None = None):
         super().__init__()
         self.cfg = a.inference_cfg_rate
-        self.estimator = ConditionalDecoder(a)
+        self.estimator = estimator if estimator is not None else ConditionalDecoder(a)
         # the same network on another runtime (onnx_flow.OnnxEstimator), called in its place
         self.external_estimator = None
 
     def __call__(self, mu: mx.array, spks: mx.array, cond: mx.array, noise: mx.array,
-                 n_timesteps: int = 10) -> mx.array:
-        """Euler integration from ``noise`` ``[1, T, 80]`` to a mel ``[1, T, 80]``."""
+                 n_timesteps: int = 10, **estimator_kw) -> mx.array:
+        """Euler integration from ``noise`` ``[1, T, 80]`` to a mel ``[1, T, 80]``;
+        ``estimator_kw`` go to every estimator call (the DiT's ``streaming``)."""
         t_span = 1 - np.cos(np.linspace(0, 1, n_timesteps + 1, dtype=np.float32) * np.float32(0.5 * np.pi))
         t_span = t_span.astype(np.float32)
         # the unconditional row sees zero mu, speaker and prompt mel
@@ -403,7 +408,7 @@ class CausalConditionalCFM(nn.Module):
         estimator = self.external_estimator or self.estimator
         x = noise
         for t, r in pairwise(t_span.tolist()):
-            v = estimator(mx.concatenate([x, x]), mu2, mx.array([t, t]), spks2, cond2)
+            v = estimator(mx.concatenate([x, x]), mu2, mx.array([t, t]), spks2, cond2, **estimator_kw)
             v = (1.0 + self.cfg) * v[:1] - self.cfg * v[1:]
             x = x + (r - t) * v
             mx.eval(x)

@@ -86,10 +86,11 @@ def s3_log_mel(wav16: np.ndarray, n_mels: int = 128) -> np.ndarray:
     return ((log + 4.0) / 4.0).astype(np.float32)
 
 
-def prompt_mel(wav24: np.ndarray) -> np.ndarray:
-    """Matcha's log-mel ``[T, 80]`` of a 24 kHz signal (50 frames/s) = S3Gen's ``prompt_feat``."""
+def prompt_mel(wav24: np.ndarray, fmax: float | None = 8000.0) -> np.ndarray:
+    """Matcha's log-mel ``[T, 80]`` of a 24 kHz signal (50 frames/s) = S3Gen's ``prompt_feat``;
+    ``fmax`` the top mel band edge (Chatterbox 8 kHz; CosyVoice3 None: Nyquist)."""
     x = np.asarray(wav24, np.float32)
     spec = _stft(np.pad(x, (720, 720), mode="reflect"), 1920, 480)
     mag = np.sqrt((spec.real ** 2 + spec.imag ** 2).astype(np.float32) + np.float32(1e-9))
-    mel = mag @ mel_filters(24000, 1920, 80, 0.0, 8000.0).T
+    mel = mag @ mel_filters(24000, 1920, 80, 0.0, fmax).T
     return np.log(np.maximum(mel, 1e-5)).astype(np.float32)

@@ -41,6 +41,7 @@ class HiFTArgs:
     lrelu_slope: float = 0.1
     audio_limit: float = 0.99
     f0_channels: int = 512
+    conv_pre_look_right: int = 4     # the causal HiFT's conv_pre lookahead (frames)
 
     @property
     def upsample_scale(self) -> int:
@@ -71,14 +72,21 @@ class Snake(nn.Module):
         return snake(x, self.alpha)
 
 
-class ResBlock(nn.Module):
-    """Three (Snake, dilated conv, Snake, conv) residual units."""
+def _same_or_causal(kernel_size: int, dilation: int, causal: bool) -> tuple[int, int]:
+    span = dilation * (kernel_size - 1)
+    return (span, 0) if causal else (span // 2, span // 2)
 
-    def __init__(self, channels: int, kernel_size: int, dilations):
+
+class ResBlock(nn.Module):
+    """Three (Snake, dilated conv, Snake, conv) residual units; ``causal``: every conv padded on
+    the left only (CosyVoice3's causal HiFT)."""
+
+    def __init__(self, channels: int, kernel_size: int, dilations, causal: bool = False):
         super().__init__()
-        self.convs1 = [Conv1d(channels, channels, kernel_size, dilation=d, padding=d * (kernel_size - 1) // 2)
-                       for d in dilations]
-        self.convs2 = [Conv1d(channels, channels, kernel_size, padding=(kernel_size - 1) // 2) for _ in dilations]
+        self.convs1 = [Conv1d(channels, channels, kernel_size, dilation=d,
+                              padding=_same_or_causal(kernel_size, d, causal)) for d in dilations]
+        self.convs2 = [Conv1d(channels, channels, kernel_size, padding=_same_or_causal(kernel_size, 1, causal))
+                       for _ in dilations]
         self.activations1 = [Snake(channels) for _ in dilations]
         self.activations2 = [Snake(channels) for _ in dilations]
 
@@ -107,6 +115,17 @@ class ConvRNNF0Predictor(nn.Module):
         return mx.abs(self.classifier(x)[:, 0])
 
 
+class CausalConvRNNF0Predictor(ConvRNNF0Predictor):
+    """The F0 predictor with causal convs: the first sees 3 frames ahead (right padding), the
+    other four 2 frames back, so F0 of a frame is final once 3 more frames exist."""
+
+    def __init__(self, in_channels: int = 80, channels: int = 512):
+        super().__init__(in_channels, channels)
+        self.condnet[0] = Conv1d(in_channels, channels, 4, padding=(0, 3))
+        for i in range(2, len(self.condnet), 2):
+            self.condnet[i] = Conv1d(channels, channels, 3, padding=(2, 0))
+
+
 class SourceModuleHnNSF(nn.Module):
     """Harmonic source: sines at F0 x (1..H) with the draws' phases, noise, merged by a linear+tanh."""
 
@@ -130,6 +149,53 @@ class SourceModuleHnNSF(nn.Module):
         amp = uv * a.nsf_sigma + (1 - uv) * (a.nsf_alpha / 3)
         sines = a.nsf_alpha * mx.sin(theta + draws.phase) * uv + amp * draws.noise
         return mx.tanh(self.l_linear(sines))[:, 0]
+
+
+class CausalSourceModuleHnNSF(nn.Module):
+    """CosyVoice3's causal harmonic source (upstream ``SineGen2(causal=True)``).
+
+    Per mel frame, the cycles advanced by each harmonic (``f0 h / sr`` mod 1) are accumulated
+    frame by frame and held for the frame's 480 samples (nearest upsampling of the phase, so
+    the sines step once per frame, exactly as upstream's causal path does); noise comes from
+    a fixed uniform draw read by absolute sample (``noise [L, H]``), so a sample's source never
+    changes when more frames arrive. The initial-phase draw upstream adds to sample 0 falls
+    outside its per-frame interpolation and has no effect, so it is not an input.
+    """
+
+    def __init__(self, a: HiFTArgs):
+        super().__init__()
+        self.a = a
+        self.l_linear = nn.Linear(a.nb_harmonics + 1, 1)
+
+    def __call__(self, f0: mx.array, noise: mx.array) -> mx.array:
+        """``f0 [T]`` per mel frame, ``noise [>= T * 480, H]`` -> source ``[T * 480]``."""
+        a = self.a
+        n = a.upsample_scale
+        h = mx.arange(1, a.nb_harmonics + 2, dtype=mx.float32)
+        rad = f0[:, None] * h / a.sampling_rate
+        rad = rad - mx.floor(rad)
+        # float64 running sum on the CPU stream, as torch sums float32 on the CPU; then the
+        # float32 products in upstream's order (the phase reaches 1e5 rad, where one float32
+        # rounding moves a sine visibly)
+        cycles = mx.cumsum(rad.astype(mx.float64, stream=mx.cpu), axis=0, stream=mx.cpu)
+        phase = cycles.astype(mx.float32, stream=mx.cpu) * 2.0 * math.pi * float(n)
+        sines = a.nsf_alpha * mx.sin(mx.repeat(phase, n, axis=0))
+        uv = mx.repeat((f0 > a.nsf_voiced_threshold).astype(mx.float32), n)[:, None]
+        amp = uv * a.nsf_sigma + (1 - uv) * (a.nsf_alpha / 3)
+        waves = sines * uv + amp * noise[: sines.shape[0]]
+        return mx.tanh(self.l_linear(waves))[:, 0]
+
+
+class NearestUpsampleConv1d(Conv1d):
+    """Nearest upsampling by ``stride`` then a left-padded conv (upstream ``CausalConv1dUpsample``):
+    the causal HiFT's replacement for a transposed conv."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int):
+        super().__init__(in_channels, out_channels, kernel_size, padding=(kernel_size - 1, 0))
+        self.up = stride
+
+    def __call__(self, x: mx.array, residual: mx.array | None = None) -> mx.array:
+        return super().__call__(mx.repeat(x, self.up, axis=-2), residual)
 
 
 def _stft_re_im(x: mx.array, n_fft: int, hop: int) -> mx.array:
@@ -203,6 +269,69 @@ class HiFTGenerator(nn.Module):
         """(waveform, source), both ``[T * 480]``, as upstream ``inference``."""
         _, s = self.source(mel, draws, key)
         return self.decode(mel, s), s
+
+
+class CausalHiFTGenerator(nn.Module):
+    """CosyVoice3's vocoder (upstream ``CausalHiFTGenerator``): :class:`HiFTGenerator`'s network
+    with every conv causal. ``conv_pre`` sees ``conv_pre_look_right`` mel frames ahead and the
+    F0 predictor 3, the rest only the past; transposed convs become nearest upsampling + conv;
+    the harmonic source reads fixed draws by sample. So audio up to a point is final once the
+    mel a few frames past it exists, which is what upstream's streaming relies on.
+    """
+
+    def __init__(self, a: HiFTArgs):
+        super().__init__()
+        self.a = a
+        ch = a.base_channels
+        self.m_source = CausalSourceModuleHnNSF(a)
+        self.f0_predictor = CausalConvRNNF0Predictor(a.in_channels, a.f0_channels)
+        self.conv_pre = Conv1d(a.in_channels, ch, a.conv_pre_look_right + 1, padding=(0, a.conv_pre_look_right))
+        self.ups = [NearestUpsampleConv1d(ch // 2 ** i, ch // 2 ** (i + 1), k, u)
+                    for i, (u, k) in enumerate(zip(a.upsample_rates, a.upsample_kernel_sizes))]
+        cum = np.cumprod([1, *a.upsample_rates[::-1][:-1]])[::-1]
+        spec_ch = a.n_fft + 2
+        self.source_downs, self.source_resblocks = [], []
+        for i, (u, k, d) in enumerate(zip(cum, a.source_resblock_kernel_sizes, a.source_resblock_dilation_sizes)):
+            c, u = ch // 2 ** (i + 1), int(u)
+            down = Conv1d(spec_ch, c, 1) if u == 1 else Conv1d(spec_ch, c, 2 * u, u, padding=(u - 1, 0))
+            self.source_downs.append(down)
+            self.source_resblocks.append(ResBlock(c, k, d, causal=True))
+        self.resblocks = [ResBlock(ch // 2 ** (i + 1), k, d, causal=True) for i in range(len(self.ups))
+                          for k, d in zip(a.resblock_kernel_sizes, a.resblock_dilation_sizes)]
+        self.conv_post = Conv1d(ch // 2 ** len(self.ups), spec_ch, 7, padding=(6, 0))
+
+    def decode(self, mel: mx.array, source: mx.array) -> mx.array:
+        """``mel [T, 80]``, ``source [T * 480]`` -> waveform ``[T * 480]`` (upstream's finalize=True)."""
+        a = self.a
+        s = _stft_re_im(source, a.n_fft, a.hop_len)
+        x = self.conv_pre(mel)
+        nk = len(a.resblock_kernel_sizes)
+        for i, up in enumerate(self.ups):
+            x = up(nn.leaky_relu(x, a.lrelu_slope))
+            if i == len(self.ups) - 1:
+                x = pad_time(x, 1, 0, "reflect")
+            x = x + self.source_resblocks[i](self.source_downs[i](s))
+            xs = self.resblocks[i * nk](x)
+            for j in range(1, nk):
+                xs = xs + self.resblocks[i * nk + j](x)
+            x = xs / nk
+        x = self.conv_post(nn.leaky_relu(x, 0.01))
+        bins = a.n_fft // 2 + 1
+        mag = mx.minimum(mx.exp(x[:, :bins]), 1e2)
+        return mx.clip(istft(mag, mx.sin(x[:, bins:]), a.n_fft, a.hop_len), -a.audio_limit, a.audio_limit)
+
+    def __call__(self, mel: mx.array, noise: mx.array) -> tuple[mx.array, mx.array]:
+        """(waveform, source), both ``[T * 480]``; ``noise [>= T * 480, H]`` the source's fixed draw."""
+        f0 = self.f0_predictor(mel)
+        s = self.m_source(f0, noise)
+        return self.decode(mel, s), s
+
+    def final_samples(self, frames: int) -> int:
+        """Of a mel ``frames`` long whose end is not the utterance's, the samples that no later
+        frame can change (upstream's streaming keeps the same: the F0 lookahead, conv_pre's and
+        one frame of iSTFT overlap held back)."""
+        held = 3 + self.a.conv_pre_look_right + 1
+        return max(frames - held, 0) * self.a.upsample_scale
 
 
 def fold_weight_norm(weights: dict) -> dict:

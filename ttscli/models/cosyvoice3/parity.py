@@ -1,0 +1,94 @@
+"""``ttscli parity cosyvoice3 --golden FILE.npz --model-dir DIR``: the LM, the DiT flow and the
+causal HiFT of the checkpoint in DIR against goldens computed by upstream's code on the same
+checkpoint (scripts/goldens/cosyvoice3_upstream.py; the format is in docs/parity.md).
+
+Every figure is computed from the recorded inputs (prompt ids, tokens, prompt mel, x-vector,
+and the fixed noise upstream's flow and harmonic source read), so it measures the modules alone.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ttscli.errors import UsageError
+
+REQUIRED = ("lm_text", "lm_prompt_speech", "lm_hidden", "lm_logp", "lm_greedy", "flow_tokens", "flow_prompt_tokens",
+            "flow_prompt_feat", "flow_embedding", "flow_noise", "flow_mel", "flow_mel_stream", "flow_mel_chunk",
+            "flow_chunk_tokens", "hift_mel", "hift_sine_noise", "hift_f0", "hift_source", "hift_wav")
+
+
+def read_golden(path: Path) -> dict[str, np.ndarray]:
+    try:
+        g = dict(np.load(path, allow_pickle=False))
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: not a readable .npz of arrays ({e})") from None
+    missing = [k for k in REQUIRED if k not in g]
+    if missing:
+        raise UsageError(f"{path}: missing {', '.join(missing)} (format: docs/parity.md)")
+    return g
+
+
+def peak_error(ours: np.ndarray, ref: np.ndarray) -> float:
+    """max |ours - ref| / max |ref| (inf when the shapes differ)."""
+    ours, ref = np.asarray(ours), np.asarray(ref)
+    if ours.shape != ref.shape:
+        return float("inf")
+    return float(np.abs(ours - ref).max() / max(np.abs(ref).max(), 1e-12))
+
+
+def greedy_tokens(lm, embeds, n: int, sampling) -> list[int]:
+    from ttscli.models.cosyvoice3.llm import Draw
+
+    out = []
+    for tok in lm.generate(embeds, Draw(sampling, np.random.default_rng(0), greedy=True), 0, n + 1):
+        out.append(tok)
+        if len(out) == n:
+            break
+    return out
+
+
+def parity_checks(spec, checkpoint: Path | None, *, golden: Path | None = None, against: str | None = None,
+                  frames: int = 20, backend: str | None = None) -> list:
+    import mlx.core as mx
+
+    from ttscli.models.base import Check, cosine
+    from ttscli.models.cosyvoice3.config import read_args
+    from ttscli.models.cosyvoice3.load import load_flow, load_hift, load_llm
+
+    if against is not None or golden is None:
+        raise UsageError("cosyvoice3 parity compares with upstream goldens only: --golden FILE.npz "
+                         "(format: docs/parity.md)")
+    if backend not in (None, "mlx"):
+        raise UsageError(f"cosyvoice3 runs on mlx only (asked for {backend})")
+    if checkpoint is None:
+        raise UsageError("cosyvoice3 parity needs the checkpoint the goldens came from (--model-dir)")
+    g = read_golden(golden)
+    args = read_args(Path(checkpoint))
+    lm, flow, hift = load_llm(checkpoint, args), load_flow(checkpoint, args), load_hift(checkpoint, args)
+
+    embeds = lm.prompt(g["lm_text"].tolist(), g["lm_prompt_speech"].tolist())
+    hidden = lm.backbone(input_embeddings=embeds)
+    logp_err = float(np.abs(np.array(lm.logp(hidden)[0]) - g["lm_logp"]).max())
+    checks = [Check("LM prefill hidden (cosine)", cosine(np.array(hidden[0]), g["lm_hidden"]), 0.99999, ">="),
+              Check("LM last log-probs (max abs error)", logp_err, 1e-4, "<=")]
+    n = min(frames, len(g["lm_greedy"]))
+    ours = greedy_tokens(lm, embeds, n, args.sampling)
+    same = sum(int(a == b) for a, b in zip(ours, g["lm_greedy"][:n].tolist()))
+    checks.append(Check(f"LM greedy tokens equal (of {n})", same, n, "==", f"ours {ours}"))
+
+    noise = mx.array(g["flow_noise"])
+    for key, streaming, finalize in (("flow_mel", False, True), ("flow_mel_stream", True, True),
+                                     ("flow_mel_chunk", True, False)):
+        tokens = g["flow_tokens"] if finalize else g["flow_tokens"][: int(g["flow_chunk_tokens"])]
+        mel = flow(mx.array(tokens), mx.array(g["flow_prompt_tokens"]), mx.array(g["flow_prompt_feat"]),
+                   mx.array(g["flow_embedding"]), noise, streaming=streaming, finalize=finalize)
+        checks.append(Check(f"{key} (max error / peak)", peak_error(np.array(mel), g[key]), 1e-4, "<="))
+
+    mel = mx.array(g["hift_mel"])
+    wav, source = hift(mel, mx.array(g["hift_sine_noise"]))
+    f0 = np.array(hift.f0_predictor(mel))
+    checks += [Check("HiFT F0 (max error / peak)", peak_error(f0, g["hift_f0"]), 1e-4, "<="),
+               Check("HiFT source (max error / peak)", peak_error(np.array(source), g["hift_source"]), 1e-4, "<="),
+               Check("HiFT waveform (max error / peak)", peak_error(np.array(wav), g["hift_wav"]), 1e-4, "<=")]
+    return checks
