@@ -94,7 +94,8 @@ NormalizeText = typer.Option(True, "--normalize-text/--no-normalize-text",
                              help="Read numbers, money, dates, times, phone numbers, units and abbreviations out "
                                   "as words (English) before the model sees the text.")
 SentenceSilence = typer.Option(0.0, "--sentence-silence", min=0.0, max=10.0,
-                               help="Seconds of silence after each sentence (a \\[pause:S] marker in the text pauses too).")
+                               help="Seconds of silence after each sentence (a \\[pause:S] marker "
+                                    "in the text pauses too).")
 
 
 KNOB_PANEL = "Model knobs (each model takes its own: `ttscli models MODEL`)"

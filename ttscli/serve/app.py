@@ -37,6 +37,7 @@ from ttscli.errors import (
 from ttscli.paths import cache_dir, config_dir
 from ttscli.encode import MAX_RATE, MIN_RATE, make_encoder
 from ttscli.models.base import API_NAMING
+from ttscli.ssml import MAX_PAUSE_S
 from ttscli.serve.formats import DEFAULT_RATE, RESPONSE_FORMATS, check_format, content_type
 from ttscli.serve.worker import DONE, ModelWorker, QueueFull, RequestTimeout
 
@@ -53,7 +54,8 @@ OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "on
                  "marin", "cedar")
 # The request fields with a meaning of their own; any other field names a family knob.
 FIELDS = ("model", "input", "voice", "instructions", "response_format", "speed", "stream_format", "seed",
-          "language", "max_frames", "ref_audio", "ref_text", "sample_rate", "stream", *KOKORO_FIELDS)
+          "language", "max_frames", "ref_audio", "ref_text", "sample_rate", "stream", "normalize_text",
+          "sentence_silence", *KOKORO_FIELDS)
 # Kokoro-FastAPI's `lang_code` letters and the languages they stand for
 LANG_CODES = {"a": "en-us", "b": "en-gb", "e": "es", "f": "fr-fr", "h": "hi", "i": "it", "j": "ja",
               "p": "pt-br", "z": "zh"}
@@ -734,7 +736,8 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
     """(model id, checked Request, how the reply carries the audio) from the body's fields."""
     from starlette.concurrency import run_in_threadpool
 
-    from ttscli.generate import Request, check_request, honoured
+    from ttscli.generate import Request, check_request, honoured, plain_request
+    from ttscli.ssml import looks_like_ssml
     from ttscli.text import check_text
 
     model_id = resolve_model(cfg, data.get("model"))
@@ -763,6 +766,10 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
     language = _lang_code(spec, data)
     if language is not None and not isinstance(language, str):
         raise UsageError("language must be a string")
+    normalize_text = data.get("normalize_text", True)
+    if not isinstance(normalize_text, bool):
+        raise UsageError(f"normalize_text must be true or false, not {shown(normalize_text)}")
+    sentence_silence = _number(data, "sentence_silence", float, 0.0, MAX_PAUSE_S) or 0.0
     knobs = {k: v for k, v in data.items() if k not in FIELDS}
     ref_text = data.get("ref_text")
     if ref_text is not None:
@@ -775,7 +782,8 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
                   ignored=tuple(ignored))
     req = Request(text=text, voice=voice, instruct=instruct,
                   language=language or None, seed=seed, speed=speed if speed is not None else 1.0,
-                  max_frames=max_frames, knobs=knobs)
+                  max_frames=max_frames, knobs=knobs, normalize_text=normalize_text, ssml=looks_like_ssml(text),
+                  sentence_silence=sentence_silence)
     if upload is not None:
         if not spec.can("clone"):
             raise UsageError(f"{spec.id} cannot clone voices; pick a model with clone support (see `ttscli models`)")
@@ -788,6 +796,9 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
         raise UsageError("ref_text goes with ref_audio (the reference recording)")
     req.stream = "stream" in honoured(spec, family)
     req = check_request(spec, family, req, API_NAMING)
+    pipeline = cfg.workers[model_id].pipeline
+    if pipeline is not None and pipeline.rows() is not None:
+        plain_request(spec, req)     # rows of one batch hold no pauses: refused here, before any audio
     if req.ref_audio is not None:
         rate = cfg.workers[model_id].pipeline.ref_sample_rate or req.ref_sample_rate
         from ttscli.audio import resample
