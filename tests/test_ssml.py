@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from ttscli.errors import UsageError
-from ttscli.generate import Request, plan, synthesize
+from ttscli.generate import Request, plain_request, plan, synthesize
 from ttscli.models.base import Pipeline
 from ttscli.ssml import Pause, Speech, looks_like_ssml, parse_ssml, split_pauses
 from ttscli.textnorm import say_as
@@ -103,3 +103,16 @@ def test_a_model_without_speed_refuses_prosody_rate():
     with pytest.raises(UsageError, match="cannot honour SSML <prosody rate>"):
         plan(type("Spec", (), {"id": "m", "languages": ["en"]})(),
              Request(text='<speak><prosody rate="slow">x</prosody></speak>', ssml=True), honours_speed=False)
+
+
+def test_pauses_alone_are_not_speech():
+    with pytest.raises(UsageError, match="no words to speak"):
+        plan(None, Request(text="[pause:1] [pause:2]"))
+
+
+def test_the_row_scheduler_takes_normalized_text_and_refuses_pauses():
+    assert plain_request(None, Request(text="Pay $5 now.")).text == "Pay five dollars now."
+    with pytest.raises(UsageError, match="cannot hold pauses"):
+        plain_request(None, Request(text="Pay [pause:1] now."))
+    with pytest.raises(UsageError, match="cannot hold pauses"):
+        plain_request(None, Request(text="One. Two.", sentence_silence=0.2))

@@ -126,6 +126,8 @@ def plan(spec, request: Request, honours_speed: bool = True) -> list[Speech | Pa
                 out += [Speech(sentence, p.rate), Pause(request.sentence_silence)]
         else:
             out.append(Speech(text, p.rate))
+    if not any(isinstance(p, Speech) for p in out):
+        raise UsageError("the text has no words to speak, only pauses")
     return merge(out)
 
 
