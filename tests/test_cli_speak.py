@@ -4,6 +4,7 @@ import subprocess
 import time
 
 import numpy as np
+import pytest
 import soundfile as sf
 
 from clitools import no_files, only_line, ttscli_exe
@@ -134,3 +135,23 @@ def test_convert_piper_into_the_cache_then_speak(run_cli, tmp_path):
     assert q.returncode == 2 and not (tmp_path / "q").exists()
     s = run_cli("speak", "Hello.", "-o", "h.wav", env=env)
     assert s.returncode == 0, s.err
+
+
+
+def test_ssml_element_it_cannot_honour_is_one_line(run_cli, tmp_path):
+    p = run_cli("speak", "<speak>Hi <emphasis>there</emphasis></speak>", "--ssml", "-o", "x.wav")
+    assert p.returncode != 0
+    assert "SSML element <emphasis> is not supported" in only_line(p.err)
+    assert not (tmp_path / "x.wav").exists()
+
+
+@pytest.mark.slow   # the engine's pauses are covered fast in tests/test_ssml.py and the server's test
+def test_pause_marker_is_silence(run_cli, tmp_path):
+    plain = run_cli("speak", "Hello there. Goodbye now.", "-o", "plain.wav")
+    paused = run_cli("speak", "Hello there. [pause:1.5] Goodbye now.", "-o", "paused.wav")
+    assert plain.returncode == 0 and paused.returncode == 0, (plain.err, paused.err)
+    a, sr = sf.read(str(tmp_path / "plain.wav"))
+    b, _ = sf.read(str(tmp_path / "paused.wav"))
+    assert abs((len(b) - len(a)) / sr - 1.5) < 0.2
+    quiet = np.convolve(np.abs(b) < 1e-4, np.ones(int(1.4 * sr)), "valid").max()
+    assert quiet >= int(1.4 * sr)           # one stretch of 1.4 s of silence at least

@@ -112,3 +112,21 @@ def test_speak_refuses_a_bad_subtitles_name_before_any_audio(run_cli, tmp_path):
     assert "Traceback" not in p.err and not (tmp_path / "out.wav").exists()
     p = run_cli("speak", "Hello.", "-o", "out.wav", "--timestamps", "missing/w.json")
     assert p.returncode != 0 and "--timestamps" in p.err and not (tmp_path / "out.wav").exists()
+
+
+def test_words_follow_the_plan_pauses_and_normalization(piper):
+    """Timestamps are taken of what is spoken: the text normalized ("$5" read as two words) and a
+    pause's silence counted before the words after it; the audio is synthesize()'s."""
+    from ttscli.generate import Request, synthesize, synthesize_words
+
+    request = Request(text="It costs $5. [pause:1.5] Then stop.", seed=3)
+    chunks = list(synthesize_words(piper, request))
+    audio = np.concatenate([c.audio for c in chunks])
+    assert np.array_equal(audio, np.concatenate(list(synthesize(piper, request))))
+    words = [w for c in chunks for w in c.words]
+    said = [w.word.strip(".").lower() for w in words]
+    assert said[:4] == ["it", "costs", "five", "dollars"], said
+    then = words[said.index("then")]
+    before = words[said.index("dollars")]
+    assert then.start - before.end >= 1.5, (before, then)
+    assert words[-1].end <= len(audio) / piper.sample_rate

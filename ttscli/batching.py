@@ -73,7 +73,7 @@ def run_rows(pipeline, gen: RowGenerator, source: Callable[[int], list[tuple[Any
     runs); the generator ends once no row is left and ``source`` gave nothing. ``drop(key)``
     true: the request leaves before the next step without an event. ``on_chunk(key, done,
     total)`` reports each chunk that ended."""
-    from ttscli.generate import check_request
+    from ttscli.generate import check_request, plain_request
     from ttscli.models import family_of
     from ttscli.text import chunk_text
 
@@ -109,6 +109,7 @@ def run_rows(pipeline, gen: RowGenerator, source: Callable[[int], list[tuple[Any
             try:
                 if pipeline.spec is not None:
                     req = check_request(pipeline.spec, family_of(pipeline.spec), req)
+                req = plain_request(pipeline.spec, req)
                 job = _Job(key, chunk_requests(req, chunk_text(req.text, pipeline.max_chunk_chars)),
                            Crossfade(n_fade))
             except Exception as e:  # noqa: BLE001 - a request's failure is handed to its caller, never stops the batch

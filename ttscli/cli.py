@@ -94,6 +94,14 @@ Timestamps = typer.Option(None, "--timestamps", metavar="FILE.json",
                                "(faster-whisper, the eval extra).")
 Subtitles = typer.Option(None, "--subtitles", metavar="FILE.srt|FILE.vtt",
                          help="Write subtitles of the spoken words: SubRip or WebVTT, by the suffix.")
+Ssml = typer.Option(False, "--ssml", help="The text is SSML: <speak>, <p>, <s>, <break>, <say-as>, <sub>, "
+                    "<prosody rate> (any other element is an error).")
+NormalizeText = typer.Option(True, "--normalize-text/--no-normalize-text",
+                             help="Read numbers, money, dates, times, phone numbers, units and abbreviations out "
+                                  "as words (English) before the model sees the text.")
+SentenceSilence = typer.Option(0.0, "--sentence-silence", min=0.0, max=10.0,
+                               help="Seconds of silence after each sentence (a \\[pause:S] marker "
+                                    "in the text pauses too).")
 
 
 KNOB_PANEL = "Model knobs (each model takes its own: `ttscli models MODEL`)"
@@ -355,6 +363,9 @@ def speak(
     dtype: Optional[str] = Dtype,
     timestamps: Optional[str] = Timestamps,
     subtitles: Optional[str] = Subtitles,
+    ssml: bool = Ssml,
+    normalize_text: bool = NormalizeText,
+    sentence_silence: float = SentenceSilence,
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
     knobs: Optional[dict] = None,
@@ -374,7 +385,7 @@ def speak(
     request = check_request(spec, family, Request(
         text=body, voice=voice, instruct=instruct, language=language, seed=seed, speed=speed,
         max_frames=max_frames, stream=stream, first_chunk_frames=first_chunk_frames, chunk_frames=chunk_frames,
-        knobs=knobs or {},
+        knobs=knobs or {}, ssml=ssml, normalize_text=normalize_text, sentence_silence=sentence_silence,
     ))
     pipe = load_pipeline(reg, spec, model_dir, backends_asked(backend, code_decoder_backend), dtype)
     run_synthesis(pipe, request, output, fmt, play, workers, sample_rate, words)
@@ -409,6 +420,9 @@ def clone(
     dtype: Optional[str] = Dtype,
     timestamps: Optional[str] = Timestamps,
     subtitles: Optional[str] = Subtitles,
+    ssml: bool = Ssml,
+    normalize_text: bool = NormalizeText,
+    sentence_silence: float = SentenceSilence,
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
     knobs: Optional[dict] = None,
@@ -443,7 +457,7 @@ def clone(
         text=body, ref_audio=mono, ref_sample_rate=sr, ref_text=ref_text,
         save_voice=save_voice, language=language, seed=seed, max_frames=max_frames, stream=stream,
         first_chunk_frames=first_chunk_frames, chunk_frames=chunk_frames,
-        knobs=knobs,
+        knobs=knobs, ssml=ssml, normalize_text=normalize_text, sentence_silence=sentence_silence,
     ))
     pipe = load_pipeline(reg, spec, model_dir, backends_asked(backend, code_decoder_backend), dtype)
     rate = pipe.ref_sample_rate or sr

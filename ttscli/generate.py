@@ -16,6 +16,7 @@ import numpy as np
 
 from ttscli.dsp import CROSSFADE_S, Crossfade, crossfade_join
 from ttscli.models.base import CLI_NAMING, Naming, Request, Stats, chunk_requests  # noqa: F401  (Stats: the engine imports it from here)
+from ttscli.ssml import MAX_PAUSE_S, Pause, Speech
 from ttscli.voicefile import is_voice_file
 
 if TYPE_CHECKING:
@@ -86,8 +87,65 @@ def check_request(spec, family, request: Request, naming: Naming = CLI_NAMING) -
             raise UsageError(f"{spec.id} has no voice {request.voice!r} (it has {', '.join(voices)})")
     if request.seed is not None and not 0 <= request.seed < 2**63:
         raise UsageError(f"{naming.field('seed')} must be in [0, 2^63), got {request.seed}")
+    if not 0.0 <= request.sentence_silence <= MAX_PAUSE_S:
+        raise UsageError(f"{naming.field('sentence_silence')} must be within 0 and {MAX_PAUSE_S:g} seconds, "
+                         f"got {request.sentence_silence:g}")
+    plan(spec, request, "speed" in ok)      # SSML and pause errors before any audio
     first = request.first_chunk_frames if request.first_chunk_frames is not None else family.first_chunk_frames
     return replace(request, knobs=family.check_knobs(request.knobs, spec.id, naming), first_chunk_frames=first)
+
+
+# ---- the text plan: SSML, pauses, sentence silence, normalization --------------------------
+
+def plan(spec, request: Request, honours_speed: bool = True) -> list[Speech | Pause]:
+    """What to say and when to be silent: ``request.text`` as SSML (``request.ssml``) or with
+    ``[pause:S]`` markers, each sentence followed by ``request.sentence_silence``, the words
+    normalized for the text's language (ttscli.textnorm) unless ``request.normalize_text`` is off.
+    A ``<prosody rate>`` is refused for a model that does not honour speed."""
+    from ttscli.errors import UsageError
+    from ttscli.ssml import merge, parse_ssml, split_pauses
+    from ttscli.text import split_sentences
+    from ttscli.textnorm import normalize, say_as, text_language
+
+    lang = text_language(request.language, spec.languages if spec is not None else (), request.text)
+    if request.ssml:
+        pieces = parse_ssml(request.text, lambda kind, text, fmt: say_as(kind, text, fmt, lang))
+    else:
+        pieces = split_pauses(request.text)
+    out: list[Speech | Pause] = []
+    for p in pieces:
+        if isinstance(p, Pause):
+            out.append(p)
+            continue
+        if p.rate != 1.0:
+            if not honours_speed:
+                raise UsageError(f"{spec.id} cannot honour SSML <prosody rate> (it has no speed control); drop it")
+            if not 0.25 <= request.speed * p.rate <= 4.0:
+                raise UsageError(f"SSML <prosody rate> times the speed is {request.speed * p.rate:g}; "
+                                 "keep it within 0.25 and 4")
+        text = normalize(p.text, lang).text if request.normalize_text else p.text
+        if request.sentence_silence > 0:
+            for sentence in split_sentences(text):
+                out += [Speech(sentence, p.rate), Pause(request.sentence_silence)]
+        else:
+            out.append(Speech(text, p.rate))
+    if not any(isinstance(p, Speech) for p in out):
+        raise UsageError("the text has no words to speak, only pauses")
+    return merge(out)
+
+
+def plain_request(spec, request: Request) -> Request:
+    """The request as one piece of speech, normalized, for the row scheduler (ttscli.batching),
+    which joins a request's chunks with crossfades only: a plan with a pause or a rate change
+    is refused there, naming what to drop."""
+    from ttscli.errors import UsageError
+
+    pieces = plan(spec, request)
+    if len(pieces) != 1 or not isinstance(pieces[0], Speech) or pieces[0].rate != 1.0:
+        name = spec.id if spec is not None else "this model"
+        raise UsageError(f"{name} runs requests as rows of one batch here, which cannot hold pauses "
+                         "(SSML <break>, <p>, [pause:S], sentence silence) or <prosody rate>; drop them")
+    return replace(request, text=pieces[0].text, normalize_text=False, ssml=False, sentence_silence=0.0)
 
 
 # ---- the chunk scheduler -------------------------------------------------------------------
@@ -145,20 +203,36 @@ def synthesize(
     crossfade_s: float = CROSSFADE_S,
     on_chunk: Callable[[int, int], None] | None = None,
 ) -> Iterator[np.ndarray]:
-    """Split request.text into the pipeline's sentence chunks and yield audio in order.
+    """Plan request.text (:func:`plan`: SSML, pauses, normalization), split each piece of speech
+    into the pipeline's sentence chunks and yield audio in order, silence for each pause.
 
     `workers` > 1 runs chunks concurrently: as rows of one batch where the pipeline generates
     rows (``Pipeline.rows()``, see ttscli.batching), else on threads; callers must pass 1 for
     other pipelines that share decoder state (MLX), see `effective_workers`. `on_chunk(done,
-    total)` reports progress.
+    total)` reports progress (counted within each piece of speech).
     """
-    from ttscli.memory import release_memory_if_grown
     from ttscli.models import family_of
-    from ttscli.text import chunk_text
 
     spec = pipeline.spec
+    honours_speed = True
     if spec is not None:
         request = check_request(spec, family_of(spec), request)
+        honours_speed = "speed" in honoured(spec, family_of(spec))
+    for piece in plan(spec, request, honours_speed):
+        if isinstance(piece, Pause):
+            yield np.zeros(int(round(piece.seconds * pipeline.sample_rate)), np.float32)
+            continue
+        said = replace(request, text=piece.text, speed=request.speed * piece.rate, normalize_text=False, ssml=False,
+                       sentence_silence=0.0)
+        yield from _speak(pipeline, said, workers, crossfade_s, on_chunk)
+
+
+def _speak(pipeline, request: Request, workers: int, crossfade_s: float,
+           on_chunk: Callable[[int, int], None] | None) -> Iterator[np.ndarray]:
+    """One piece of plain speech: its sentence chunks through the pipeline, crossfaded."""
+    from ttscli.memory import release_memory_if_grown
+    from ttscli.text import chunk_text
+
     rows = pipeline.rows() if workers > 1 else None
     if rows is not None:  # chunks as rows of one batch: one forward per frame for all of them
         from ttscli.batching import synthesize_rows
@@ -206,23 +280,47 @@ def synthesize_words(
 ) -> Iterator[Chunk]:
     """:func:`synthesize` with word timestamps: the same audio, in :class:`Chunk` s.
 
-    A pipeline with ``word_durations`` gives each piece's words from its duration predictor as
-    the piece is made; any other pipeline's text chunk is made whole, then ``aligner`` (None:
-    :func:`ttscli.words.default_aligner`, faster-whisper) finds its words in its audio. Each
-    chunk's times are shifted by where its audio starts in the output, crossfades included.
-    Chunks run one at a time, or on ``workers`` threads where the pipeline is ``concurrent_safe``.
+    The text is planned as :func:`synthesize` plans it (SSML, pauses, normalization: the words
+    are the ones spoken, "$12.50" as "twelve dollars and fifty cents"); a pause is a chunk of
+    silence with no words. A pipeline with ``word_durations`` gives each piece's words from its
+    duration predictor as the piece is made; any other pipeline's text chunk is made whole, then
+    ``aligner`` (None: :func:`ttscli.words.default_aligner`, faster-whisper) finds its words in its
+    audio. Each chunk's times are shifted by where its audio starts in the output, crossfades and
+    pauses included. Chunks run one at a time, or on ``workers`` threads where the pipeline is
+    ``concurrent_safe``.
     """
-    from ttscli.memory import release_memory_if_grown
     from ttscli.models import family_of
-    from ttscli.text import chunk_text
 
     spec = pipeline.spec
+    honours_speed = True
     if spec is not None:
         request = check_request(spec, family_of(spec), request)
+        honours_speed = "speed" in honoured(spec, family_of(spec))
     if not pipeline.word_durations and aligner is None:
         from ttscli.words import default_aligner
 
         aligner = default_aligner()
+    offset = 0          # samples already yielded, earlier pieces and pauses
+    for piece in plan(spec, request, honours_speed):
+        if isinstance(piece, Pause):
+            silence = np.zeros(int(round(piece.seconds * pipeline.sample_rate)), np.float32)
+            offset += len(silence)
+            yield Chunk(silence)
+            continue
+        said = replace(request, text=piece.text, speed=request.speed * piece.rate, normalize_text=False, ssml=False,
+                       sentence_silence=0.0)
+        start = offset / pipeline.sample_rate   # the piece's words are timed from its own start
+        for chunk in _speak_words(pipeline, said, workers, crossfade_s, on_chunk, aligner):
+            yield Chunk(chunk.audio, [w.shifted(start) for w in chunk.words])
+            offset += len(chunk.audio)
+
+
+def _speak_words(pipeline, request: Request, workers: int, crossfade_s: float,
+                 on_chunk: Callable[[int, int], None] | None, aligner: Aligner | None) -> Iterator[Chunk]:
+    """One piece of plain speech with its words, times from the piece's start."""
+    from ttscli.memory import release_memory_if_grown
+    from ttscli.text import chunk_text
+
     reqs = chunk_requests(request, chunk_text(request.text, pipeline.max_chunk_chars))
 
     def gen(r: Request) -> Iterator[tuple[np.ndarray, list]]:

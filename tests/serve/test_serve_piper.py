@@ -137,10 +137,27 @@ def test_sse_events(server, client):
     ({}, 400, "give it as `input`"),
     ({"input": "x" * 32_769}, 400, "text is 32,769 UTF-8 bytes; the limit is 32,768 bytes"),
     ({"input": "...!!!"}, 400, "nothing the voice can speak"),
+    ({"input": "<speak>Hi <emphasis>there</emphasis></speak>"}, 400, "SSML element <emphasis> is not supported"),
+    ({"input": "<speak>Hi <break time='1 hour'/></speak>"}, 400, "is not a duration"),
+    ({"input": "Hi.", "normalize_text": "no"}, 400, "normalize_text must be true or false"),
+    ({"input": "Hi.", "sentence_silence": 60}, 400, "sentence_silence must be in [0..10]"),
 ])
 def test_bad_input_is_one_line(server, client, body, status, needle):
     r = speech(client, server, **body)
     assert r.status_code == status and needle in error(r), r.text
+
+
+def test_ssml_is_detected_and_spoken(server, client):
+    """Input starting with <speak> is SSML: its break is silence, its tags are not read aloud."""
+    def seconds(text: str) -> float:
+        r = speech(client, server, input=text, response_format="wav", seed=1)
+        assert r.status_code == 200, r.text
+        x, sr = sf.read(io.BytesIO(r.content))
+        return len(x) / sr
+
+    plain = seconds("Hello there. Goodbye now.")
+    ssml = seconds('<speak>Hello there. <break time="1200ms"/>Goodbye now.</speak>')
+    assert abs(ssml - plain - 1.2) < 0.2
 
 
 @pytest.mark.slow

@@ -80,6 +80,10 @@ class Request:
     knobs: dict[str, Any] = field(default_factory=dict)      # family knobs (Knob below), by name
     ignore_eos: bool = False                 # bench at random weights: run max_frames frames, never stop
     timestamps: bool = False                 # the caller wants word timestamps (ttscli.generate.synthesize_words)
+    # what the engine does to the text before chunking (ttscli.generate.plan); a family sees plain words
+    normalize_text: bool = True              # read numbers, dates, money, ... out (ttscli.textnorm)
+    ssml: bool = False                       # the text is SSML (ttscli.ssml); else [pause:S] markers only
+    sentence_silence: float = 0.0            # seconds of silence after each sentence
 
     def for_chunk(self, text: str) -> "Request":
         return replace(self, text=text)

@@ -38,6 +38,7 @@ from ttscli.errors import (
 from ttscli.paths import cache_dir, config_dir
 from ttscli.encode import MAX_RATE, MIN_RATE, make_encoder
 from ttscli.models.base import API_NAMING
+from ttscli.ssml import MAX_PAUSE_S
 from ttscli.serve.formats import DEFAULT_RATE, RESPONSE_FORMATS, check_format, content_type
 from ttscli.serve.observe import note_error
 from ttscli.serve.worker import DONE, ModelWorker, QueueFull, RequestTimeout
@@ -56,7 +57,7 @@ OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "on
 # The request fields with a meaning of their own; any other field names a family knob.
 FIELDS = ("model", "input", "voice", "instructions", "response_format", "speed", "stream_format", "seed",
           "language", "max_frames", "ref_audio", "ref_text", "sample_rate", "stream", "return_timestamps",
-          *KOKORO_FIELDS)
+          "normalize_text", "sentence_silence", *KOKORO_FIELDS)
 # Kokoro-FastAPI's `lang_code` letters and the languages they stand for
 LANG_CODES = {"a": "en-us", "b": "en-gb", "e": "es", "f": "fr-fr", "h": "hi", "i": "it", "j": "ja",
               "p": "pt-br", "z": "zh"}
@@ -841,7 +842,8 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
     """(model id, checked Request, how the reply carries the audio) from the body's fields."""
     from starlette.concurrency import run_in_threadpool
 
-    from ttscli.generate import Request, check_request, honoured
+    from ttscli.generate import Request, check_request, honoured, plain_request
+    from ttscli.ssml import looks_like_ssml
     from ttscli.text import check_text
 
     model_id = resolve_model(cfg, data.get("model"))
@@ -870,6 +872,10 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
     language = _lang_code(spec, data)
     if language is not None and not isinstance(language, str):
         raise UsageError("language must be a string")
+    normalize_text = data.get("normalize_text", True)
+    if not isinstance(normalize_text, bool):
+        raise UsageError(f"normalize_text must be true or false, not {shown(normalize_text)}")
+    sentence_silence = _number(data, "sentence_silence", float, 0.0, MAX_PAUSE_S) or 0.0
     knobs = {k: v for k, v in data.items() if k not in FIELDS}
     ref_text = data.get("ref_text")
     if ref_text is not None:
@@ -886,7 +892,8 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
     reply = Reply(fmt, rate, sse=sse, whole=whole, volume=volume, ignored=tuple(ignored), words=words)
     req = Request(text=text, voice=voice, instruct=instruct,
                   language=language or None, seed=seed, speed=speed if speed is not None else 1.0,
-                  max_frames=max_frames, knobs=knobs)
+                  max_frames=max_frames, knobs=knobs, normalize_text=normalize_text, ssml=looks_like_ssml(text),
+                  sentence_silence=sentence_silence)
     if upload is not None:
         if not spec.can("clone"):
             raise UsageError(f"{spec.id} cannot clone voices; pick a model with clone support (see `ttscli models`)")
@@ -900,8 +907,11 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
     req.stream = "stream" in honoured(spec, family)
     req.timestamps = words
     req = check_request(spec, family, req, API_NAMING)
-    if words and not cfg.workers[model_id].pipeline.word_durations:
+    pipeline = cfg.workers[model_id].pipeline
+    if words and not (pipeline is not None and pipeline.word_durations):
         await run_in_threadpool(cfg.aligner)   # its absence is a 400 now, not an error after the audio
+    if pipeline is not None and pipeline.rows() is not None:
+        plain_request(spec, req)     # rows of one batch hold no pauses: refused here, before any audio
     if req.ref_audio is not None:
         rate = cfg.workers[model_id].pipeline.ref_sample_rate or req.ref_sample_rate
         from ttscli.audio import resample
