@@ -421,6 +421,33 @@ class Pipeline:
         return self.stats
 
 
+def read_golden_npz(path: Path, required: Sequence[str]) -> dict:
+    """A goldens file's arrays by key (never unpickled), each of ``required`` present, else one line."""
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            g = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: not a readable .npz of arrays ({e})") from None
+    missing = [k for k in required if k not in g]
+    if missing:
+        raise UsageError(f"{path}: missing {', '.join(missing)} (format: docs/parity.md)")
+    return g
+
+
+def golden_only(model: str, checkpoint, golden, against, backend) -> None:
+    """Refuse, in one line each, what a parity check against upstream goldens alone on MLX cannot
+    do: ``--against``, no ``--golden``, another backend, no checkpoint to load."""
+    if against is not None or golden is None:
+        raise UsageError(f"{model} parity compares with upstream goldens only: --golden FILE.npz "
+                         "(format: docs/parity.md)")
+    if backend not in (None, "mlx"):
+        raise UsageError(f"{model} runs on mlx only (asked for {backend})")
+    if checkpoint is None:
+        raise UsageError(f"{model} parity needs the checkpoint the goldens came from (--model-dir)")
+
+
 @dataclass
 class Check:
     """One figure of ``parity_checks``: ``value`` against ``threshold`` by ``op``; the command

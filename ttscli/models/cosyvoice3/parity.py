@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ttscli.errors import UsageError
 
 REQUIRED = ("lm_text", "lm_prompt_speech", "lm_hidden", "lm_logp", "lm_greedy", "flow_tokens", "flow_prompt_tokens",
             "flow_prompt_feat", "flow_embedding", "flow_noise", "flow_mel", "flow_mel_stream", "flow_mel_chunk",
@@ -19,14 +18,9 @@ REQUIRED = ("lm_text", "lm_prompt_speech", "lm_hidden", "lm_logp", "lm_greedy", 
 
 
 def read_golden(path: Path) -> dict[str, np.ndarray]:
-    try:
-        g = dict(np.load(path, allow_pickle=False))
-    except (OSError, ValueError) as e:
-        raise UsageError(f"{path}: not a readable .npz of arrays ({e})") from None
-    missing = [k for k in REQUIRED if k not in g]
-    if missing:
-        raise UsageError(f"{path}: missing {', '.join(missing)} (format: docs/parity.md)")
-    return g
+    from ttscli.models.base import read_golden_npz
+
+    return read_golden_npz(path, REQUIRED)
 
 
 def peak_error(ours: np.ndarray, ref: np.ndarray) -> float:
@@ -52,17 +46,11 @@ def parity_checks(spec, checkpoint: Path | None, *, golden: Path | None = None, 
                   frames: int = 20, backend: str | None = None) -> list:
     import mlx.core as mx
 
-    from ttscli.models.base import Check, cosine
+    from ttscli.models.base import Check, golden_only, cosine
     from ttscli.models.cosyvoice3.config import read_args
     from ttscli.models.cosyvoice3.load import load_flow, load_hift, load_llm
 
-    if against is not None or golden is None:
-        raise UsageError("cosyvoice3 parity compares with upstream goldens only: --golden FILE.npz "
-                         "(format: docs/parity.md)")
-    if backend not in (None, "mlx"):
-        raise UsageError(f"cosyvoice3 runs on mlx only (asked for {backend})")
-    if checkpoint is None:
-        raise UsageError("cosyvoice3 parity needs the checkpoint the goldens came from (--model-dir)")
+    golden_only("cosyvoice3", checkpoint, golden, against, backend)
     g = read_golden(golden)
     args = read_args(Path(checkpoint))
     lm, flow, hift = load_llm(checkpoint, args), load_flow(checkpoint, args), load_hift(checkpoint, args)

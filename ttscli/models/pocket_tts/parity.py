@@ -15,20 +15,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ttscli.errors import UsageError
 
 REQUIRED = ("text", "tokens", "prefill_hidden", "noise", "step_hidden", "eos_logits", "audio")
 
 
 def read_golden(path: Path) -> dict[str, np.ndarray]:
-    try:
-        g = dict(np.load(path, allow_pickle=False))
-    except (OSError, ValueError) as e:
-        raise UsageError(f"{path}: not a readable .npz of arrays ({e})") from None
-    missing = [k for k in REQUIRED if k not in g]
-    if missing:
-        raise UsageError(f"{path}: missing {', '.join(missing)} (format: docs/parity.md)")
-    return g
+    from ttscli.models.base import read_golden_npz
+
+    return read_golden_npz(path, REQUIRED)
 
 
 def replay(pipe, g: dict[str, np.ndarray], frames: int | None = None, **request):
@@ -66,17 +60,11 @@ def parity_checks(spec, checkpoint: Path | None, *, golden: Path | None = None, 
                   frames: int = 20, backend: str | None = None) -> list:
     import mlx.core as mx
 
-    from ttscli.models.base import Check, LoadOptions, Request, cosine
+    from ttscli.models.base import Check, golden_only, LoadOptions, Request, cosine
     from ttscli.models.pocket_tts.load import load_pipeline
     from ttscli.models.pocket_tts.prompt import end_on_pause, prepare_text
 
-    if against is not None or golden is None:
-        raise UsageError("pocket-tts parity compares with upstream goldens only: --golden FILE.npz "
-                         "(format: docs/parity.md)")
-    if backend not in (None, "mlx"):
-        raise UsageError(f"pocket-tts runs on mlx only (asked for {backend})")
-    if checkpoint is None:
-        raise UsageError("pocket-tts parity needs the checkpoint the goldens came from (--model-dir)")
+    golden_only("pocket-tts", checkpoint, golden, against, backend)
     g = read_golden(golden)
     pipe = load_pipeline(spec, Path(checkpoint), LoadOptions())
     lm, mimi, dec = pipe.model.flow_lm, pipe.model.mimi, pipe.code_decoder
