@@ -31,15 +31,16 @@ import torch  # noqa: E402
 
 
 class ByteTokenizer:
-    """UTF-8 bytes as tokens (the interface upstream's CJK wrapper calls)."""
+    """UTF-8 bytes as tokens, each spelt as the character of its value (the interface upstream's
+    CJK wrapper calls: string tokens, then their ids)."""
 
     vocab: dict[str, int] = {}
 
-    def tokenize(self, text: str, **kwargs) -> list[int]:
-        return list(text.encode())
+    def tokenize(self, text: str, **kwargs) -> list[str]:
+        return [chr(b) for b in text.encode()]
 
-    def convert_tokens_to_ids(self, tokens: list[int]) -> list[int]:
-        return list(tokens)
+    def convert_tokens_to_ids(self, tokens: list[str]) -> list[int]:
+        return [ord(t) for t in tokens]
 
 
 def build():

@@ -77,3 +77,15 @@ def test_saved_voice_speaks_as_the_clone(pipe, ref, tmp_path):
     (tmp_path / "bad.safetensors").write_bytes(b"not a voice")
     with pytest.raises(UsageError, match="not a readable voice file"):
         run(pipe, voice=str(tmp_path / "bad.safetensors"))
+
+
+def test_bench_peer_refuses_before_running_upstream(monkeypatch):
+    from ttscli.models.voxcpm2 import bench
+
+    monkeypatch.delenv(bench.PEER_PYTHON, raising=False)
+    with pytest.raises(UsageError, match="set TTSCLI_VOXCPM_PYTHON"):
+        bench.bench_peer(None, None, TEXT, 1)
+    monkeypatch.setenv(bench.PEER_PYTHON, "/nonexistent/python")
+    monkeypatch.setenv(bench.PEER_PATCHES, "many")
+    with pytest.raises(UsageError, match="TTSCLI_VOXCPM_PEER_PATCHES must be a whole number"):
+        bench.bench_peer(None, None, TEXT, 1)

@@ -16,7 +16,10 @@ from ttscli.errors import TTSError, UsageError
 PEER_SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_voxcpm2_peer.py"
 PEER_PYTHON = "TTSCLI_VOXCPM_PYTHON"
 PEER_TIMEOUT_S = 3600
-PEER_PATCHES = 50       # as ttscli bench's random-weights run: 50 frames (patches), the stop ignored
+# as ttscli bench's random-weights run: 50 frames (patches), the stop ignored; a run with
+# --max-frames N sets the same N here, since `ttscli bench` hands a peer no frame limit
+PEER_PATCHES = "TTSCLI_VOXCPM_PEER_PATCHES"
+DEFAULT_PEER_PATCHES = 50
 
 
 def bench_components(pipe, req) -> dict[str, float]:
@@ -63,7 +66,8 @@ def bench_components(pipe, req) -> dict[str, float]:
 def bench_peer(spec, checkpoint: Path | None, text: str, repeats: int, threads: int | None = None) -> dict:
     """``ttscli bench voxcpm2 --random-weights --peer voxcpm``: upstream's VoxCPM2Model at the
     released size with random weights, on the same text read as UTF-8 bytes, the same 50
-    patches (its stop disabled), streamed so its first audio is timed as ours;
+    patches (its stop disabled; ``$TTSCLI_VOXCPM_PEER_PATCHES`` to match a --max-frames run),
+    streamed so its first audio is timed as ours;
     ``$TTSCLI_VOXCPM_PYTHON`` names a Python with voxcpm and torch (never a ttscli dependency;
     scripts/reference-venv.sh builds one). Figures are medians over ``repeats`` runs after one
     warm-up."""
@@ -71,7 +75,13 @@ def bench_peer(spec, checkpoint: Path | None, text: str, repeats: int, threads: 
     if not python:
         raise UsageError(f"--peer voxcpm runs upstream's package in another Python: set {PEER_PYTHON} to "
                          "the python of an environment with voxcpm and torch (scripts/reference-venv.sh)")
-    args = {"text": text, "repeats": repeats, "patches": PEER_PATCHES, "threads": threads}
+    try:
+        patches = int(os.environ.get(PEER_PATCHES, DEFAULT_PEER_PATCHES))
+    except ValueError:
+        raise UsageError(f"{PEER_PATCHES} must be a whole number of patches") from None
+    if patches < 1:
+        raise UsageError(f"{PEER_PATCHES} must be at least 1")
+    args = {"text": text, "repeats": repeats, "patches": patches, "threads": threads}
     try:
         p = subprocess.run([python, str(PEER_SCRIPT)], input=json.dumps(args).encode(), capture_output=True,
                            timeout=PEER_TIMEOUT_S, check=False)
