@@ -64,6 +64,8 @@ def test_refusals_are_one_line(pipe, ref):
         run(pipe, ref_audio=ref, ref_sample_rate=16000, knobs={"ref_prefix": False})
     with pytest.raises(UsageError, match="exceed VoxCPM2's 256-position context"):
         run(pipe, ref_audio=np.zeros(16000, np.float32), ref_sample_rate=16000)
+    with pytest.raises(UsageError, match="no preset voice 'ryan': --voice takes a file saved with"):
+        run(pipe, voice="ryan")
     with pytest.raises(GenerationError, match="reached 2 patches without its stop"):
         list(pipe.generate(Request(text=TEXT, seed=3, max_frames=2)))
 

@@ -35,8 +35,9 @@ import numpy as np
 from ttscli.errors import AudioInputError, GenerationError, UsageError
 from ttscli.lm.sample import KeyStream
 from ttscli.models.base import Pipeline, Request
+from ttscli.voicefile import is_voice_file
 
-from .generate import Prompt, patches
+from .generate import Prompt, patches, prefill
 
 AUDIO_START, REF_START, REF_END = 101, 103, 104
 INFERENCE_TIMESTEPS = 10
@@ -103,6 +104,9 @@ class VoxCPM2Pipeline(Pipeline):
         if r.ref_audio is None:
             if r.save_voice:
                 raise UsageError("--save-voice needs reference audio (--ref) to encode")
+            if r.voice and not is_voice_file(r.voice):
+                raise UsageError(f"VoxCPM2 has no preset voice {r.voice!r}: --voice takes a file saved with "
+                                 "`ttscli clone --save-voice`, or describe a voice with --instruct")
             return read_voice(Path(r.voice), self.args) if r.voice else None
         if r.voice:
             raise UsageError("give either a saved voice (--voice) or reference audio (--ref), not both")
@@ -179,18 +183,18 @@ class VoxCPM2Pipeline(Pipeline):
         steps = int(r.knobs.get("inference_timesteps", INFERENCE_TIMESTEPS))
         cfg = float(r.knobs.get("cfg_value", CFG_VALUE))
         keys = KeyStream(r.seed)
+        t = time.perf_counter()
+        pre = prefill(self.model, p)
+        mx.eval(pre.lm_hidden, pre.residual_hidden)
         self.stats.prefill_tokens = p.tokens.shape[1]
-        t0 = time.perf_counter()
-        t = t0
+        self.stats.prefill_s = time.perf_counter() - t
+        t = time.perf_counter()
         stopped = False
         for i, (patch, stop) in enumerate(patches(self.model, p, lambda _: self.noise(keys), steps=steps,
                                                   cfg_value=cfg, min_len=limit if r.ignore_eos else MIN_PATCHES,
-                                                  max_len=limit)):
+                                                  max_len=limit, pre=pre)):
             now = time.perf_counter()
-            if i == 0:
-                self.stats.prefill_s = now - t0
-            else:
-                self.stats.frame_s.append(now - t)
+            self.stats.frame_s.append(now - t)       # one patch: the diffusion head, then both LMs' step
             t = now
             self.stats.frames += 1
             stopped = i > MIN_PATCHES and int(stop[0].argmax()) == 1
