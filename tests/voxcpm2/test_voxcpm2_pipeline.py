@@ -53,6 +53,10 @@ def test_modes_change_the_prompt(pipe, ref):
     design = run(pipe, instruct="a warm low voice")[0]
     clone = run(pipe, ref_audio=ref, ref_sample_rate=16000)[0]
     assert not np.array_equal(plain, design) and not np.array_equal(plain, clone)
+    import soxr
+
+    at_24k = soxr.resample(ref, 16000, 24000).astype(np.float32)     # a library caller's own rate
+    assert run(pipe, ref_audio=at_24k, ref_sample_rate=24000)[0].shape == clone.shape
     text = pipe.request_text(Request(text="Hi\n  there.", instruct=" calm  voice"), None)
     assert text == "(calm voice)Hi there."
 

@@ -111,11 +111,13 @@ class VoxCPM2Pipeline(Pipeline):
         if r.voice:
             raise UsageError("give either a saved voice (--voice) or reference audio (--ref), not both")
         wav = np.asarray(r.ref_audio, np.float32).reshape(-1)
-        if r.ref_sample_rate != self.ref_sample_rate:
-            raise AudioInputError(f"VoxCPM2 encodes references at {self.ref_sample_rate} Hz, got "
-                                  f"{r.ref_sample_rate} Hz")
+        if r.ref_sample_rate and r.ref_sample_rate != self.ref_sample_rate:
+            import soxr
+
+            wav = soxr.resample(wav, r.ref_sample_rate, self.ref_sample_rate).astype(np.float32)
         if wav.size < self.args.vae.hop:
-            raise AudioInputError("the reference audio is shorter than one AudioVAE frame (40 ms)")
+            ms = 1000 * self.args.vae.hop / self.ref_sample_rate
+            raise AudioInputError(f"the reference audio is shorter than one AudioVAE frame ({ms:g} ms)")
         prefix = bool(r.knobs.get("ref_prefix", True))
         if not prefix and not r.ref_text:
             raise UsageError("--no-ref-prefix leaves a continuation prompt only: give --ref-text too")
@@ -209,10 +211,8 @@ class VoxCPM2Pipeline(Pipeline):
         t_start = time.perf_counter()
         voice = self.voice_prompt(r)
         stream = DecodeStream(self.model.audio_vae)
-        context = 0
         if voice is not None and voice.prompt is not None:
             ctx = voice.prompt[-STREAM_CONTEXT:]
-            context = ctx.shape[0]
             mx.eval(stream.push(mx.array(ctx.reshape(1, -1, self.args.feat_dim))))
         first = r.first_chunk_frames or 1
         pending: list[mx.array] = []
@@ -235,7 +235,6 @@ class VoxCPM2Pipeline(Pipeline):
                 if self.stats.first_audio_s is None:
                     self.stats.first_audio_s = time.perf_counter() - t_start
                 yield audio
-        self.stats.extra["context_patches"] = context
         if pending:
             audio = decode()
             if self.stats.first_audio_s is None:
