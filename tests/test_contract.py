@@ -71,6 +71,12 @@ CASES = {
                                    model_dir=FIX / "pocket_tts" / "tiny", bench_max_frames=4,
                                    golden=FIX / "pocket_tts" / "goldens.npz",
                                    parity_model_dir=FIX / "pocket_tts" / "tiny"),
+    # the tiny checkpoint in the published layout; parity on the voxcpm 2.0.3 goldens (every
+    # prompt mode with recorded diffusion noise, stop decisions, waveform, streamed chunks)
+    "voxcpm2": lambda tmp: Case("voxcpm2", Request(text="Hello there. A second sentence.", seed=0, max_frames=6,
+                                                   ignore_eos=True),
+                                model_dir=FIX / "voxcpm2" / "tiny", bench_max_frames=4,
+                                golden=FIX / "voxcpm2" / "goldens.npz", parity_model_dir=FIX / "voxcpm2" / "tiny"),
 }
 
 

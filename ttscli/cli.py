@@ -401,6 +401,8 @@ def clone(
         None, "--ref-text", help="Transcript of the reference (in-context cloning)."),
     save_voice: Optional[Path] = typer.Option(
         None, "--save-voice", help="Store the voice prompt in a .safetensors file."),
+    instruct: Optional[str] = typer.Option(
+        None, "--instruct", help="Style to speak the cloned voice in (models that take one, e.g. voxcpm2)."),
     file: Optional[Path] = typer.Option(None, "-f", "--file", help="Read the text from a UTF-8 file."),
     model: Optional[str] = Model,
     model_dir: Optional[Path] = ModelDir,
@@ -432,8 +434,8 @@ def clone(
     from dataclasses import replace
 
     from ttscli.audio import check_output, read_reference, resample
-    from ttscli.generate import Request, check_request
-    from ttscli.text import check_text
+    from ttscli.generate import Request, check_request, needs_ref_text
+    from ttscli.text import MAX_TEXT_BYTES, check_text
 
     body = read_text(text, file)
     check_output(default_output(output, play), fmt, sample_rate)
@@ -441,10 +443,10 @@ def clone(
     if ref is None:
         raise UsageError("clone needs --ref FILE (a recording of the voice)")
     knobs = knobs or {}
-    if ref_text is None and not knobs.get("x_vector_only"):
-        raise UsageError("give --ref-text (the reference transcript) for in-context cloning, or --x-vector-only")
     if ref_text is not None:
         ref_text = check_text(ref_text, "--ref-text")
+    if instruct is not None:
+        instruct = check_text(instruct, "--instruct", MAX_TEXT_BYTES)
     if save_voice is not None and save_voice.suffix != ".safetensors":
         raise UsageError("--save-voice must name a .safetensors file")
     if model is None:
@@ -452,9 +454,11 @@ def clone(
     reg, spec, family = resolve_model(model, registry, model_dir)
     if not spec.can("clone"):
         raise UsageError(f"{spec.id} cannot clone voices; pick a model with clone support (see `ttscli models`)")
+    if ref_text is None and needs_ref_text(family, knobs):
+        raise UsageError("give --ref-text (the reference transcript) for in-context cloning, or --x-vector-only")
     mono, sr = read_reference(ref, max_seconds=float(spec.defaults.get("max_ref_seconds", 30.0)))
     request = check_request(spec, family, Request(
-        text=body, ref_audio=mono, ref_sample_rate=sr, ref_text=ref_text,
+        text=body, ref_audio=mono, ref_sample_rate=sr, ref_text=ref_text, instruct=instruct,
         save_voice=save_voice, language=language, seed=seed, max_frames=max_frames, stream=stream,
         first_chunk_frames=first_chunk_frames, chunk_frames=chunk_frames,
         knobs=knobs, ssml=ssml, normalize_text=normalize_text, sentence_silence=sentence_silence,

@@ -55,6 +55,12 @@ def honoured(spec, family) -> list[str]:
     return sorted(out)
 
 
+def needs_ref_text(family, knobs: dict) -> bool:
+    """Whether a clone of this family must come with the reference's transcript: unless the
+    family clones from audio alone, or the request asks for an x-vector-only clone."""
+    return not family.ref_text_optional and not knobs.get("x_vector_only")
+
+
 def check_request(spec, family, request: Request, naming: Naming = CLI_NAMING) -> Request:
     """Refuse what this model cannot honour, and a request without a field the model's registry
     entry ``requires`` (one line naming the model and what it takes, spelt as ``naming`` says:

@@ -14,7 +14,9 @@ files upstream's ``VoxCPM2Model.from_local`` reads:
     tokenizer.json, tokenizer_config.json   a small BPE (Metaspace) ``tokenizers`` model loaded
                              as LlamaTokenizerFast, as the released MiniCPM tokenizer is
 
-and tests/fixtures/voxcpm2/goldens.npz (keys at the end).  The model is upstream's own classes
+and tests/fixtures/voxcpm2/goldens.npz (keys at the end; ``text`` and ``prompt_text`` are the
+modes' target text and continuation transcript: the ``ttscli parity voxcpm2 --golden`` format).
+The model is upstream's own classes
 at small widths keeping every structural feature of the released config: GQA with kv_channels
 different from hidden/heads (as the 1024-wide local encoder and DiT with 128-wide heads), a
 no-RoPE residual LM, LongRoPE (here with max_position_embeddings above the original so the long
@@ -45,6 +47,7 @@ TINY = OUT / "tiny"
 CORPUS = ("Hello world. The quick brown fox jumps over the lazy dog. Speak softly and clearly. "
           "你好世界 今天 很好。 A warm young voice, calm and slow.")
 TEXTS = ("Hello world.", "你好世界 今天很好。")
+PROMPT_TEXT = "Speak softly. "     # the continuation prompt's transcript
 KV = 16
 STEPS = 10            # upstream's default inference_timesteps
 CFG = 2.0             # upstream's default cfg_value
@@ -210,7 +213,7 @@ def main() -> None:
     # reload as the published layout is read, so the goldens come from the files themselves
     model = VoxCPM2Model.from_local(str(TINY), optimize=False, device="cpu").float().eval()
 
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, np.ndarray] = {"text": np.array(TEXTS[0]), "prompt_text": np.array(PROMPT_TEXT)}
     for i, text in enumerate(TEXTS):
         out[f"ids_{i}"] = np.array(model.text_tokenizer(text), np.int64)
 
@@ -224,8 +227,8 @@ def main() -> None:
         out["ref_feat"], out["prompt_feat"] = ref_feat.numpy(), prompt_feat.numpy()
 
         modes = {"plain": dict(), "clone": dict(ref_feat=ref_feat),
-                 "continuation": dict(prompt_text="Speak softly. ", prompt_feat=prompt_feat),
-                 "clone_continuation": dict(ref_feat=ref_feat, prompt_text="Speak softly. ", prompt_feat=prompt_feat)}
+                 "continuation": dict(prompt_text=PROMPT_TEXT, prompt_feat=prompt_feat),
+                 "clone_continuation": dict(ref_feat=ref_feat, prompt_text=PROMPT_TEXT, prompt_feat=prompt_feat)}
         for mode, kw in modes.items():
             tt, tm, ff, fm = prompt(model, TEXTS[0], **kw)
             out[f"{mode}_tokens"], out[f"{mode}_text_mask"] = tt.numpy(), tm.numpy()

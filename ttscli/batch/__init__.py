@@ -86,7 +86,7 @@ def _path_field(value: str, job: BatchJob) -> Path:
 def build_request(pipe, row: Row, job: BatchJob):
     """The row as a checked library Request (the CLI's checks and messages)."""
     from ttscli.audio import read_reference, resample
-    from ttscli.generate import Request, check_request
+    from ttscli.generate import Request, check_request, needs_ref_text
     from ttscli.models import family_of
     from ttscli.text import check_text
 
@@ -103,7 +103,7 @@ def build_request(pipe, row: Row, job: BatchJob):
         if not spec.can("clone"):
             raise UsageError(f"{spec.id} cannot clone voices; pick a model with clone support (see `ttscli models`)")
         knobs = family.check_knobs(row.knobs, spec.id)
-        if row.ref_text is None and not knobs.get("x_vector_only"):
+        if row.ref_text is None and needs_ref_text(family, knobs):
             raise UsageError("give ref_text (the reference transcript) for in-context cloning, or x_vector_only")
         mono, sr = read_reference(_path_field(row.ref_audio, job),
                                   max_seconds=float(spec.defaults.get("max_ref_seconds", 30.0)))

@@ -327,6 +327,10 @@ class Family:
     # --stream: frames in the first chunk when the request leaves it open; a decoder that needs
     # lookahead before any audio is final asks for more than a causal codec's 3
     first_chunk_frames: int = 3
+    # clone: True when reference audio alone is a complete voice prompt and a transcript
+    # (--ref-text) only changes the mode; False: the engine asks for --ref-text (or the family's
+    # x_vector_only knob) before anything loads
+    ref_text_optional: bool = False
     # --stream, in words, when the first audio does not wait for frames: what it waits for instead
     # (`ttscli models MODEL` shows it); empty: frames, for a family that honours stream, else the
     # first sentence chunk (a pipeline yields at least once a chunk)

@@ -842,7 +842,7 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
     """(model id, checked Request, how the reply carries the audio) from the body's fields."""
     from starlette.concurrency import run_in_threadpool
 
-    from ttscli.generate import Request, check_request, honoured, plain_request
+    from ttscli.generate import Request, check_request, honoured, needs_ref_text, plain_request
     from ttscli.ssml import looks_like_ssml
     from ttscli.text import check_text
 
@@ -897,7 +897,7 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
     if upload is not None:
         if not spec.can("clone"):
             raise UsageError(f"{spec.id} cannot clone voices; pick a model with clone support (see `ttscli models`)")
-        if ref_text is None and not family.check_knobs(knobs, spec.id, API_NAMING).get("x_vector_only"):
+        if ref_text is None and needs_ref_text(family, family.check_knobs(knobs, spec.id, API_NAMING)):
             raise UsageError("give ref_text (the reference transcript) for in-context cloning, "
                              "or x_vector_only: true")
         mono, sr = await run_in_threadpool(_reference, upload, float(spec.defaults.get("max_ref_seconds", 30.0)))

@@ -43,12 +43,13 @@ def prefill(model: VoxCPM2, p: Prompt) -> Prefill:
 
 
 def patches(model: VoxCPM2, p: Prompt, noise: Callable[[int], mx.array], *, steps: int, cfg_value: float,
-            min_len: int = 2, max_len: int = 2000) -> Iterator[tuple[mx.array, mx.array]]:
+            min_len: int = 2, max_len: int = 2000, pre: Prefill | None = None) -> Iterator[tuple[mx.array, mx.array]]:
     """Yields (patch ``[1, P, D]``, stop logits ``[1, 2]``) per patch; the patch on which the
     stop head says stop (past ``min_len``) is the last.  ``noise(i)`` is patch i's starting
     noise ``[1, P, D]``.  Runs to ``max_len`` patches at most: the caller decides whether
-    reaching it is an error."""
-    pre = prefill(model, p)
+    reaching it is an error.  ``pre``: the prompt's prefill when the caller ran it (to time it
+    apart); its caches are advanced in place."""
+    pre = pre or prefill(model, p)
     base_cache, res_cache = pre.caches
     lm_hidden, res_hidden = pre.lm_hidden, pre.residual_hidden
     cond = p.feats[:, -1]

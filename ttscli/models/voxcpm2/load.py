@@ -1,9 +1,11 @@
-"""The published layout (openbmb/VoxCPM2) -> the model: config.json, model.safetensors (or
-pytorch_model.bin) and audiovae.safetensors (or audiovae.pth), read strictly."""
+"""The published layout (openbmb/VoxCPM2) -> the pipeline: config.json, model.safetensors (or
+pytorch_model.bin), audiovae.safetensors (or audiovae.pth) and tokenizer.json, read strictly;
+or the released dimensions with random weights (``--random-weights``)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
@@ -11,7 +13,8 @@ from mlx.utils import tree_flatten
 
 from ttscli.checkpoint import load_strict, read_safetensors, shapes
 from ttscli.codecs.audiovae import fold_weight_norm
-from ttscli.errors import CheckpointError
+from ttscli.errors import BackendUnavailableError, CheckpointError, UsageError
+from ttscli.models.base import LoadOptions
 from ttscli.models.voxcpm2.config import ModelArgs
 from ttscli.models.voxcpm2.model import VoxCPM2
 
@@ -62,7 +65,7 @@ def load_model(folder: Path, dtype=None) -> VoxCPM2:
     vae.pop("decoder.sr_bin_boundaries", None)
     vae_params = {k[len("audio_vae."):]: v for k, v in params.items() if k.startswith("audio_vae.")}
     load_strict(model.audio_vae, vae, source=str(vae_file), expected=_vae_expected(vae_params),
-                sanitize=fold_weight_norm)
+                sanitize=fold_weight_norm, dtype="float32")      # upstream decodes in float32
     lm_params = {k: v for k, v in params.items() if not k.startswith("audio_vae.")}
     core = {k: v for k, v in weights.items()}
     load_strict(_Core(model), core, source=str(main), expected=lm_params, dtype=dtype)
@@ -80,3 +83,57 @@ class _Core:
 
     def parameters(self):
         return self.model.parameters()
+
+
+# openbmb/VoxCPM2's config.json at the sizes docs/models/voxcpm2.md lists: what --random-weights
+# builds (and benchmarks/bench_voxcpm2_peer.py builds upstream's model from).  The LongRoPE
+# factors only matter past the original context (not the case: both 32768), so unit factors
+# stand in for the published ones.
+RELEASE_CONFIG = Path(__file__).with_name("release_config.json")
+
+
+def default_dtype() -> str:
+    """The LM, encoder and DiT's dtype when none is asked: upstream's bfloat16 on a GPU, float32
+    on a CPU, where MLX's bfloat16 matrix products run about 3x slower than float32's (the
+    AudioVAE is float32 everywhere, as upstream runs it)."""
+    return "bfloat16" if mx.default_device() == mx.gpu else "float32"
+
+
+def random_model(dtype: str | None = None) -> VoxCPM2:
+    """The released dimensions with random weights (:func:`ttscli.nn.init.random_weights`); the
+    AudioVAE stays float32 as upstream runs it."""
+    from ttscli.nn.init import random_weights
+
+    def rule(name: str, w: mx.array, normal: mx.array) -> mx.array:
+        # snake alphas of 1 and unit rate scales keep the decoder's signal at its input's size
+        if name.endswith(("alpha", "scale_embed.weight")):
+            return mx.ones(w.shape)
+        return w
+
+    model = VoxCPM2(ModelArgs.read(json.loads(RELEASE_CONFIG.read_text()), source=str(RELEASE_CONFIG)))
+    return random_weights(model, dtype=dtype or default_dtype(), rule=rule,
+                          keep_float32=lambda name: name.startswith("audio_vae."))
+
+
+def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
+    from ttscli.text import ByteTokenizer
+
+    from .pipeline import VoxCPM2Pipeline
+    from .tokenizer import load_tokenizer
+
+    for component, name in options.backends.items():
+        if name != "mlx":
+            raise BackendUnavailableError(f"{spec.id} {component}: backend {name!r} is not available (mlx only)")
+    if options.prefill_mode == "sequential":
+        raise UsageError(f"{spec.id}: --prefill-mode sequential is not offered (one prefill of the prompt)")
+    if options.random_weights:
+        model = random_model(options.dtype)
+        tokenizer = ByteTokenizer({}, byte_offset=0)
+    else:
+        model = load_model(Path(checkpoint), dtype=options.dtype or default_dtype())
+        tokenizer = load_tokenizer(Path(checkpoint))
+        vocab = model.args.lm_config["vocab_size"]
+        if tokenizer.vocab_size > vocab:
+            raise CheckpointError(f"{checkpoint}/tokenizer.json has {tokenizer.vocab_size} tokens, more than the "
+                                  f"LM's vocabulary of {vocab} (config.json lm_config.vocab_size)")
+    return VoxCPM2Pipeline(spec, model, tokenizer)

@@ -1,0 +1,33 @@
+"""The voxcpm2 family's declaration (light: heavy imports happen inside the hooks)."""
+from __future__ import annotations
+
+from ttscli.models.base import Component, Family, Knob, hook
+
+FAMILY = Family(
+    name="voxcpm2",
+    load=hook("ttscli.models.voxcpm2.load:load_pipeline"),
+    knobs=(
+        # upstream's defaults and its CLI's ranges (voxcpm/cli.py validate_ranges)
+        Knob("inference_timesteps", int, "Diffusion (Euler) steps per latent patch; fewer is faster, coarser.",
+             default=10, min=1, max=100),
+        Knob("cfg_value", float, "Classifier-free guidance of each patch on the text and voice (upstream "
+             "recommends 1.0-3.0).", default=2.0, min=0.1, max=10.0),
+        Knob("ref_prefix", bool, "With --ref-text, also put the recording in front as the isolated reference "
+             "(upstream's ultimate cloning); off: continuation from the recording only.", default=True,
+             commands=("clone",)),
+    ),
+    bench_components=hook("ttscli.models.voxcpm2.bench:bench_components"),
+    bench_rows=(("lm_step_ms", "LM + residual LM step, median (ms)", "{:.2f}"),
+                ("dit_patch_ms", "diffusion head per patch, median (ms)", "{:.2f}"),
+                ("vae_patch_ms", "AudioVAE decode per patch, median (ms)", "{:.2f}")),
+    peers={"voxcpm": hook("ttscli.models.voxcpm2.bench:bench_peer")},
+    parity_checks=hook("ttscli.models.voxcpm2.parity:parity_checks"),
+    honours=frozenset({"voice", "instruct", "ref_audio", "save_voice", "max_frames", "stream"}),
+    # the AudioVAE decoder is causal and streams exactly from one patch (160 ms): upstream yields each
+    ref_text_optional=True,
+    first_chunk_frames=1,
+    components=(
+        Component("lm", ("mlx",)),
+        Component("speech_decoder", ("mlx",)),
+    ),
+)
