@@ -1,0 +1,163 @@
+"""Streaming text input: text deltas in (an LLM's tokens), audio out while later text still arrives.
+
+:class:`SentenceBuffer` turns deltas into the sentences :func:`ttscli.text.split_sentences` would
+find in the whole text, each as soon as it is certain to be complete; :func:`synthesize_stream`
+speaks each one through the engine (:func:`ttscli.generate.synthesize`: pauses, normalization,
+chunks) and joins them with the same crossfade the engine puts between text chunks, so the audio
+is continuous across the joins.
+
+    import ttscli
+    pipe = ttscli.load("piper-joe")
+    for audio in ttscli.synthesize_stream(pipe, llm_tokens(), ttscli.Request("")):
+        ...  # float32 mono at pipe.sample_rate, the first sentence's while the LLM writes the next
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+
+import numpy as np
+
+from ttscli.dsp import CROSSFADE_S, Crossfade
+from ttscli.errors import InputTooLongError, UsageError
+from ttscli.generate import Chunk, Request, synthesize, synthesize_words
+from ttscli.text import MAX_TEXT_BYTES, check_text, split_sentences
+
+if TYPE_CHECKING:
+    from ttscli.words import Aligner
+
+# clause punctuation followed by whitespace and more text: where a first clause may end
+_CLAUSE_END = re.compile(r"[,;:，；：、]\s+(?=\S)")
+
+
+@dataclass(frozen=True)
+class StreamLimits:
+    """Bounds on streamed text. ``max_sentence_bytes``: text not yet ending a sentence (a stream
+    that never ends one must not fill memory); ``max_total_bytes``: the whole stream.
+    ``first_clause_chars``: before any audio, a clause at least this long is spoken on its own,
+    which brings the first audio forward by the rest of a long first sentence while keeping
+    short clauses, which sound clipped alone, with their sentence."""
+
+    max_sentence_bytes: int = MAX_TEXT_BYTES
+    max_total_bytes: int = 1 << 20
+    first_clause_chars: int = 30
+
+
+class SentenceBuffer:
+    """Text deltas in, complete sentences out, in order.
+
+    A sentence is complete once non-space text follows its end: whether "3." ends a sentence
+    depends on the next character ("3.14"), and whether '"Really?"' does on the next word
+    ('she asked'), so deciding earlier could split where the whole text would not. Waiting for
+    that lookahead costs one token; in exchange the sentences are exactly the ones
+    :func:`ttscli.text.split_sentences` finds in the whole text (a first long clause aside,
+    :class:`StreamLimits`)."""
+
+    def __init__(self, limits: StreamLimits = StreamLimits()):
+        self.limits = limits
+        self.pending = ""
+        self.total = 0
+        self.emitted = False
+
+    def push(self, delta: str) -> list[str]:
+        """Add a delta; return the sentences it completed."""
+        self.total += len(delta.encode("utf-8", errors="surrogatepass"))
+        if self.total > self.limits.max_total_bytes:
+            raise InputTooLongError(f"the streamed text is over {self.limits.max_total_bytes:,} UTF-8 bytes, "
+                                    "the limit for one stream")
+        self.pending += delta
+        out = self._complete()
+        size = len(self.pending.encode("utf-8", errors="surrogatepass"))
+        if size > self.limits.max_sentence_bytes:
+            raise InputTooLongError(f"the streamed text has {size:,} UTF-8 bytes without a sentence end; "
+                                    f"the limit is {self.limits.max_sentence_bytes:,} bytes")
+        return out
+
+    def flush(self) -> list[str]:
+        """The end of the text (or a flush): what is pending, complete or not."""
+        rest, self.pending = self.pending.strip(), ""
+        self.emitted = self.emitted or bool(rest)
+        return [rest] if rest else []
+
+    def _complete(self) -> list[str]:
+        sentences = split_sentences(self.pending)
+        if not sentences:
+            return []
+        done, last = sentences[:-1], sentences[-1]
+        self.pending = self.pending[self.pending.rfind(last):]
+        if not done and not self.emitted:
+            done = self._first_clause()
+        self.emitted = self.emitted or bool(done)
+        return done
+
+    def _first_clause(self) -> list[str]:
+        for m in _CLAUSE_END.finditer(self.pending):
+            clause = self.pending[:m.end()].strip()
+            if len(clause) >= self.limits.first_clause_chars:
+                self.pending = self.pending[m.end():]
+                return [clause]
+        return []
+
+
+def sentences(texts: Iterable[str], limits: StreamLimits = StreamLimits()) -> Iterator[str]:
+    """The complete sentences of a stream of deltas (:class:`SentenceBuffer`), the rest at its end."""
+    buffer = SentenceBuffer(limits)
+    for delta in texts:
+        yield from buffer.push(delta)
+    yield from buffer.flush()
+
+
+def synthesize_stream(pipeline, texts: Iterable[str], request: Request, crossfade_s: float = CROSSFADE_S,
+                      limits: StreamLimits = StreamLimits()) -> Iterator[np.ndarray]:
+    """Speak text that arrives in deltas: each sentence as soon as it is complete, float32 mono.
+
+    ``request`` gives everything but the text (its ``text`` is not read); each sentence is
+    spoken as :func:`ttscli.generate.synthesize` speaks a request of that text, and sentences
+    are joined with the crossfade the engine puts between text chunks. ``texts`` is read only
+    between sentences: a caller whose text must keep arriving meanwhile (a socket) buffers it."""
+    for chunk in _stream(pipeline, texts, request, crossfade_s, limits, _speak_audio):
+        if len(chunk.audio):
+            yield chunk.audio
+
+
+def synthesize_stream_words(pipeline, texts: Iterable[str], request: Request, crossfade_s: float = CROSSFADE_S,
+                            limits: StreamLimits = StreamLimits(), aligner: Aligner | None = None) -> Iterator[Chunk]:
+    """:func:`synthesize_stream` with word timestamps (:func:`ttscli.generate.synthesize_words`):
+    the same audio in :class:`~ttscli.generate.Chunk` s, words timed from the start of the stream."""
+    def speak(pipe, said: Request, fade: float) -> Iterator[Chunk]:
+        return synthesize_words(pipe, said, crossfade_s=fade, aligner=aligner)
+
+    yield from _stream(pipeline, texts, request, crossfade_s, limits, speak)
+
+
+def _speak_audio(pipeline, said: Request, crossfade_s: float) -> Iterator[Chunk]:
+    for audio in synthesize(pipeline, said, crossfade_s=crossfade_s):
+        yield Chunk(audio)
+
+
+def _stream(pipeline, texts: Iterable[str], request: Request, crossfade_s: float, limits: StreamLimits,
+            speak: Callable[..., Iterator[Chunk]]) -> Iterator[Chunk]:
+    """Each sentence through ``speak``, joined: a sentence's audio starts where the previous
+    one's held tail does (they blend), and its words move there with it."""
+    if request.ssml:
+        raise UsageError("streamed text cannot be SSML (a tag may span sentences); use [pause:S] markers")
+    join = Crossfade(int(round(crossfade_s * pipeline.sample_rate)))
+    emitted, spoken = 0, False
+    for i, sentence in enumerate(sentences(texts, limits)):
+        said = replace(request, text=check_text(sentence, "a streamed sentence", limits.max_sentence_bytes))
+        start = emitted / pipeline.sample_rate
+        for chunk in speak(pipeline, said, crossfade_s):
+            out = join.push(i, chunk.audio)
+            emitted += sum(len(x) for x in out)
+            yield Chunk(_joined(out), [w.shifted(start) for w in chunk.words])
+        spoken = True
+    if not spoken:
+        raise UsageError("the streamed text is empty; give some words to speak")
+    tail = join.finish()
+    if tail:
+        yield Chunk(_joined(tail))
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, np.float32)
