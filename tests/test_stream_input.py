@@ -41,6 +41,7 @@ def test_sentences_are_the_whole_texts_and_each_waits_for_its_lookahead():
     assert buf.push("14 now.") == []
     assert buf.push(" Next") == ["It costs 3.14 now."]
     assert buf.flush() == ["Next"]
+    assert buf.push("A line that ends.\n") == ["A line that ends."]     # a line end is lookahead enough
 
 
 def test_a_long_first_clause_is_spoken_alone_and_later_ones_wait():
@@ -89,6 +90,25 @@ def test_first_audio_comes_before_the_text_ends_and_matches_sentence_by_sentence
     assert np.array_equal(np.concatenate(audio), np.concatenate(list(expected)))
 
 
+def test_read_deltas_keeps_a_split_character_and_names_a_bad_byte():
+    import os
+
+    from ttscli.errors import UsageError
+    from ttscli.stream_input import read_deltas
+
+    r, w = os.pipe()
+    os.write(w, b"caf\xc3")
+    deltas = read_deltas(r)
+    assert next(deltas) == "caf"
+    os.write(w, b"\xa9 ok ")
+    assert next(deltas) == "é ok "
+    os.write(w, b"\xff")
+    os.close(w)
+    with pytest.raises(UsageError, match=r"not valid UTF-8 \(byte 9\)"):
+        next(deltas)
+    os.close(r)
+
+
 def test_ssml_and_empty_streams_are_refused():
     from ttscli.errors import UsageError
     from ttscli.stream_input import synthesize_stream
@@ -97,3 +117,57 @@ def test_ssml_and_empty_streams_are_refused():
         list(synthesize_stream(FakePipeline(), iter(["<speak>Hi.</speak>"]), Request("", ssml=True)))
     with pytest.raises(UsageError, match="empty"):
         list(synthesize_stream(FakePipeline(), iter(["  ", "\n"]), Request("")))
+
+
+def test_stream_words_are_the_words_spoken_timed_from_the_stream_start():
+    from ttscli import api
+    from ttscli.generate import synthesize_words
+    from ttscli.stream_input import synthesize_stream_words
+    from ttscli.words import input_words
+
+    pipe = api.load("piper-joe")
+    first, second = "Hello there, my friend.", "It costs 12 dollars."
+    chunks = list(synthesize_stream_words(pipe, word_deltas(f"{first} {second}"), Request("", seed=1)))
+    words = [w for c in chunks for w in c.words]
+    assert [w.word for w in words] == input_words(first) + ["It", "costs", "twelve", "dollars."]
+    alone = [c for c in synthesize_words(pipe, Request(first, seed=1))]
+    first_len = sum(len(c.audio) for c in alone) / pipe.sample_rate
+    later = [w for w in words if w.word == "It"][0]
+    # the second sentence starts where the first one's crossfaded tail does
+    second_alone = [w for c in synthesize_words(pipe, Request(second, seed=1)) for w in c.words][0]
+    assert later.start == pytest.approx(first_len - 0.02 + second_alone.start, abs=1e-6)
+
+
+def test_cli_speaks_the_first_sentence_while_stdin_is_still_open(tmp_path):
+    import subprocess
+    import threading
+
+    from clitools import ttscli_exe
+
+    proc = subprocess.Popen(ttscli_exe() + ["speak", "--stream-input", "-", "-o", "-"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    out = bytearray()
+    audio_arrived = threading.Event()
+
+    def read():
+        for block in iter(lambda: proc.stdout.read1(65536), b""):
+            out.extend(block)
+            if len(out) > 44:
+                audio_arrived.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        proc.stdin.write(b"Hello there, this is the first sentence.\n")
+        proc.stdin.flush()
+        assert audio_arrived.wait(timeout=120), "no audio while stdin was still open"
+        assert proc.poll() is None
+        first = len(out)
+        proc.stdin.write(b"And here is the second one, which comes later.\n")
+        proc.stdin.close()
+        proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    reader.join(timeout=10)
+    assert proc.returncode == 0, proc.stderr.read()
+    assert out[:4] == b"RIFF" and len(out) > 2 * first

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 # clause punctuation followed by whitespace and more text: where a first clause may end
 _CLAUSE_END = re.compile(r"[,;:，；：、]\s+(?=\S)")
+_NEXT_LINE = "A"          # stands in for the next line's first word when testing a line end
 
 
 @dataclass(frozen=True)
@@ -47,12 +48,12 @@ class StreamLimits:
 class SentenceBuffer:
     """Text deltas in, complete sentences out, in order.
 
-    A sentence is complete once non-space text follows its end: whether "3." ends a sentence
-    depends on the next character ("3.14"), and whether '"Really?"' does on the next word
-    ('she asked'), so deciding earlier could split where the whole text would not. Waiting for
-    that lookahead costs one token; in exchange the sentences are exactly the ones
-    :func:`ttscli.text.split_sentences` finds in the whole text (a first long clause aside,
-    :class:`StreamLimits`)."""
+    A sentence is complete once non-space text or a line end follows its end: whether "3." ends
+    a sentence depends on the next character ("3.14"), and whether '"Really?"' does on the next
+    word ('she asked'), so deciding earlier could split where the whole text would not. Waiting
+    for that lookahead costs one token; in exchange the sentences are the ones
+    :func:`ttscli.text.split_sentences` finds in the whole text (a long first clause aside,
+    :class:`StreamLimits`, and a line that ends after '"Really?"')."""
 
     def __init__(self, limits: StreamLimits = StreamLimits()):
         self.limits = limits
@@ -81,11 +82,16 @@ class SentenceBuffer:
         return [rest] if rest else []
 
     def _complete(self) -> list[str]:
-        sentences = split_sentences(self.pending)
+        line_end = self.pending.rstrip(" \t").endswith("\n")
+        # a line end after a sentence end completes it, whatever the next line starts with: a
+        # writer that ends lines (echo, a chat UI) has said that sentence in full
+        sentences = split_sentences(self.pending + _NEXT_LINE if line_end else self.pending)
         if not sentences:
             return []
         done, last = sentences[:-1], sentences[-1]
-        self.pending = self.pending[self.pending.rfind(last):]
+        if line_end:
+            last = last.removesuffix(_NEXT_LINE).rstrip()
+        self.pending = self.pending[self.pending.rfind(last):] if last else ""
         if not done and not self.emitted:
             done = self._first_clause()
         self.emitted = self.emitted or bool(done)
@@ -161,3 +167,46 @@ def _stream(pipeline, texts: Iterable[str], request: Request, crossfade_s: float
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+
+def read_deltas(fd: int, what: str = "the streamed text", read_size: int = 65_536) -> Iterator[str]:
+    """Text from a file descriptor as it arrives (a pipe gives what its writer wrote so far):
+    each read's bytes decoded as UTF-8, a character split across reads kept for the next."""
+    import codecs
+    import os
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    total = 0
+    while True:
+        data = os.read(fd, read_size)
+        held = len(decoder.getstate()[0])          # bytes of a character the last read split
+        try:
+            text = decoder.decode(data, final=not data)
+        except UnicodeDecodeError as e:
+            raise UsageError(f"{what} is not valid UTF-8 (byte {total - held + e.start}); "
+                             "convert it to UTF-8 first") from None
+        total += len(data)
+        if text:
+            yield text
+        if not data:
+            return
+
+
+def render_stream(pipeline, texts: Iterable[str], request: Request, sink,
+                  save: Callable[[list], None] | None = None) -> int:
+    """:func:`synthesize_stream` into a Sink, committed only when everything succeeded
+    (:func:`ttscli.generate.write_all`); with ``save``, the words too (``save(words)`` runs before
+    the audio commits). Returns samples written."""
+    from ttscli.generate import write_all
+
+    if save is None:
+        return write_all(synthesize_stream(pipeline, texts, request), sink)
+    words: list = []
+
+    def audio() -> Iterator[np.ndarray]:
+        for chunk in synthesize_stream_words(pipeline, texts, request):
+            words.extend(chunk.words)
+            if len(chunk.audio):
+                yield chunk.audio
+
+    return write_all(audio(), sink, before_close=lambda: save(words))
