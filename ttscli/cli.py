@@ -904,6 +904,9 @@ def batch(
     backend: Optional[List[str]] = BackendChoice,
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
     dtype: Optional[str] = Dtype,
+    timestamps: bool = typer.Option(False, "--timestamps", help="Add each row's words to its line in "
+                                    "DIR/manifest.jsonl: \"words\": [{word, start, end, source}] (rows run one "
+                                    "at a time; a row done without words is done again)."),
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
 ):
@@ -927,7 +930,8 @@ def batch(
     check_backends(spec, family, asked)    # a bad --backend is one line here; each worker picks its defaults
     ref = ModelRef(model=spec.id, model_dir=model_dir, registry_files=list(registry or []), backends=asked.backends,
                    dtype=dtype)
-    job = BatchJob(manifest=manifest, out=output, ref=ref, fmt=fmt.lower(), seed=seed, max_batch=batch_size)
+    job = BatchJob(manifest=manifest, out=output, ref=ref, fmt=fmt.lower(), seed=seed, max_batch=batch_size,
+                   timestamps=timestamps)
     if engine == "ray":
         def run_engine(rows, job):
             return run_ray(rows, job, cluster=cluster, workers=ray_workers)

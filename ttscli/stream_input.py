@@ -131,6 +131,11 @@ def synthesize_stream_words(pipeline, texts: Iterable[str], request: Request, cr
                             limits: StreamLimits = StreamLimits(), aligner: Aligner | None = None) -> Iterator[Chunk]:
     """:func:`synthesize_stream` with word timestamps (:func:`ttscli.generate.synthesize_words`):
     the same audio in :class:`~ttscli.generate.Chunk` s, words timed from the start of the stream."""
+    if not pipeline.word_durations and aligner is None:
+        from ttscli.words import default_aligner
+
+        aligner = default_aligner()   # once: each sentence's own default would load the recognizer again
+
     def speak(pipe, said: Request, fade: float) -> Iterator[Chunk]:
         return synthesize_words(pipe, said, crossfade_s=fade, aligner=aligner)
 
