@@ -147,20 +147,22 @@ def test_cli_speaks_the_first_sentence_while_stdin_is_still_open(tmp_path):
     proc = subprocess.Popen(ttscli_exe() + ["speak", "--stream-input", "-", "-o", "-"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
     out = bytearray()
-    audio_arrived = threading.Event()
+    audio_or_end = threading.Event()
 
     def read():
         for block in iter(lambda: proc.stdout.read1(65536), b""):
             out.extend(block)
             if len(out) > 44:
-                audio_arrived.set()
+                audio_or_end.set()
+        audio_or_end.set()
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
         proc.stdin.write(b"Hello there, this is the first sentence.\n")
         proc.stdin.flush()
-        assert audio_arrived.wait(timeout=120), "no audio while stdin was still open"
+        audio_or_end.wait(timeout=120)
+        assert len(out) > 44, f"no audio while stdin was still open: {proc.stderr.read1(4096) if proc.poll() else ''}"
         assert proc.poll() is None
         first = len(out)
         proc.stdin.write(b"And here is the second one, which comes later.\n")
