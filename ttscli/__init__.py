@@ -6,6 +6,8 @@
         ...  # float32 mono at pipe.sample_rate
     for chunk in ttscli.synthesize_words(pipe, ttscli.Request("Hello there.")):
         ...  # chunk.audio, and chunk.words: (start, end, word) in seconds
+    for chunk in ttscli.synthesize_stream(pipe, llm_tokens(), ttscli.Request("")):
+        ...  # each sentence spoken as soon as its text is complete (ttscli.stream_input)
 
 ``load``, ``synthesize`` and ``Request`` are imported on first use, and the BLAS that mlx calls
 is loaded at the first import of mlx: ``ttscli --help`` imports neither numpy nor the model
@@ -22,9 +24,11 @@ _blas.preload_before_mlx()  # the BLAS is loaded when, and only if, something im
 
 __version__ = "0.1.0"
 
-__all__ = ["load", "synthesize", "synthesize_words", "Request", "__version__"]
+__all__ = ["load", "synthesize", "synthesize_words", "synthesize_stream", "synthesize_stream_words", "Request",
+           "__version__"]
 
 _LAZY = {"load": "ttscli.api", "synthesize": "ttscli.generate", "synthesize_words": "ttscli.generate",
+         "synthesize_stream": "ttscli.stream_input", "synthesize_stream_words": "ttscli.stream_input",
          "Request": "ttscli.generate"}
 
 

@@ -104,6 +104,9 @@ SentenceSilence = typer.Option(0.0, "--sentence-silence", min=0.0, max=10.0,
                                     "in the text pauses too).")
 
 
+# --stream-input: stands in for the text still to come when the other fields are checked, before
+# the model loads (each sentence is checked again as it comes)
+STREAM_PROBE_TEXT = "Text."
 KNOB_PANEL = "Model knobs (each model takes its own: `ttscli models MODEL`)"
 
 
@@ -182,6 +185,36 @@ def read_text(text: Optional[str], file: Optional[Path], what: str = "text") -> 
     return check_text(text, what)
 
 
+def stream_text(text: Optional[str], file: Optional[Path]):
+    """--stream-input: the text's deltas as they arrive, from stdin (-) or --file (a pipe, a
+    FIFO or a file), read by :func:`ttscli.stream_input.read_deltas`. A --file opens when the
+    first text is wanted: a FIFO's open waits for its writer, and the model loads meanwhile."""
+    import os
+
+    from ttscli.stream_input import read_deltas
+
+    if text is not None and file is not None:
+        raise UsageError("give the text either as - (stdin) or with --file, not both")
+    if file is None and text != "-":
+        raise UsageError("--stream-input reads - (stdin) or --file PATH, not text given as an argument")
+    if file is None:
+        return read_deltas(sys.stdin.buffer.fileno(), "stdin")
+    if not os.path.exists(file):
+        raise UsageError(f"cannot read --file {file}: No such file or directory")
+
+    def from_file():
+        try:
+            fd = os.open(file, os.O_RDONLY)
+        except OSError as e:
+            raise UsageError(f"cannot read --file {file}: {e.strerror}") from None
+        try:
+            yield from read_deltas(fd, f"--file {file}")
+        finally:
+            os.close(fd)
+
+    return from_file()
+
+
 def default_output(output: Optional[str], play: bool) -> Optional[str]:
     """No -o and no --play: WAV to stdout when it is a pipe, else play."""
     if output is not None or play:
@@ -233,8 +266,9 @@ def save_words(files: dict):
 
 
 def run_synthesis(pipe, request, output: Optional[str], fmt: Optional[str], play: bool, workers: int,
-                  sample_rate: Optional[int] = None, words: Optional[dict] = None) -> None:
-    """``words``: the word files (:func:`word_files`), written with the audio or not at all."""
+                  sample_rate: Optional[int] = None, words: Optional[dict] = None, texts=None) -> None:
+    """``words``: the word files (:func:`word_files`), written with the audio or not at all.
+    ``texts``: the text's deltas (--stream-input), spoken a sentence at a time as they arrive."""
     from functools import partial
 
     from ttscli.audio import open_sink
@@ -242,14 +276,22 @@ def run_synthesis(pipe, request, output: Optional[str], fmt: Optional[str], play
 
     output = default_output(output, play)
     play = play or output is None
-    n_workers, why = effective_workers(pipe, workers)
+    n_workers, why = effective_workers(pipe, workers) if texts is None else (1, None)
+    if texts is not None and workers > 1:
+        why = f"--workers {workers}: streamed text is spoken a sentence at a time, as it arrives"
     if why:
         note(why)
     if words and n_workers > 1 and not pipe.concurrent_safe:
         note(f"--workers {n_workers}: word timestamps run chunks one at a time on this model")
     sink = open_sink(output, pipe.sample_rate, fmt, play, sample_rate)
-    run = partial(render_words, save=save_words(words)) if words else render
-    prog, cb = progress_callback("speaking")
+    if texts is not None:
+        from ttscli.stream_input import render_stream
+
+        def run(pipe, request, sink, workers):
+            return render_stream(pipe, texts, request, sink, save_words(words) if words else None)
+    else:
+        run = partial(render_words, save=save_words(words)) if words else render
+    prog, cb = progress_callback("speaking") if texts is None else (None, None)
     t0 = time.perf_counter()
     try:
         if prog:
@@ -366,6 +408,9 @@ def speak(
     ssml: bool = Ssml,
     normalize_text: bool = NormalizeText,
     sentence_silence: float = SentenceSilence,
+    stream_input: bool = typer.Option(False, "--stream-input", help="Speak the text (- for stdin, or --file: a "
+                                      "pipe or FIFO) as it arrives: each sentence once it is complete, while "
+                                      "later text is still being written (an LLM's output). Not with --ssml."),
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
     knobs: Optional[dict] = None,
@@ -376,7 +421,14 @@ def speak(
     from ttscli.generate import Request, check_request
     from ttscli.text import MAX_TEXT_BYTES, check_text
 
-    body = read_text(text, file)
+    texts = None
+    if stream_input:
+        if ssml:
+            raise UsageError("--stream-input cannot read SSML (a tag may span sentences); use [pause:S] markers")
+        texts = stream_text(text, file)
+        body = STREAM_PROBE_TEXT   # the other fields are checked now, each sentence as it comes
+    else:
+        body = read_text(text, file)
     check_output(default_output(output, play), fmt, sample_rate)
     words = word_files(timestamps, subtitles)
     if instruct is not None:
@@ -388,7 +440,7 @@ def speak(
         knobs=knobs or {}, ssml=ssml, normalize_text=normalize_text, sentence_silence=sentence_silence,
     ))
     pipe = load_pipeline(reg, spec, model_dir, backends_asked(backend, code_decoder_backend), dtype)
-    run_synthesis(pipe, request, output, fmt, play, workers, sample_rate, words)
+    run_synthesis(pipe, request, output, fmt, play, workers, sample_rate, words, texts)
 
 
 @app.command(epilog="Example: [bold]ttscli clone \"Hello there.\" --ref me.wav "
@@ -856,6 +908,9 @@ def batch(
     backend: Optional[List[str]] = BackendChoice,
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
     dtype: Optional[str] = Dtype,
+    timestamps: bool = typer.Option(False, "--timestamps", help="Add each row's words to its line in "
+                                    "DIR/manifest.jsonl: \"words\": [{word, start, end, source}] (rows run one "
+                                    "at a time; a row done without words is done again)."),
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
 ):
@@ -879,7 +934,8 @@ def batch(
     check_backends(spec, family, asked)    # a bad --backend is one line here; each worker picks its defaults
     ref = ModelRef(model=spec.id, model_dir=model_dir, registry_files=list(registry or []), backends=asked.backends,
                    dtype=dtype)
-    job = BatchJob(manifest=manifest, out=output, ref=ref, fmt=fmt.lower(), seed=seed, max_batch=batch_size)
+    job = BatchJob(manifest=manifest, out=output, ref=ref, fmt=fmt.lower(), seed=seed, max_batch=batch_size,
+                   timestamps=timestamps)
     if engine == "ray":
         def run_engine(rows, job):
             return run_ray(rows, job, cluster=cluster, workers=ray_workers)

@@ -219,3 +219,32 @@ def test_ctrl_c_says_how_many_rows_were_written_and_that_a_re_run_resumes(tmp_pa
     p = subprocess.run(ttscli_exe() + ["batch", "m.jsonl", "-o", "out"], cwd=tmp_path, env=env, capture_output=True,
                        timeout=300)
     assert p.returncode == 0 and f"wrote 1 of {kept + 1} rows to out ({kept} already done" in p.stderr.decode()
+
+
+def test_timestamps_put_each_rows_words_in_its_manifest_line(run_cli, tmp_path):
+    from functools import partial
+
+    from ttscli import api
+    from ttscli.batch import BatchJob, ModelRef, run_batch, run_local
+    from ttscli.words import input_words
+
+    m = write_jsonl(tmp_path / "m.jsonl", [{"id": "a", "text": "Row one, with 12 words."},
+                                           {"id": "b", "text": "Row two. Two sentences."}])
+    job = BatchJob(manifest=m, out=tmp_path / "out", ref=ModelRef(model="piper-joe"))
+    engine = partial(run_local, pipe=api.load("piper-joe"))
+    assert run_batch(job, engine).written == 2
+    plain = {e["id"]: e for e in entries(tmp_path / "out")}
+    assert all("words" not in e for e in plain.values())
+    # rows done without words are done again with them: the same audio, now timed
+    p = run_cli("batch", m, "-o", "out", "--timestamps")
+    assert p.returncode == 0 and "wrote 2 of 2 rows" in p.err, p.err
+    timed = {e["id"]: e for e in entries(tmp_path / "out")}
+    assert len(entries(tmp_path / "out")) == 2
+    for i, e in timed.items():
+        assert e["sha256"] == plain[i]["sha256"]
+        spoken = input_words(e["text"].replace("12", "twelve"))
+        assert [w["word"] for w in e["words"]] == spoken
+        assert all(0 <= w["start"] <= w["end"] <= e["duration"] + 1e-3 for w in e["words"])
+        assert [w["start"] for w in e["words"]] == sorted(w["start"] for w in e["words"])
+    assert run_batch(job, engine).written == 0       # words kept when a later run does not ask for them
+    assert all("words" in e for e in entries(tmp_path / "out"))

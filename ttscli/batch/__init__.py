@@ -67,6 +67,7 @@ class BatchJob:
     fmt: str = "wav"
     seed: int = 0                            # the base of rows' derived seeds
     max_batch: int = 16                      # rows generated at once where the family batches
+    timestamps: bool = False                 # each entry gets its row's words and their times
 
     @property
     def base_dir(self) -> Path:
@@ -115,12 +116,24 @@ def build_request(pipe, row: Row, job: BatchJob):
     return check_request(spec, family, req)
 
 
-def write_row(pipe, row: Row, job: BatchJob) -> dict:
-    """Synthesize one row into DIR/<shard>/<id>.<fmt> (atomically); its manifest entry."""
-    from ttscli.generate import synthesize
+def write_row(pipe, row: Row, job: BatchJob, aligner=None) -> dict:
+    """Synthesize one row into DIR/<shard>/<id>.<fmt> (atomically); its manifest entry. With
+    ``job.timestamps`` the entry has the row's words (:func:`ttscli.generate.synthesize_words`;
+    ``aligner`` for a model without durations, loaded once by the caller)."""
+    from ttscli.generate import synthesize, synthesize_words
 
     req = build_request(pipe, row, job)
-    return write_audio(pipe, row, job, req, synthesize(pipe, req))
+    if not job.timestamps:
+        return write_audio(pipe, row, job, req, synthesize(pipe, req))
+    words: list = []
+
+    def audio():
+        for chunk in synthesize_words(pipe, req, aligner=aligner):
+            words.extend(chunk.words)
+            yield chunk.audio
+
+    entry = write_audio(pipe, row, job, req, audio())
+    return {**entry, "words": [w.as_dict() for w in words]}
 
 
 def write_audio(pipe, row: Row, job: BatchJob, req, audio) -> dict:
@@ -165,10 +178,10 @@ def row_failure(row: Row, e: Exception) -> tuple[bool, dict]:
     return False, error_entry(row, e)
 
 
-def attempt(pipe, row: Row, job: BatchJob) -> tuple[bool, dict]:
+def attempt(pipe, row: Row, job: BatchJob, aligner=None) -> tuple[bool, dict]:
     """(True, entry) or (False, error entry): one row's failure does not stop the run."""
     try:
-        return True, write_row(pipe, row, job)
+        return True, write_row(pipe, row, job, aligner)
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as e:  # noqa: BLE001 - one row's failure does not stop the run: recorded in the errors file
@@ -185,14 +198,17 @@ def batched_synthesis(pipe):
     return synthesize_many
 
 
-def run_local(pending: list[Row], job: BatchJob, pipe=None) -> Iterator[tuple[bool, dict]]:
+def run_local(pending: list[Row], job: BatchJob, pipe=None, aligner=None) -> Iterator[tuple[bool, dict]]:
     """This process, one model: rows through the family's batched generator (continuous
-    batching, up to ``job.max_batch`` rows at once), else one at a time in manifest order."""
+    batching, up to ``job.max_batch`` rows at once), else one at a time in manifest order. With
+    ``job.timestamps`` rows go one at a time: the batched generator yields no words; a model
+    without durations has them from ``aligner`` (None: :func:`job_aligner`'s, loaded here)."""
     pipe = pipe or job.ref.load()
-    many = batched_synthesis(pipe) if job.max_batch > 1 else None
+    many = batched_synthesis(pipe) if job.max_batch > 1 and not job.timestamps else None
     if many is None:
+        aligner = aligner or (job_aligner(pipe, job) if pending else None)
         for row in pending:
-            yield attempt(pipe, row, job)
+            yield attempt(pipe, row, job, aligner)
             pipe.clear_cache()
         return
     failed: list[tuple[bool, dict]] = []
@@ -224,6 +240,17 @@ def run_local(pending: list[Row], job: BatchJob, pipe=None) -> Iterator[tuple[bo
             result = row_failure(row, e)
         yield result
     yield from _pop_all(failed)
+
+
+def job_aligner(pipe, job: BatchJob):
+    """The forced aligner rows need for their words (:func:`ttscli.words.default_aligner`), or
+    None: no words wanted, or the model's own durations give them. Loaded once per model: each
+    row's own would load the recognizer again."""
+    if not job.timestamps or pipe.word_durations:
+        return None
+    from ttscli.words import default_aligner
+
+    return default_aligner()
 
 
 def _pop_all(items: list):
@@ -258,7 +285,9 @@ def plan(job: BatchJob) -> tuple[list[Row], dict[str, dict], list[Row]]:
     todo = []
     for r in rows:
         e = done.get(r.id)
-        if e is None or e.get("key") != request_key(r, job.ref.model, job.fmt, seed_of(r, job)):
+        # a row done without words is done again when they are wanted (the same audio, now timed)
+        if (e is None or e.get("key") != request_key(r, job.ref.model, job.fmt, seed_of(r, job))
+                or (job.timestamps and "words" not in e)):
             todo.append(r)
         else:
             sweep_stale_parts(job.out, rel_path(r.id, job.fmt))

@@ -74,19 +74,20 @@ class RowWriter:
     JOB: dict = {}
 
     def __init__(self):
-        from ttscli.batch import BatchJob, ModelRef
+        from ttscli.batch import BatchJob, ModelRef, job_aligner
 
         job = self.JOB
         ref = ModelRef(**{**job["ref"], "model_dir": Path(job["ref"]["model_dir"]) if job["ref"]["model_dir"] else None,
                           "registry_files": [Path(p) for p in job["ref"]["registry_files"]]})
         self.job = BatchJob(manifest=Path(job["manifest"]), out=Path(job["out"]), ref=ref, fmt=job["fmt"],
-                            seed=job["seed"], max_batch=job["max_batch"])
+                            seed=job["seed"], max_batch=job["max_batch"], timestamps=job["timestamps"])
         self.journal = Journal(self.job.out)
         # Ray may call an actor from another thread than the one that built it, and MLX arrays
         # belong to their thread's stream ("There is no Stream(cpu, 0) in current thread"): the
         # model is loaded and run on one thread of the actor's own
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttscli-ray-model")
         self.pipe = self._thread.submit(ref.load).result()
+        self.aligner = self._thread.submit(job_aligner, self.pipe, self.job).result()
 
     def __call__(self, batch: dict) -> dict:
         return self._thread.submit(self._run, list(batch["row"])).result()
@@ -99,7 +100,7 @@ class RowWriter:
         rows = [Row(**json.loads(raw)) for raw in raws]
         out: dict[str, list] = {"kind": [], "entry": []}
         try:
-            for ok, entry in run_local(rows, self.job, self.pipe):
+            for ok, entry in run_local(rows, self.job, self.pipe, self.aligner):
                 if ok:
                     self.journal.add(entry)
                 out["kind"].append("row" if ok else "failed")
@@ -117,7 +118,7 @@ def _job_dict(job) -> dict:
     ref["model_dir"] = str(ref["model_dir"]) if ref["model_dir"] else None
     ref["registry_files"] = [str(p) for p in ref["registry_files"]]
     return {"manifest": str(job.manifest.resolve()), "out": str(job.out.resolve()), "ref": ref, "fmt": job.fmt,
-            "seed": job.seed, "max_batch": job.max_batch}
+            "seed": job.seed, "max_batch": job.max_batch, "timestamps": job.timestamps}
 
 
 def rows_per_call(job, rows: int, workers: int) -> int:
@@ -128,7 +129,7 @@ def rows_per_call(job, rows: int, workers: int) -> int:
     from ttscli.registry import load_registry
 
     spec = load_registry(job.ref.registry_files).resolve(job.ref.model)
-    if job.max_batch <= 1 or not family_of(spec).batches:
+    if job.max_batch <= 1 or job.timestamps or not family_of(spec).batches:
         return 1
     return max(1, min(job.max_batch, -(-rows // workers)))
 

@@ -1,0 +1,112 @@
+"""Streaming text input: text arriving like an LLM's output, time to the first sentence's audio.
+
+A writer thread sends the text a word at a time (each word with its leading space: an LLM's
+tokens, taken as words here) at ``--rate`` tokens per second into
+:func:`ttscli.synthesize_stream`, which speaks each sentence once it is complete. Measured per
+model, from the moment the first sentence's last token is sent:
+
+- ``first_audio_ms``: to the first audio of that sentence. It includes the one token the
+  sentence buffer waits for to know that the sentence has ended (ttscli.stream_input), so at
+  20 tokens/s about 50 ms of it is that wait;
+- ``after_complete_ms``: from the token that completed the sentence to its first audio (the
+  engine's part: normalization, the model, the crossfade's hold);
+- ``last_audio_ms``: from the stream's last token to the end of its audio.
+
+Each model speaks one warm-up sentence first (sessions and caches built), then ``--repeats``
+streams; the median is reported.
+
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/stream_input.py --models piper-joe,kokoro-82m \\
+        --json stream_input.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import re
+import statistics
+import threading
+import time
+
+import ttscli  # loads the BLAS before mlx
+
+TEXT = ("The weather today is mild and clear across the whole region. Later this evening, a light "
+        "breeze will come in from the west, and temperatures will drop a little. Tomorrow looks much the same.")
+
+
+def tokens(text: str) -> list[str]:
+    """Words with their leading whitespace, as an LLM's tokens arrive."""
+    return re.findall(r"\s*\S+", text)
+
+
+def first_sentence_tokens(toks: list[str]) -> int:
+    """How many tokens the first sentence takes (its last one ends with a sentence mark)."""
+    from ttscli.text import split_sentences
+
+    first = split_sentences("".join(toks))[0]
+    n, text = 0, ""
+    while len(text.strip()) < len(first):
+        text += toks[n]
+        n += 1
+    return n
+
+
+def one_stream(pipe, request, rate: float) -> dict:
+    """One stream at ``rate`` tokens/s; the three times in milliseconds."""
+    toks = tokens(TEXT)
+    n_first = first_sentence_tokens(toks)
+    sent: list[float] = []
+    inbox: queue.Queue = queue.Queue()
+
+    def writer():
+        for tok in toks:
+            inbox.put(tok)
+            sent.append(time.perf_counter())
+            time.sleep(1.0 / rate)
+        inbox.put(None)
+
+    def deltas():
+        while (tok := inbox.get()) is not None:
+            yield tok
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    first = None
+    for audio in ttscli.synthesize_stream(pipe, deltas(), request):
+        if first is None and len(audio):
+            first = time.perf_counter()
+    done = time.perf_counter()
+    thread.join()
+    return {"first_audio_ms": 1000 * (first - sent[n_first - 1]),
+            "after_complete_ms": 1000 * (first - sent[n_first]),
+            "last_audio_ms": 1000 * (done - sent[-1])}
+
+
+def bench(model: str, rate: float, repeats: int) -> dict:
+    pipe = ttscli.load(model)
+    request = ttscli.Request("", seed=0)
+    list(ttscli.synthesize(pipe, ttscli.Request("A warm-up sentence.", seed=0)))
+    runs = [one_stream(pipe, request, rate) for _ in range(repeats)]
+    return {"model": model, "rate_tokens_per_s": rate, "repeats": repeats,
+            **{k: round(statistics.median(r[k] for r in runs), 1) for k in runs[0]}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="piper-joe,kokoro-82m")
+    ap.add_argument("--rate", type=float, default=20.0, help="tokens (words) per second")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args()
+    results = [bench(m, args.rate, args.repeats) for m in args.models.split(",")]
+    print(f"{'model':<14}{'first audio':>14}{'after complete':>17}{'last audio':>13}   (ms, median of "
+          f"{args.repeats}, {args.rate:g} tokens/s)")
+    for r in results:
+        print(f"{r['model']:<14}{r['first_audio_ms']:>14.1f}{r['after_complete_ms']:>17.1f}{r['last_audio_ms']:>13.1f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
