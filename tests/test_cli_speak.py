@@ -122,6 +122,7 @@ def test_nothing_speakable_is_an_error_without_a_file(run_cli, tmp_path):
     no_files(tmp_path)
 
 
+@pytest.mark.slow
 def test_convert_piper_into_the_cache_then_speak(run_cli, tmp_path):
     cache = tmp_path / "own-cache"
     env = {"TTSCLI_CACHE": str(cache)}

@@ -288,6 +288,7 @@ def _errors(err: str) -> list[str]:
     return [ln for ln in text.strip().splitlines() if ln.strip()]
 
 
+@pytest.mark.slow
 def test_cli_convert_into_the_cache_and_speak_refusals(run_cli, tmp_path, monkeypatch):
     cache = tmp_path / "own-cache"
     env = {"TTSCLI_CACHE": str(cache)}

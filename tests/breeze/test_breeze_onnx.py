@@ -255,6 +255,7 @@ def error_line(err: str) -> str:
     return only_line("\n".join(ln for ln in err.splitlines() if not ln.startswith("note: Breeze TTS 2 weights")))
 
 
+@pytest.mark.slow
 def test_cli_convert_speak_parity_and_refusals(run_cli, tmp_path):
     env = {"TTSCLI_CACHE": str(tmp_path / "own-cache")}
     base = ("speak", "-m", MODEL_ID, "--model-dir", TINY, "--no-do-sample", "--max-frames", "40")

@@ -24,6 +24,7 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "chatterbox"
 G = np.load(FIX / "t3_goldens.npz")
 
 
+@pytest.mark.slow
 def test_coreml_t3_matches_goldens(tmp_path):
     import json
 

@@ -18,6 +18,7 @@ SMOKE = FIX / "smoke.txt"
 FOX = "The quick brown fox jumps over the lazy dog."
 
 
+@pytest.mark.slow
 def test_smoke_gate_passes_on_the_embedded_voice(run_cli, tmp_path):
     p = run_cli("eval", "--texts", SMOKE, "--max-wer", "0.1", "--min-mos", "2.5", "--json", "--plot", "wer.png")
     assert p.returncode == 0, p.err

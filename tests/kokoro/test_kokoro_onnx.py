@@ -156,6 +156,7 @@ def test_backend_choice(monkeypatch):
     assert (chosen.backend, chosen.why) == ("mlx", "MLX runs on the GPU here")
 
 
+@pytest.mark.slow
 def test_source_noise_on_onnx_is_one_line(run_cli, kokoro_model, tmp_path):
     out = tmp_path / "x.wav"
     p = run_cli("speak", "Hello.", "-m", "kokoro", "--source-noise", "-o", out, "--backend", "acoustic=onnx")

@@ -43,6 +43,7 @@ def test_speech_is_heard(run_cli, kokoro_model, asr, tmp_path, text, args, lang)
         assert _norm(heard) == _norm(text), heard
 
 
+@pytest.mark.slow
 def test_speed_stream_and_sentences(run_cli, kokoro_model, tmp_path):
     text = "One two three. Four five six."
     base, fast = tmp_path / "a.wav", tmp_path / "b.wav"

@@ -1,5 +1,6 @@
 """Kokoro with --stream: a chunk's first audio comes from a short first piece, not the whole chunk."""
 import numpy as np
+import pytest
 
 from ttscli.generate import Request
 from ttscli.models.kokoro.pipeline import STREAM_PHONEMES, KokoroPipeline, pieces_of
@@ -16,6 +17,7 @@ def test_pieces_split_only_the_first_when_streaming():
     assert " ".join([first, *rest]) == ps.strip()
 
 
+@pytest.mark.slow
 def test_stream_yields_a_short_first_piece(kokoro_model, kokoro_voices, kokoro_vocab):
     pipe = KokoroPipeline(kokoro_model, kokoro_voices, kokoro_vocab)
     plain = list(pipe.generate(Request(text=TEXT, language="en")))
