@@ -355,8 +355,7 @@ def test_local_cluster_is_loopback_only_ends_with_a_killed_driver_and_keeps_its_
 
 
 @needs_proc
-@pytest.mark.slow
-@pytest.mark.parametrize("how", ["--ray-address", "RAY_ADDRESS"])
+@pytest.mark.parametrize("how", ["--ray-address", pytest.param("RAY_ADDRESS", marks=pytest.mark.slow)])
 def test_a_named_cluster_is_joined_and_the_first_line_says_so(cluster, tmp_path, shared_cache, how):
     """--ray-address, or RAY_ADDRESS in the environment: the first line names the cluster and where
     its address came from, and the command starts no cluster of its own."""
