@@ -209,6 +209,29 @@ def _stft_re_im(x: mx.array, n_fft: int, hop: int) -> mx.array:
     return frames @ stft_basis(n_fft)
 
 
+def decode_spectrum(g, mel: mx.array, source: mx.array) -> mx.array:
+    """HiFT's decoder, shared by the plain and the causal generator (their layers differ in
+    padding, not in how they are wired): the mel upsampled with the source's STFT fused in at
+    each stage, then magnitude and phase to a waveform by the inverse STFT."""
+    a = g.a
+    s = _stft_re_im(source, a.n_fft, a.hop_len)
+    x = g.conv_pre(mel)
+    nk = len(a.resblock_kernel_sizes)
+    for i, up in enumerate(g.ups):
+        x = up(nn.leaky_relu(x, a.lrelu_slope))
+        if i == len(g.ups) - 1:
+            x = pad_time(x, 1, 0, "reflect")
+        x = x + g.source_resblocks[i](g.source_downs[i](s))
+        xs = g.resblocks[i * nk](x)
+        for j in range(1, nk):
+            xs = xs + g.resblocks[i * nk + j](x)
+        x = xs / nk
+    x = g.conv_post(nn.leaky_relu(x, 0.01))
+    bins = a.n_fft // 2 + 1
+    mag = mx.minimum(mx.exp(x[:, :bins]), 1e2)
+    return mx.clip(istft(mag, mx.sin(x[:, bins:]), a.n_fft, a.hop_len), -a.audio_limit, a.audio_limit)
+
+
 class HiFTGenerator(nn.Module):
     def __init__(self, a: HiFTArgs):
         super().__init__()
@@ -245,24 +268,7 @@ class HiFTGenerator(nn.Module):
         """``mel [T, 80]``, ``source [T * 480]`` -> waveform ``[T * 480]``."""
         if self.external_decode is not None:
             return self.external_decode(mel, source)
-        a = self.a
-        s = _stft_re_im(source, a.n_fft, a.hop_len)
-        x = self.conv_pre(mel)
-        nk = len(a.resblock_kernel_sizes)
-        for i, up in enumerate(self.ups):
-            x = up(nn.leaky_relu(x, a.lrelu_slope))
-            if i == len(self.ups) - 1:
-                x = pad_time(x, 1, 0, "reflect")
-            x = x + self.source_resblocks[i](self.source_downs[i](s))
-            xs = self.resblocks[i * nk](x)
-            for j in range(1, nk):
-                xs = xs + self.resblocks[i * nk + j](x)
-            x = xs / nk
-        x = self.conv_post(nn.leaky_relu(x, 0.01))
-        bins = a.n_fft // 2 + 1
-        mag = mx.minimum(mx.exp(x[:, :bins]), 1e2)
-        phase = mx.sin(x[:, bins:])
-        return mx.clip(istft(mag, phase, a.n_fft, a.hop_len), -a.audio_limit, a.audio_limit)
+        return decode_spectrum(self, mel, source)
 
     def __call__(self, mel: mx.array, draws: SourceDraws | None = None,
                  key: mx.array | None = None) -> tuple[mx.array, mx.array]:
@@ -302,23 +308,7 @@ class CausalHiFTGenerator(nn.Module):
 
     def decode(self, mel: mx.array, source: mx.array) -> mx.array:
         """``mel [T, 80]``, ``source [T * 480]`` -> waveform ``[T * 480]`` (upstream's finalize=True)."""
-        a = self.a
-        s = _stft_re_im(source, a.n_fft, a.hop_len)
-        x = self.conv_pre(mel)
-        nk = len(a.resblock_kernel_sizes)
-        for i, up in enumerate(self.ups):
-            x = up(nn.leaky_relu(x, a.lrelu_slope))
-            if i == len(self.ups) - 1:
-                x = pad_time(x, 1, 0, "reflect")
-            x = x + self.source_resblocks[i](self.source_downs[i](s))
-            xs = self.resblocks[i * nk](x)
-            for j in range(1, nk):
-                xs = xs + self.resblocks[i * nk + j](x)
-            x = xs / nk
-        x = self.conv_post(nn.leaky_relu(x, 0.01))
-        bins = a.n_fft // 2 + 1
-        mag = mx.minimum(mx.exp(x[:, :bins]), 1e2)
-        return mx.clip(istft(mag, mx.sin(x[:, bins:]), a.n_fft, a.hop_len), -a.audio_limit, a.audio_limit)
+        return decode_spectrum(self, mel, source)
 
     def __call__(self, mel: mx.array, noise: mx.array) -> tuple[mx.array, mx.array]:
         """(waveform, source), both ``[T * 480]``; ``noise [>= T * 480, H]`` the source's fixed draw."""
