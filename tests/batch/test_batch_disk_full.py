@@ -89,7 +89,7 @@ def test_disk_full_on_the_write_path_stops_the_run(tmp_path, monkeypatch):
     target = job.out / "ab" / "c0.wav"
     tried = []
 
-    def write_row(pipe, row, job):
+    def write_row(pipe, row, job, aligner=None):
         tried.append(row.id)
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target))
 
