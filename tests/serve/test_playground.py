@@ -178,8 +178,10 @@ def test_stream_plays_through_web_audio(page, server):
     r = httpx.post(server.url + "/v1/audio/speech", headers={"Authorization": f"Bearer {KEY}"}, timeout=120,
                    json={"input": TEXT, "response_format": "wav"})
     whole = wav_seconds(r.content)
-    # the same text: about as long as the WAV (the voice's timing varies a little between runs)
-    assert abs(streamed - whole) < 0.15 * whole, (got, whole)
+    # the same text: about as long as the WAV. The page sends no seed, so each request draws its
+    # own duration noise (Piper's noise_w): two runs of this text differ by up to ~15%; a cut or
+    # doubled stream would be off by far more
+    assert abs(streamed - whole) < 0.25 * whole, (got, whole)
     # every chunk was scheduled after the one before, and the audio clock ran through all of them
     assert played > streamed - 0.05, got
     stream_calls = [r for r in page.requests if r.url.endswith("/v1/audio/speech")]
