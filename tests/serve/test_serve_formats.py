@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+from ttscli.models.base import Pipeline
 
 pytest.importorskip("fastapi")
 av = pytest.importorskip("av")
@@ -36,7 +37,7 @@ def tone(i: int) -> np.ndarray:
     return (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
 
 
-class Pipe:
+class Pipe(Pipeline):
     sample_rate, ref_sample_rate = MODEL_RATE, None
 
 

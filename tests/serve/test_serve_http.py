@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from ttscli.models.base import Pipeline
 import soundfile as sf
 
 httpx = pytest.importorskip("httpx")
@@ -406,7 +408,7 @@ def test_error_messages_name_no_server_folder(tmp_path, monkeypatch):
     messages = iter([f"voice file {paths[0]} is damaged", f"cannot read {paths[1]}: truncated",
                      f"missing {paths[2]}", f"cannot open '{paths[3]}'"])
 
-    class Pipe:
+    class Pipe(Pipeline):
         sample_rate, ref_sample_rate = 22050, None
 
     def run(pipeline, request):

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ttscli.models.base import Pipeline
+
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
@@ -317,7 +319,7 @@ def test_an_sse_stream_that_ends_in_an_error_event_is_logged_and_counted_as_an_e
     from ttscli.serve.observe import Observed, RequestMetrics, text_line
     from ttscli.serve.worker import ModelWorker
 
-    class Pipe:
+    class Pipe(Pipeline):
         sample_rate, ref_sample_rate = 22050, None
 
     def run(pipeline, request):

@@ -908,9 +908,9 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
     req.timestamps = words
     req = check_request(spec, family, req, API_NAMING)
     pipeline = cfg.workers[model_id].pipeline
-    if words and not getattr(pipeline, "word_durations", False):
+    if words and not pipeline.word_durations:
         await run_in_threadpool(cfg.aligner)   # its absence is a 400 now, not an error after the audio
-    if getattr(pipeline, "rows", None) is not None and pipeline.rows() is not None:
+    if pipeline.rows() is not None:
         plain_request(spec, req)     # rows of one batch hold no pauses: refused here, before any audio
     if req.ref_audio is not None:
         rate = cfg.workers[model_id].pipeline.ref_sample_rate or req.ref_sample_rate
