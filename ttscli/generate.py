@@ -7,6 +7,7 @@ ttscli.dsp's; both are re-exported here, where the engine's callers have always 
 """
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 from dataclasses import dataclass, field, replace
@@ -217,6 +218,16 @@ def synthesize(
     other pipelines that share decoder state (MLX), see `effective_workers`. `on_chunk(done,
     total)` reports progress (counted within each piece of speech).
     """
+    for said in _planned(pipeline, request):
+        if isinstance(said, np.ndarray):
+            yield said
+        else:
+            yield from _speak(pipeline, said, workers, crossfade_s, on_chunk)
+
+
+def _planned(pipeline, request: Request) -> Iterator[Request | np.ndarray]:
+    """The request checked and planned (:func:`plan`): each piece of speech as a plain request
+    (already normalized, no SSML, no pauses), each pause as its silence at the pipeline's rate."""
     from ttscli.models import family_of
 
     spec = pipeline.spec
@@ -227,10 +238,9 @@ def synthesize(
     for piece in plan(spec, request, honours_speed):
         if isinstance(piece, Pause):
             yield np.zeros(int(round(piece.seconds * pipeline.sample_rate)), np.float32)
-            continue
-        said = replace(request, text=piece.text, speed=request.speed * piece.rate, normalize_text=False, ssml=False,
-                       sentence_silence=0.0)
-        yield from _speak(pipeline, said, workers, crossfade_s, on_chunk)
+        else:
+            yield replace(request, text=piece.text, speed=request.speed * piece.rate, normalize_text=False,
+                          ssml=False, sentence_silence=0.0)
 
 
 def _speak(pipeline, request: Request, workers: int, crossfade_s: float,
@@ -295,26 +305,18 @@ def synthesize_words(
     pauses included. Chunks run one at a time, or on ``workers`` threads where the pipeline is
     ``concurrent_safe``.
     """
-    from ttscli.models import family_of
-
-    spec = pipeline.spec
-    honours_speed = True
-    if spec is not None:
-        request = check_request(spec, family_of(spec), request)
-        honours_speed = "speed" in honoured(spec, family_of(spec))
+    pieces = _planned(pipeline, request)   # checked and planned before the aligner loads
+    first = next(pieces)
     if not pipeline.word_durations and aligner is None:
         from ttscli.words import default_aligner
 
         aligner = default_aligner()
     offset = 0          # samples already yielded, earlier pieces and pauses
-    for piece in plan(spec, request, honours_speed):
-        if isinstance(piece, Pause):
-            silence = np.zeros(int(round(piece.seconds * pipeline.sample_rate)), np.float32)
-            offset += len(silence)
-            yield Chunk(silence)
+    for said in itertools.chain([first], pieces):
+        if isinstance(said, np.ndarray):
+            offset += len(said)
+            yield Chunk(said)
             continue
-        said = replace(request, text=piece.text, speed=request.speed * piece.rate, normalize_text=False, ssml=False,
-                       sentence_silence=0.0)
         start = offset / pipeline.sample_rate   # the piece's words are timed from its own start
         for chunk in _speak_words(pipeline, said, workers, crossfade_s, on_chunk, aligner):
             yield Chunk(chunk.audio, [w.shifted(start) for w in chunk.words])
