@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from ttscli.models.base import Pipeline
+from ttscli.serve.protocol import FRESH_S
 import soundfile as sf
 
 httpx = pytest.importorskip("httpx")
@@ -117,17 +118,29 @@ class SlowClients:
             s.close()
 
 
+def get_as_a_client_does(url: str) -> tuple[int, int]:
+    """GET, retrying a 503 after its Retry-After as HTTP clients (the OpenAI SDK among them) do;
+    a reset connection is not retried. The final status and how many 503s came first."""
+    for refusals in range(5):
+        r = httpx.get(url, headers=AUTH, timeout=WAIT)
+        if r.status_code != 503:
+            return r.status_code, refusals
+        time.sleep(float(r.headers["retry-after"]))
+    return r.status_code, refusals
+
+
 def test_slow_request_heads_are_dropped_while_others_are_served(server):
     """40 slowloris connections, over the cap of 16, kept up for a while: each is dropped (the
-    head deadline, or room made for a new connection), and a whole request is served meanwhile."""
+    head deadline, room made for a new connection, or a 503 while every open one is busy or just
+    opened), and whole requests are served meanwhile: a client that got in is never reset."""
     before = connections(server)
     flood = SlowClients(server, 40)
     flood.thread.start()
     try:
         served = []
         for _ in range(5):
-            r = httpx.get(server.url + "/v1/models", headers=AUTH, timeout=WAIT)
-            served.append(r.status_code)
+            status, _ = get_as_a_client_does(server.url + "/v1/models")
+            served.append(status)
             time.sleep(0.5)
         assert served == [200] * 5
         flood.flooding = False
@@ -137,7 +150,7 @@ def test_slow_request_heads_are_dropped_while_others_are_served(server):
         flood.flooding = False
         flood.close()
     after = connections(server)
-    dropped_by_server = (after["header_timeouts"] - before["header_timeouts"]) + (after["evicted"] - before["evicted"])
+    dropped_by_server = sum(after[k] - before[k] for k in ("header_timeouts", "evicted", "refused"))
     assert flood.opened >= 40 and dropped_by_server >= flood.opened
 
 
@@ -225,6 +238,35 @@ def test_at_the_cap_a_slow_sender_goes_before_an_idle_connection(roomy):
         assert httpx.get(roomy.url + "/health", timeout=WAIT).json()["connections"]["evicted"] == 1
     finally:
         for s in quiet + slow:
+            s.close()
+
+
+def test_at_the_cap_a_just_opened_connection_is_kept_and_the_newcomer_told_to_retry(roomy):
+    """Connections opened a moment ago whose request may still be on its way are not closed to make
+    room: the newcomer gets 503 with Retry-After. Once they have been silent for FRESH_S, one goes."""
+    deadline = time.monotonic() + WAIT
+    while httpx.get(roomy.url + "/health", timeout=WAIT).json()["connections"]["open"] > 1:
+        assert time.monotonic() < deadline, "earlier connections still open"
+        time.sleep(0.1)
+    start = time.monotonic()
+    quiet = [socket.create_connection(address(roomy), timeout=WAIT) for _ in range(8)]
+    try:
+        got = raw_exchange(roomy.url, request_bytes(roomy, "GET", "/health", {"Connection": "close"}), timeout=WAIT)
+        if time.monotonic() - start > FRESH_S / 2:
+            pytest.skip("this machine took too long to open the connections for the check to mean anything")
+        assert got is not None
+        status, headers, body = got
+        assert status == 503 and headers["retry-after"] == "1", (status, body)
+        assert "just opened" in error_message(503, body)
+        assert not any(closed(s) for s in quiet)
+        time.sleep(FRESH_S + 0.2)
+        assert httpx.get(roomy.url + "/health", timeout=WAIT).status_code == 200
+        deadline = time.monotonic() + WAIT
+        while not any(closed(s) for s in quiet) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sum(closed(s) for s in quiet) == 1
+    finally:
+        for s in quiet:
             s.close()
 
 

@@ -15,8 +15,10 @@ as it likes, and a few hundred such clients exhaust the process's descriptors. T
   that has sent nothing yet, and last one whose bytes are waiting to be read (in a burst of
   connections a client that sent its request at once may not have been read yet). What a flood
   of slow or idle connections consists of goes first; a client whose request is being read or
-  answered is never closed. When every connection has a request in progress, the new one gets
-  503 and is closed.
+  answered is never closed, nor one opened less than ``FRESH_S`` ago that has not been read yet
+  (in a burst of new connections a whole client's request may still be on its way: it is
+  served, and the newcomer is told to retry rather than a client being reset mid-request).
+  When no connection may be closed, the new one gets 503 with Retry-After and is closed.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from ttscli.serve import HTTPOptions
 from ttscli.serve.app import error_body
 
 REFUSED_LINGER_S = 1.0   # a refused client has this long to read its 503 before the socket closes
+FRESH_S = 0.5            # a connection not read yet is kept this long after it opens
 
 
 def _error_response(status: int, message: str) -> list:
@@ -54,8 +57,8 @@ class ConnectionStats:
         self.idle: collections.OrderedDict[GuardedH11Protocol, None] = collections.OrderedDict()
         self.counts = {"refused": 0, "evicted": 0, "header_timeouts": 0, "body_timeouts": 0}
         # sent before any request is read, so written out here rather than through h11
-        message = (f"the server has {max_connections} connections open, each with a request in progress "
-                   "(its limit); retry in a moment")
+        message = (f"the server has {max_connections} connections open (its limit), each with a request in "
+                   "progress or just opened; retry in a moment")
         body = json.dumps(error_body(503, message), separators=(",", ":")).encode()
         self.refusal = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
                         b"content-length: %d\r\nconnection: close\r\nretry-after: 1\r\n\r\n" % len(body) + body)
@@ -73,10 +76,13 @@ class ConnectionStats:
         victim, best = None, None
         for conn in self.idle:  # oldest first
             rank = conn.eviction_rank()
-            if best is None or rank < best:
+            if rank is not None and (best is None or rank < best):
                 victim, best = conn, rank
             if rank == 0:
                 break
+        if victim is None:
+            self.counts["refused"] += 1
+            return False
         self.counts["evicted"] += 1
         victim.drop()
         return True
@@ -106,6 +112,7 @@ class GuardedH11Protocol(H11Protocol):
         self._refused = None     # for a refused connection: the timer that closes it
         self._partial_head = False   # bytes of a request head received, the head not complete
         self._served = False         # a request was received on this connection
+        self._opened_at = 0.0        # loop time when the connection was accepted
 
     # ---- asyncio.Protocol
     def connection_made(self, transport) -> None:  # type: ignore[override]
@@ -113,6 +120,7 @@ class GuardedH11Protocol(H11Protocol):
             self._refuse(transport)
             return
         super().connection_made(transport)
+        self._opened_at = self.loop.time()
         self.stats.opened(self)
         self.stats.set_idle(self, True)
         self._arm_head()
@@ -200,11 +208,15 @@ class GuardedH11Protocol(H11Protocol):
         self._body_timer = self._cancel(self._body_timer)
 
     # ---- the cap
-    def eviction_rank(self) -> int:
-        """Which idle connection goes first to make room (lowest first; see the module docstring)."""
+    def eviction_rank(self) -> int | None:
+        """Which idle connection goes first to make room (lowest first; None: not this one yet;
+        see the module docstring)."""
+        fresh = self.loop.time() - self._opened_at < FRESH_S
         if self.unread():
-            return 3
-        return 0 if self._partial_head else 1 if self._served else 2
+            return None if fresh else 3
+        if self._partial_head or self._served:
+            return 0 if self._partial_head else 1
+        return None if fresh else 2
 
     def unread(self) -> int:
         """Bytes the client has sent that the server has not read yet (FIONREAD on the socket)."""
