@@ -1,6 +1,6 @@
-"""Cold start: `ttscli --help` imports none of the numeric libraries, a `ttscli speak` with the
-embedded voice on onnxruntime imports neither mlx nor onnx, and `ttscli bench --cold` times
-both sides (ttscli and piper-tts) as whole processes."""
+"""Cold start: `ttscli --help` imports none of the numeric libraries and builds no command, a
+`ttscli speak` with the embedded voice on onnxruntime imports neither mlx nor onnx, and
+`ttscli bench --cold` times both sides (ttscli and piper-tts) as whole processes."""
 import json
 import os
 import subprocess
@@ -13,26 +13,55 @@ from ttscli.errors import UsageError
 from ttscli.registry import load_registry
 
 HEAVY = ("numpy", "mlx", "mlx.core", "onnxruntime", "onnx", "soundfile", "ml_dtypes")
+# what only a command's own help or run needs: typer's rich help (rich's markdown and traceback
+# modules with it) and the model families (their knobs)
+DEFERRED = ("typer.rich_utils", "rich.markdown", "rich.traceback", "ttscli.models")
 
 DRIVER = """
 import json, sys
 from ttscli.cli import main
-rc = main(sys.argv[1:])
-print(json.dumps({"rc": rc, "heavy": sorted(m for m in %r if m in sys.modules)}), file=sys.stderr)
-""" % (HEAVY,)
+rc = main(sys.argv[2:])
+print(json.dumps({"rc": rc, "heavy": sorted(m for m in sys.argv[1].split(",") if m in sys.modules)}),
+      file=sys.stderr)
+"""
 
 
-def imported(args, tmp_path):
-    """Run the CLI with ``args`` in a fresh interpreter; (exit code, the heavy modules it imported)."""
+def imported(args, tmp_path, modules=HEAVY):
+    """Run the CLI with ``args`` in a fresh interpreter; (exit code, which of ``modules`` it imported)."""
     env = {"TTSCLI_CACHE": str(tmp_path / "cache"), "TTSCLI_CONFIG_DIR": str(tmp_path / "config")}
-    p = subprocess.run([sys.executable, "-c", DRIVER, *args], capture_output=True, text=True, timeout=300,
-                       env={**os.environ, **env}, cwd=tmp_path)
+    p = subprocess.run([sys.executable, "-c", DRIVER, ",".join(modules), *args], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, **env}, cwd=tmp_path)
     got = json.loads(p.stderr.strip().splitlines()[-1])
     return got["rc"], set(got["heavy"])
 
 
 def test_help_imports_no_numeric_library(tmp_path):
     assert imported(["--help"], tmp_path) == (0, set())
+
+
+@pytest.mark.parametrize("args", [["--help"], ["-h"], []], ids=["--help", "-h", "no-args"])
+def test_top_level_help_leaves_the_commands_unbuilt(tmp_path, args):
+    assert imported(args, tmp_path, DEFERRED) == (0, set())
+
+
+def test_a_command_is_built_when_it_runs_or_shows_its_help_the_same_as_typer_builds_it():
+    import typer
+    from typer.main import get_command
+
+    from ttscli.cli import app, command_tree
+
+    group, eager = command_tree(), get_command(app)
+    ctx = typer.Context(group)
+    listing = " ".join(group.get_help(ctx).split())
+    assert group.commands == {}
+    assert group.list_commands(ctx) == eager.list_commands(ctx)
+    for name in eager.list_commands(ctx):
+        first = " ".join(eager.get_command(ctx, name).help.split("\n\n")[0].split())
+        assert f"{name} {first}" in listing
+    speak = group.get_command(ctx, "speak")
+    assert list(group.commands) == ["speak"]
+    assert [p.opts for p in speak.params] == [p.opts for p in eager.get_command(ctx, "speak").params]
+    assert any(p.opts == ["--temperature"] for p in speak.params)  # a model family's knob
 
 
 def test_speak_with_the_embedded_voice_imports_neither_mlx_nor_onnx(tmp_path):

@@ -13,6 +13,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from ttscli import __version__
 from ttscli.audio_formats import FORMATS as AUDIO_FORMATS
@@ -20,7 +21,62 @@ from ttscli.errors import Interrupted, TTSError, UsageError
 from ttscli.serve import HTTPOptions
 
 err = Console(stderr=True, highlight=False)
+
+
+class LazyGroup(TyperGroup):
+    """The root command group. Made by :func:`command_tree`, it holds each command's typer
+    registration and builds the command (typer reading its signature; for speak, clone and eval the
+    model families' knobs) only when that command runs or shows its help.
+
+    Its own help, the command list, comes from click's formatter: typer's rich help imports rich's
+    markdown, traceback and syntax modules, more work than the rest of `ttscli --help` together.
+    Each command's help stays typer's."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.registered: dict = {}  # name -> typer CommandInfo, built into self.commands on first use
+
+    def list_commands(self, ctx) -> list:
+        return list(dict.fromkeys([*self.registered, *self.commands]))
+
+    def get_command(self, ctx, cmd_name: str):
+        info = self.registered.get(cmd_name)
+        if cmd_name not in self.commands and info is not None:
+            self.commands[cmd_name] = typer.main.get_command_from_info(
+                info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=self.rich_markup_mode)
+        return self.commands.get(cmd_name)
+
+    def format_help(self, ctx, formatter) -> None:
+        super(TyperGroup, self).format_help(ctx, formatter)  # click's, not typer's rich one
+
+    def format_commands(self, ctx, formatter) -> None:
+        """Each command's name and the first paragraph of its help, from its registration where it
+        is not built yet."""
+        rows = []
+        for name in self.list_commands(ctx):
+            built, info = self.commands.get(name), self.registered.get(name)
+            hidden = built.hidden if built is not None else info.hidden
+            if not hidden:
+                text = (built.short_help or built.help if built is not None
+                        else info.short_help or info.help or inspect.getdoc(info.callback))
+                rows.append((name, plain_markup(inspect.cleandoc(text or "").split("\n\n")[0])))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def plain_markup(text: str) -> str:
+    """Rich markup (``[bold]``, ``\\[eval]``) as the plain text a terminal shows; text without a
+    bracket has none, and rich's parser is not imported for it."""
+    if "[" not in text:
+        return text
+    from rich.text import Text
+
+    return Text.from_markup(text).plain
+
+
 app = typer.Typer(
+    cls=LazyGroup,
     name="ttscli",
     help="Run open neural text-to-speech models on-device with MLX and Core ML.",
     rich_markup_mode="rich",
@@ -110,39 +166,61 @@ STREAM_PROBE_TEXT = "Text."
 KNOB_PANEL = "Model knobs (each model takes its own: `ttscli models MODEL`)"
 
 
-def with_knobs(command: str):
-    """Add every family's knobs for `command` as options (``--name VALUE``; ``--name/--no-name``
-    for booleans) and hand the ones given to the command as ``knobs``. The family of the chosen
-    model validates them (models/base.py Knob): a knob it does not declare is an error."""
-    from ttscli.models import all_knobs
+class WithKnobs:
+    """``fn`` as a command that takes every family's knobs for ``command`` as options (``--name VALUE``;
+    ``--name/--no-name`` for booleans) and gets the ones given as ``knobs``. The family of the chosen
+    model validates them (models/base.py Knob): a knob it does not declare is an error.
 
-    declared = {}
-    for name, owners in all_knobs().items():
-        ks = [k for _, k in owners if command in k.commands]
-        if ks:
-            declared[name] = (ks[0], sorted({fam for fam, k in owners if command in k.commands}))
+    The knobs are looked up (which imports every model family) when typer first reads the signature,
+    that is when this command runs or shows its help: listing the commands (`ttscli --help`) never does."""
 
-    def deco(fn):
-        sig = inspect.signature(fn)
+    def __init__(self, fn, command: str):
+        self.fn, self.command = fn, command
+        self.__name__, self.__qualname__, self.__module__ = fn.__name__, fn.__qualname__, fn.__module__
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn  # typing.get_type_hints resolves the string annotations in fn's module
+
+    @functools.cached_property
+    def declared(self) -> dict:
+        """{parameter name: (the first family's Knob, the families that declare it)} for this command."""
+        from ttscli.models import all_knobs
+
+        declared = {}
+        for name, owners in all_knobs().items():
+            ks = [k for _, k in owners if self.command in k.commands]
+            if ks:
+                declared[name] = (ks[0], sorted({fam for fam, k in owners if self.command in k.commands}))
+        return declared
+
+    @functools.cached_property
+    def signature(self) -> inspect.Signature:
+        sig = inspect.signature(self.fn)
         params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in sig.parameters.values() if p.name != "knobs"]
         extra = []
-        for name, (k, fams) in sorted(declared.items()):
+        for name, (k, fams) in sorted(self.declared.items()):
             flag = k.flag + (f"/--no-{k.flag[2:]}" if k.type is bool else "")
             help_ = f"{k.help} ({', '.join(fams)})"
             extra.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[k.type],
                                            default=typer.Option(None, flag, help=help_, rich_help_panel=KNOB_PANEL,
                                                                 show_default=False)))
+        return sig.replace(parameters=params + extra)
 
-        @functools.wraps(fn)
-        def wrapper(**kw):
-            given = {n: kw.pop(n, None) for n in declared}
-            return fn(**kw, knobs={n: v for n, v in given.items() if v is not None})
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return self.signature
 
-        wrapper.__signature__ = sig.replace(parameters=params + extra)
-        wrapper.__annotations__ = {p.name: p.annotation for p in wrapper.__signature__.parameters.values()}
-        return wrapper
+    @property
+    def __annotations__(self) -> dict:
+        return {p.name: p.annotation for p in self.signature.parameters.values()}
 
-    return deco
+    def __call__(self, **kw):
+        given = {n: kw.pop(n, None) for n in self.declared}
+        return self.fn(**kw, knobs={n: v for n, v in given.items() if v is not None})
+
+
+def with_knobs(command: str):
+    """Decorate a command function as :class:`WithKnobs` for ``command``'s knobs."""
+    return functools.partial(WithKnobs, command=command)
 
 
 def set_flags(quiet: bool, verbose: bool, debug: bool) -> None:
@@ -978,6 +1056,19 @@ def root(version: bool = typer.Option(False, "--version", callback=version_callb
     """Open neural text-to-speech on-device (MLX, Core ML)."""
 
 
+def command_tree() -> LazyGroup:
+    """The click group that :func:`main` runs: ``app``'s own options, and its commands registered
+    by name, each built when it is used (:class:`LazyGroup`)."""
+    import copy
+
+    root = copy.copy(app)
+    root.registered_commands = []
+    group = typer.main.get_command(root)
+    group.registered = {info.name or typer.main.get_command_name(info.callback.__name__): info
+                        for info in app.registered_commands}
+    return group
+
+
 def fail(msg: str) -> None:
     """The one line a user sees on error (no wrapping, no markup)."""
     sys.stderr.write(f"error: {msg}\n")
@@ -1042,7 +1133,7 @@ def _dispatch(args: list) -> int:
     ClickException, NoArgsIsHelpError = _click_exception_types()
     State.debug = "--debug" in args
     try:
-        rc = app(args=args, prog_name="ttscli", standalone_mode=False)
+        rc = command_tree()(args=args, prog_name="ttscli", standalone_mode=False)
         return rc if isinstance(rc, int) else 0  # typer.Exit(n) comes back as a return value here
     except typer.Exit as e:
         return e.exit_code
