@@ -8,8 +8,9 @@ from clitools import no_files, only_line
 COMMANDS = ["speak", "clone", "convert", "bench", "parity", "models"]
 
 
-def test_help_lists_every_command(run_cli):
-    p = run_cli("--help")
+@pytest.mark.parametrize("args", [["--help"], ["-h"], []], ids=["--help", "-h", "no-args"])
+def test_help_lists_every_command(run_cli, args):
+    p = run_cli(*args)
     assert p.returncode == 0
     out = p.stdout.decode()
     for c in COMMANDS:

@@ -3,63 +3,84 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import sys
 import time
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 from typer.core import TyperGroup
+from typer.models import CommandInfo
 
 from ttscli import __version__
 from ttscli.audio_formats import FORMATS as AUDIO_FORMATS
 from ttscli.errors import Interrupted, TTSError, UsageError
 from ttscli.serve import HTTPOptions
 
-err = Console(stderr=True, highlight=False)
+err = None  # rich's Console on stderr: stderr_console() makes it at first use
+
+
+def stderr_console():
+    """rich's Console on stderr, made at first use: `ttscli --help` does not import rich.console."""
+    global err
+    if err is None:
+        from rich.console import Console
+
+        err = Console(stderr=True, highlight=False)
+    return err
+
+
+class LazyCommands(MutableMapping):
+    """The root group's commands by name, in the order registered. A command's click object is
+    built from its typer registration (typer reading the signature; for speak, clone and eval the
+    model families' knobs) when it is first looked up: to run it, show its help or document it.
+    Listing the names (the top-level help, typer's did-you-mean) builds none."""
+
+    def __init__(self, registered: dict, build):
+        self.entries, self.build = dict(registered), build  # name -> CommandInfo, then the command
+
+    def __getitem__(self, name: str):
+        entry = self.entries[name]
+        if isinstance(entry, CommandInfo):
+            entry = self.entries[name] = self.build(entry)
+        return entry
+
+    def __setitem__(self, name: str, command) -> None:
+        self.entries[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self.entries[name]
+
+    def __iter__(self):
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
 
 
 class LazyGroup(TyperGroup):
-    """The root command group. Made by :func:`command_tree`, it holds each command's typer
-    registration and builds the command (typer reading its signature; for speak, clone and eval the
-    model families' knobs) only when that command runs or shows its help.
-
-    Its own help, the command list, comes from click's formatter: typer's rich help imports rich's
-    markdown, traceback and syntax modules, more work than the rest of `ttscli --help` together.
-    Each command's help stays typer's."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.registered: dict = {}  # name -> typer CommandInfo, built into self.commands on first use
+    """The root command group. Its help, the list of commands, comes from click's formatter, and
+    each command's line from its registration where it is not built yet (:class:`LazyCommands`):
+    typer's rich help imports rich's markdown, traceback and syntax modules (markdown-it, pygments,
+    attrs), about half of what `ttscli --help` cost with it. Each command's own help stays typer's."""
 
     def list_commands(self, ctx) -> list:
-        return list(dict.fromkeys([*self.registered, *self.commands]))
-
-    def get_command(self, ctx, cmd_name: str):
-        info = self.registered.get(cmd_name)
-        if cmd_name not in self.commands and info is not None:
-            self.commands[cmd_name] = typer.main.get_command_from_info(
-                info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=self.rich_markup_mode)
-        return self.commands.get(cmd_name)
+        return list(self.commands)  # the names only (typer's reads every value, building each)
 
     def format_help(self, ctx, formatter) -> None:
         super(TyperGroup, self).format_help(ctx, formatter)  # click's, not typer's rich one
 
     def format_commands(self, ctx, formatter) -> None:
-        """Each command's name and the first paragraph of its help, from its registration where it
-        is not built yet."""
+        """Each command's name and the first paragraph of its help."""
+        entries = self.commands.entries if isinstance(self.commands, LazyCommands) else self.commands
         rows = []
-        for name in self.list_commands(ctx):
-            built, info = self.commands.get(name), self.registered.get(name)
-            hidden = built.hidden if built is not None else info.hidden
-            if not hidden:
-                text = (built.short_help or built.help if built is not None
-                        else info.short_help or info.help or inspect.getdoc(info.callback))
-                rows.append((name, plain_markup(inspect.cleandoc(text or "").split("\n\n")[0])))
+        for name, entry in entries.items():  # a CommandInfo or a click command: the same fields
+            if not entry.hidden:
+                text = entry.short_help or entry.help or inspect.getdoc(entry.callback) or ""
+                rows.append((name, plain_markup(inspect.cleandoc(text).split("\n\n")[0])))
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
@@ -95,7 +116,7 @@ class State:
 
 def note(msg: str) -> None:
     if not State.quiet:
-        err.print(msg, markup=False)
+        stderr_console().print(msg, markup=False)
 
 
 class Backend(str, Enum):
@@ -223,6 +244,13 @@ def with_knobs(command: str):
     return functools.partial(WithKnobs, command=command)
 
 
+def print_json(obj) -> None:
+    """``--json``: ``obj`` on stdout, indented."""
+    import json
+
+    typer.echo(json.dumps(obj, indent=2))
+
+
 def set_flags(quiet: bool, verbose: bool, debug: bool) -> None:
     import logging
 
@@ -303,13 +331,13 @@ def default_output(output: Optional[str], play: bool) -> Optional[str]:
 
 
 def progress_callback(total_hint: str):
-    if State.quiet or not err.is_terminal:
+    if State.quiet or not stderr_console().is_terminal:
         return None, None
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     # the count shows once the first chunk reports the total (before it: the bar pulses, no "0/None")
     prog = Progress(TextColumn(total_hint), BarColumn(), TextColumn("{task.fields[count]}"),
-                    TimeElapsedColumn(), console=err, transient=True)
+                    TimeElapsedColumn(), console=stderr_console(), transient=True)
     task = prog.add_task(total_hint, total=None, count="")
 
     def cb(done: int, total: int):
@@ -609,19 +637,21 @@ def models(
 ):
     """List the registry (implemented or not, weights present or not, usable backends), or one model in full."""
     set_flags(quiet, verbose, debug)
+    from rich.console import Console
+
     from ttscli.inventory import describe, inventory, render_details, render_table
 
     reg = registry_from(registry)
     if model is not None:
         info = describe(reg, reg.resolve(model))
         if json_out:
-            typer.echo(json.dumps(info, indent=2))
+            print_json(info)
         else:
             Console().print(render_details(info))
         return
     rows = inventory(reg)
     if json_out:
-        typer.echo(json.dumps(rows, indent=2))
+        print_json(rows)
     else:
         Console().print(render_table(rows))
 
@@ -715,9 +745,9 @@ def bench(
 
         req = ColdRequest(model=model, text=body or COLD_TEXT, runs=repeats, warmup=warmup, model_dir=model_dir,
                           registry_files=list(registry or []))
-        report = run_cold(req, registry_from(registry), console=None if quiet else err)
+        report = run_cold(req, registry_from(registry), console=None if quiet else stderr_console())
         if json_out:
-            typer.echo(json.dumps(report, indent=2))
+            print_json(report)
         return
     from ttscli.backends.select import parse_backend_options
 
@@ -741,9 +771,9 @@ def bench(
             req.batch = [int(x) for x in batch.split(",") if x.strip()]
         except ValueError:
             raise UsageError(f"--batch takes sizes like 1,4,16, not {batch!r}") from None
-    report = run_bench(req, registry_from(registry), console=None if quiet else err)
+    report = run_bench(req, registry_from(registry), console=None if quiet else stderr_console())
     if json_out:
-        typer.echo(json.dumps(report, indent=2))
+        print_json(report)
 
 
 @app.command(epilog="Example: [bold]ttscli parity piper-joe --against onnxruntime[/bold]")
@@ -766,9 +796,9 @@ def parity(
         raise UsageError("give exactly one of --golden FILE or --against BACKEND")
     req = ParityRequest(model=model, golden=golden, against=against, frames=frames, model_dir=model_dir,
                         backend=code_decoder_backend.value if code_decoder_backend else None)
-    report = run_parity(req, registry_from(registry), console=None if quiet else err)
+    report = run_parity(req, registry_from(registry), console=None if quiet else stderr_console())
     if json_out:
-        typer.echo(json.dumps(report, indent=2))
+        print_json(report)
     if not report["passed"]:
         raise typer.Exit(1)
 
@@ -825,9 +855,9 @@ def eval_cmd(
     else:
         report = run_eval(req, registry_from(registry))
     if not quiet:
-        err.print(render_table(report))
+        stderr_console().print(render_table(report))
     if json_out:
-        typer.echo(json.dumps(report, indent=2))
+        print_json(report)
     if report["failed"]:
         raise TTSError("eval failed: " + "; ".join(report["failed"]))
 
@@ -1019,7 +1049,8 @@ def batch(
             return run_ray(rows, job, cluster=cluster, workers=ray_workers)
     else:
         run_engine = run_local
-    prog, on_start, on_row = (None, None, None) if quiet or not err.is_terminal else progress(err)
+    console = stderr_console()
+    prog, on_start, on_row = (None, None, None) if quiet or not console.is_terminal else progress(console)
     s = Summary()
     try:
         if prog:
@@ -1057,15 +1088,17 @@ def root(version: bool = typer.Option(False, "--version", callback=version_callb
 
 
 def command_tree() -> LazyGroup:
-    """The click group that :func:`main` runs: ``app``'s own options, and its commands registered
-    by name, each built when it is used (:class:`LazyGroup`)."""
+    """The click group that :func:`main` runs: ``app``'s own options, and its commands built as
+    they are used (:class:`LazyCommands`)."""
     import copy
 
     root = copy.copy(app)
     root.registered_commands = []
     group = typer.main.get_command(root)
-    group.registered = {info.name or typer.main.get_command_name(info.callback.__name__): info
-                        for info in app.registered_commands}
+    build = functools.partial(typer.main.get_command_from_info, pretty_exceptions_short=app.pretty_exceptions_short,
+                              rich_markup_mode=app.rich_markup_mode)
+    group.commands = LazyCommands({info.name or typer.main.get_command_name(info.callback.__name__): info
+                                   for info in app.registered_commands}, build)
     return group
 
 
@@ -1137,8 +1170,8 @@ def _dispatch(args: list) -> int:
         return rc if isinstance(rc, int) else 0  # typer.Exit(n) comes back as a return value here
     except typer.Exit as e:
         return e.exit_code
-    except NoArgsIsHelpError as e:  # `ttscli` alone: help, not an error
-        e.show()
+    except NoArgsIsHelpError as e:  # `ttscli` alone: help on stdout, as --help, not an error
+        typer.echo(e.format_message())
         return 0
     except ClickException as e:
         cmd = f" {e.ctx.command.name}" if getattr(e, "ctx", None) and e.ctx.command.name != "ttscli" else ""
@@ -1151,7 +1184,7 @@ def _dispatch(args: list) -> int:
         raise
     except TTSError as e:
         if State.debug:
-            err.print_exception()
+            stderr_console().print_exception()
         fail(str(e))
         return e.exit_code
     except BrokenPipeError:
@@ -1164,7 +1197,7 @@ def _dispatch(args: list) -> int:
         return e.code if isinstance(e.code, int) else 1
     except Exception as e:  # noqa: BLE001 - a bug: one line unless --debug
         if State.debug:
-            err.print_exception()
+            stderr_console().print_exception()
         from ttscli import mlx_runtime
         from ttscli.errors import missing_library
 

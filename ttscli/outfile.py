@@ -26,7 +26,6 @@ owned by neither the user nor the folder's owner is not replaced (the kernel's
 from __future__ import annotations
 
 import os
-import secrets
 import stat
 import time
 from collections import deque
@@ -300,7 +299,8 @@ class AtomicFile:
         mode = 0o600 if self.replacing is not None else 0o666
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         for _ in range(100):
-            name = f"{_part_prefix(dest.name)}{os.getpid()}.{secrets.token_hex(8)}{PART_SUFFIX}"
+            # os.urandom, as secrets.token_hex uses: importing secrets loads hmac and OpenSSL at every start
+            name = f"{_part_prefix(dest.name)}{os.getpid()}.{os.urandom(8).hex()}{PART_SUFFIX}"
             try:
                 self.fd = os.open(name, flags, mode, dir_fd=dest.folder)
                 break
