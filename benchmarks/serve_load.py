@@ -58,6 +58,7 @@ class Outcome:
     """One request: ``status`` None when the connection failed; ``first_audio_s`` None without audio."""
 
     client: int
+    seed: int
     status: int | None
     first_audio_s: float | None
     total_s: float
@@ -88,18 +89,18 @@ async def one_request(client: httpx.AsyncClient, url: str, cfg: LoadConfig, who:
             status = r.status_code
             if status != 200:
                 text = (await r.aread()).decode("utf-8", "replace")
-                return Outcome(who, status, None, time.perf_counter() - t0, 0.0, f"{status}: {text[:200]}")
+                return Outcome(who, seed, status, None, time.perf_counter() - t0, 0.0, f"{status}: {text[:200]}")
             rate = int(r.headers["x-sample-rate"])
             async for part in r.aiter_raw():
                 if part and first is None:
                     first = time.perf_counter() - t0
                 size += len(part)
     except (httpx.HTTPError, KeyError, ValueError) as e:
-        return Outcome(who, status, first, time.perf_counter() - t0, 0.0, f"{type(e).__name__}: {e}")
+        return Outcome(who, seed, status, first, time.perf_counter() - t0, 0.0, f"{type(e).__name__}: {e}")
     total = time.perf_counter() - t0
     if size == 0 or size % PCM_BYTES:
-        return Outcome(who, status, first, total, 0.0, f"{size} bytes of 16-bit PCM")
-    return Outcome(who, status, first, total, size / PCM_BYTES / rate)
+        return Outcome(who, seed, status, first, total, 0.0, f"{size} bytes of 16-bit PCM")
+    return Outcome(who, seed, status, first, total, size / PCM_BYTES / rate)
 
 
 async def run_level(url: str, cfg: LoadConfig, clients: int) -> tuple[list[Outcome], float]:
