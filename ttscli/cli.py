@@ -837,7 +837,9 @@ def serve(
         False, "--random-weights",
         help="Test only: build every model at its real size with random weights (no download, no weights "
              "folder) for load tests. The audio is noise; the startup line, each /v1/models entry "
-             "(random_weights: true) and an X-Random-Weights header on every speech response say so."),
+             "(random_weights: true) and an X-Random-Weights header on every speech response say so. A "
+             "model that makes frames never stops by itself then: each request runs exactly its max_frames "
+             "(default 50), as `ttscli bench --random-weights` does."),
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
 ):

@@ -92,3 +92,22 @@ def test_summary_counts_failures_apart():
     assert s["first_audio_p95_s"] == pytest.approx(0.29)
     assert s["audio_s"] == 5.0 and s["audio_s_per_s"] == pytest.approx(2.0)
     assert s["first_errors"] == ["503: queue full"]
+
+
+def test_random_weights_requests_run_a_fixed_frame_count():
+    """At random weights a frame model's request runs exactly its max_frames (50 unless asked),
+    where reaching it would otherwise be an error; a model without frames is left as it is."""
+    from ttscli.generate import Request
+    from ttscli.models import family_of
+    from ttscli.registry import load_registry
+    from ttscli.serve.app import run_fixed_frames
+
+    reg = load_registry()
+    qwen3, piper = (family_of(reg.resolve(m, None)) for m in ("qwen3-tts-0.6b-base", "piper-joe"))
+    asked, default, plain = Request(text="Hi.", max_frames=7), Request(text="Hi."), Request(text="Hi.")
+    run_fixed_frames(asked, qwen3)
+    run_fixed_frames(default, qwen3)
+    run_fixed_frames(plain, piper)
+    assert (asked.ignore_eos, asked.max_frames) == (True, 7)
+    assert (default.ignore_eos, default.max_frames) == (True, 50)
+    assert (plain.ignore_eos, plain.max_frames) == (False, None)

@@ -912,6 +912,8 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
     req.stream = "stream" in honoured(spec, family)
     req.timestamps = words
     req = check_request(spec, family, req, API_NAMING)
+    if cfg.random_weights:
+        run_fixed_frames(req, family)
     pipeline = cfg.workers[model_id].pipeline
     if words and not pipeline.word_durations:
         await run_in_threadpool(cfg.aligner)   # its absence is a 400 now, not an error after the audio
@@ -924,6 +926,18 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
         req.ref_audio = await run_in_threadpool(resample, req.ref_audio, req.ref_sample_rate, rate)
         req.ref_sample_rate = rate
     return model_id, req, reply
+
+
+def run_fixed_frames(req, family) -> None:
+    """At random weights a model that makes frames never says stop: without this every request
+    would run to the model's longest and end in the max-frames error. Instead it runs exactly its
+    ``max_frames`` (RANDOM_WEIGHTS_FRAMES unless it asks), as ``ttscli bench --random-weights``
+    times them, so a load test's requests are of a length it chose and all succeed."""
+    from ttscli.models.base import RANDOM_WEIGHTS_FRAMES
+
+    if "max_frames" in family.honours:
+        req.ignore_eos = True
+        req.max_frames = req.max_frames or RANDOM_WEIGHTS_FRAMES
 
 
 def _reference(upload: tuple[str, bytes], max_seconds: float):
