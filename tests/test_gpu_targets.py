@@ -61,3 +61,21 @@ def test_unknown_step_is_one_line(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert p.returncode != 0 and p.stderr.strip().startswith("--only: no step 'nope'")
     assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.slow
+def test_quick_serve_load_end_to_end(tmp_path):
+    """The served step at toy sizes: a Qwen3-TTS server at random weights, 1 and 2 streaming
+    clients, every request answered, its figures gathered with the command that made them."""
+    out = tmp_path / "targets.json"
+    p = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--only", "serve_load", "--json", str(out)],
+                       capture_output=True, text=True, timeout=1500)
+    assert p.returncode == 0, p.stderr
+    step = json.loads(out.read_text())["steps"]["serve_load"]
+    assert step["rc"] == 0 and step["result"]["random_weights"] is True
+    levels = step["result"]["levels"]
+    assert [lv["clients"] for lv in levels] == [1, 2]
+    for lv in levels:
+        assert lv["errors"] == 0 and lv["ok"] == lv["requests"] == lv["clients"]
+        # 4 frames of 80 ms each request, at random weights exactly
+        assert lv["audio_s"] == pytest.approx(lv["requests"] * 4 * 0.08)
