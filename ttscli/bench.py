@@ -20,7 +20,7 @@ from ttscli.api import load
 from ttscli.errors import NotImplementedModelError, TTSError, UsageError
 from ttscli.generate import Request, Stats, synthesize
 from ttscli.models import family_of
-from ttscli.models.base import PREFILL_MODES, LoadOptions
+from ttscli.models.base import PREFILL_MODES, RANDOM_WEIGHTS_FRAMES, LoadOptions
 from ttscli.registry import Registry
 
 DEFAULT_TEXT = (
@@ -169,8 +169,9 @@ def run_variant(spec, req: BenchRequest, backend: str, prefill_mode: str, text: 
     family = family_of(spec)
     frames = "max_frames" in family.honours
     # random weights never say stop: time a fixed number of frames
+    fixed = RANDOM_WEIGHTS_FRAMES if req.random_weights else None
     request = Request(text=text, seed=req.seed, stream=req.stream,
-                      max_frames=(req.max_frames or (50 if req.random_weights else None)) if frames else None,
+                      max_frames=(req.max_frames or fixed) if frames else None,
                       ignore_eos=frames and (req.random_weights if req.ignore_eos is None else req.ignore_eos))
     if ref is not None:
         from ttscli.audio import resample

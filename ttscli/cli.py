@@ -469,7 +469,7 @@ def check_backends(spec, family, asked: BackendsAsked) -> None:
             note(f"{c}: {choice.backend} ({choice.why})")
 
 
-def load_pipeline(reg, spec, model_dir, asked: BackendsAsked, dtype):
+def load_pipeline(reg, spec, model_dir, asked: BackendsAsked, dtype, random_weights: bool = False):
     from ttscli import api
     from ttscli.models import family_of
     from ttscli.models.base import LoadOptions
@@ -477,7 +477,7 @@ def load_pipeline(reg, spec, model_dir, asked: BackendsAsked, dtype):
     if spec.license_notice:
         note(f"note: {spec.license_notice}")
     check_backends(spec, family_of(spec), asked)
-    options = LoadOptions(dtype=dtype, backends=dict(asked.backends))
+    options = LoadOptions(dtype=dtype, backends=dict(asked.backends), random_weights=random_weights)
     return api.load(spec.id, model_dir=model_dir, registry=reg, options=options)
 
 
@@ -941,6 +941,13 @@ def serve(
     backend: Optional[List[str]] = BackendChoice,
     code_decoder_backend: Optional[Backend] = CodeDecoderBackend,
     dtype: Optional[str] = Dtype,
+    random_weights: bool = typer.Option(
+        False, "--random-weights",
+        help="Test only: build every model at its real size with random weights (no download, no weights "
+             "folder) for load tests. The audio is noise; the startup line, each /v1/models entry "
+             "(random_weights: true) and an X-Random-Weights header on every speech response say so. A "
+             "model that makes frames never stops by itself then: each request runs exactly its max_frames "
+             "(default 50), as `ttscli bench --random-weights` does."),
     registry: Optional[List[Path]] = Registry,
     quiet: bool = Quiet, verbose: bool = Verbose, debug: bool = Debug,
 ):
@@ -969,6 +976,8 @@ def serve(
     names = list(dict.fromkeys(model or [None]))
     if model_dir is not None and len(names) > 1:
         raise UsageError("--model-dir goes with one -m; serve several local checkouts from separate servers")
+    if model_dir is not None and random_weights:
+        raise UsageError("--random-weights builds the model without weights; drop --model-dir")
     asked = backends_asked(backend, code_decoder_backend)
     loaders, specs, reg = {}, {}, None
     for name in names:
@@ -976,7 +985,7 @@ def serve(
         specs[spec.id] = spec
         mine = asked.for_model(spec) if len(names) > 1 else asked
         check_backends(spec, family, mine)    # a bad --backend is one line before any model loads
-        loaders[spec.id] = functools.partial(load_pipeline, reg, spec, model_dir, mine, dtype)
+        loaders[spec.id] = functools.partial(load_pipeline, reg, spec, model_dir, mine, dtype, random_weights)
     unused = set(asked.backends) - {c for spec in specs.values() for c in spec.backends}
     if unused:
         raise UsageError(f"--backend {sorted(unused)[0]}: no served model has that component "
@@ -987,6 +996,7 @@ def serve(
         run_server(loaders, specs, reg, host=host, port=port, api_key=api_key, max_queue=max_queue, max_batch=max_batch,
                    voices_dir=voices_dir or config_dir() / "voices", http=http, note=_plain_note,
                    max_input_chars=max_input_chars, request_timeout=request_timeout, strict=strict,
+                   random_weights=random_weights,
                    access_log=log_format if access_log or State.verbose or log_format == "json" else None)
     except KeyboardInterrupt:
         raise Interrupted() from None

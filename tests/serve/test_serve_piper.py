@@ -47,6 +47,7 @@ def test_health_models_voices(server, client):
     assert client.get(server.url + "/health").json()["status"] == "ok"
     models = client.get(server.url + "/v1/models").json()["data"]
     assert [m["id"] for m in models] == ["piper-joe"]
+    assert models[0]["random_weights"] is False          # a real voice says so as plainly as a random one
     voices = client.get(server.url + "/v1/audio/voices").json()["data"]
     assert {"id": "joe", "model": "piper-joe", "kind": "preset"} in voices
 

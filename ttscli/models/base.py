@@ -154,6 +154,11 @@ class RowGenerator(Protocol):
     def drop(self, row: Row) -> None: ...
 
 
+# frames a request runs at random weights (bench, serve --random-weights) unless it sets
+# max_frames: random weights never say stop, so every request is this long (4 s at 12.5 Hz)
+RANDOM_WEIGHTS_FRAMES = 50
+
+
 @dataclass
 class LoadOptions:
     """How to build a pipeline. Component names are the registry's ``backends`` keys.

@@ -16,6 +16,8 @@ from typing import Any
 from ttscli.errors import BackendUnavailableError, UsageError
 
 LOOPBACK = "127.0.0.1"
+RANDOM_WEIGHTS_WARNING = ("WARNING: --random-weights: every model is built at its real size with random weights; "
+                          "its audio is noise, not speech (for load tests only)")
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,8 @@ def serve(loaders: dict[str, Callable[[], Any]], specs: dict[str, Any], registry
           voices_dir: Path | None = None,
           http: HTTPOptions | None = None,
           max_input_chars: int = 4096, request_timeout: float = 300.0, strict: bool = False,
-          access_log: str | None = None, note: Callable[[str], None] = print) -> None:
+          random_weights: bool = False, access_log: str | None = None,
+          note: Callable[[str], None] = print) -> None:
     """Load every model (each on its own thread), then serve until stopped.
 
     ``max_input_chars``: the longest ``input`` accepted (longer gets 400 before it is queued).
@@ -111,6 +114,9 @@ def serve(loaders: dict[str, Callable[[], Any]], specs: dict[str, Any], registry
     limit); past it, it stops at its next chunk (504 before any audio, else a cut-off stream).
     ``strict``: refuse a request field the model cannot honour (e.g. ``instructions`` on a model
     without instructions) instead of ignoring it and naming it in the X-Ignored-Fields header.
+    ``random_weights``: the loaders build random weights (a load test without a download); the
+    startup lines, every /v1/models entry and every speech response's X-Random-Weights header
+    say so, so that nobody takes its noise for a model's speech.
     ``access_log``: None, or "text" / "json" for one line per request on stderr (observe.py).
     """
     require_extra()
@@ -138,7 +144,7 @@ def serve(loaders: dict[str, Callable[[], Any]], specs: dict[str, Any], registry
         cfg = ServeConfig(workers=workers, specs=specs, registry=registry, api_key=api_key,
                           voices_dir=voices_dir, families={m: family_of(s) for m, s in specs.items()},
                           connections=connections, max_input_chars=max_input_chars, metrics=metrics,
-                          strict=strict)
+                          strict=strict, random_weights=random_weights)
         api = create_app(cfg)
         if access_log:
             enable_access_log()
@@ -153,7 +159,10 @@ def serve(loaders: dict[str, Callable[[], Any]], specs: dict[str, Any], registry
         server = uvicorn.Server(config)
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
-        note(f"serving {', '.join(workers)} on http://{shown}:{bound} (POST /v1/audio/speech; "
+        if random_weights:
+            note(RANDOM_WEIGHTS_WARNING)
+        served = ", ".join(workers) + (" (RANDOM WEIGHTS)" if random_weights else "")
+        note(f"serving {served} on http://{shown}:{bound} (POST /v1/audio/speech; "
              f"queue {max_queue} per model{', API key required' if api_key else ''})")
         server.run(sockets=[sock])
     finally:

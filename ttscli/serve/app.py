@@ -67,6 +67,7 @@ NORMALIZATION_OPTIONS = ("normalize", "unit_normalization", "url_normalization",
                          "optional_pluralization_normalization", "phone_normalization",
                          "replace_remaining_symbols")
 IGNORED_HEADER = "X-Ignored-Fields"
+RANDOM_HEADER = "X-Random-Weights"  # on every speech response of a `serve --random-weights` server
 API_FIELDS = {"instruct": "instructions"}   # a common request field whose JSON name differs
 MAX_BODY = 16 << 20          # 30 s of 48 kHz stereo WAV reference, base64, fits with room to spare
 SAVED_VOICE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -96,6 +97,7 @@ class ServeConfig:
     metrics: Any = None                      # the server's RequestMetrics (observe.py), shown by /metrics
     strict: bool = False                     # refuse a field the model cannot honour instead of ignoring it
     word_aligner: Any = None                 # faster-whisper, loaded by the first request that needs it
+    random_weights: bool = False             # the models were built with random weights (load tests)
 
     @property
     def default_model(self) -> str:
@@ -356,6 +358,8 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         headers = {"X-Sample-Rate": str(reply.rate), "Cache-Control": "no-store"}
         if reply.ignored:
             headers[IGNORED_HEADER] = ", ".join(reply.ignored)
+        if cfg.random_weights:
+            headers[RANDOM_HEADER] = "true"
         words = Timed(req.text, req.language, cfg, worker.pipeline) if reply.words else None
         if reply.whole:
             got = await whole_body(job, request, worker, enc, first, buf, words)
@@ -689,7 +693,8 @@ def model_card(cfg: ServeConfig, model_id: str) -> dict:
     return {"id": model_id, "object": "model", "created": 0, "owned_by": "ttscli", "root": model_id,
             "sample_rate": cfg.workers[model_id].pipeline.sample_rate,
             "honours": [API_FIELDS.get(n, n) for n in honoured(spec, family) if n != "save_voice"],
-            "settings": [k.name for k in family.knobs], **model_extras(cfg, model_id)}
+            "settings": [k.name for k in family.knobs], "random_weights": cfg.random_weights,
+            **model_extras(cfg, model_id)}
 
 
 def preset_voices(cfg: ServeConfig, model_id: str) -> list[str]:
@@ -907,6 +912,8 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
     req.stream = "stream" in honoured(spec, family)
     req.timestamps = words
     req = check_request(spec, family, req, API_NAMING)
+    if cfg.random_weights:
+        run_fixed_frames(req, family)
     pipeline = cfg.workers[model_id].pipeline
     if words and not pipeline.word_durations:
         await run_in_threadpool(cfg.aligner)   # its absence is a 400 now, not an error after the audio
@@ -919,6 +926,18 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
         req.ref_audio = await run_in_threadpool(resample, req.ref_audio, req.ref_sample_rate, rate)
         req.ref_sample_rate = rate
     return model_id, req, reply
+
+
+def run_fixed_frames(req, family) -> None:
+    """At random weights a model that makes frames never says stop: without this every request
+    would run to the model's longest and end in the max-frames error. Instead it runs exactly its
+    ``max_frames`` (RANDOM_WEIGHTS_FRAMES unless it asks), as ``ttscli bench --random-weights``
+    times them, so a load test's requests are of a length it chose and all succeed."""
+    from ttscli.models.base import RANDOM_WEIGHTS_FRAMES
+
+    if "max_frames" in family.honours:
+        req.ignore_eos = True
+        req.max_frames = req.max_frames or RANDOM_WEIGHTS_FRAMES
 
 
 def _reference(upload: tuple[str, bytes], max_seconds: float):
