@@ -10,7 +10,7 @@ reference venv (scripts/goldens/README.md):
 Writes tests/fixtures/indextts2/:
 
 - ``tiny/config.yaml``: upstream's ``checkpoints/config.yaml`` with the ``gpt`` section at tiny
-  sizes (width 64, 2 layers, 4 heads, 100 text ids, a 64-code semantic codebook with start / stop
+  sizes (width 32, 2 layers, 2 heads, 100 text ids, a 64-code semantic codebook with start / stop
   at 64 / 65, two small Conformer + perceiver conditioners) and ``tiny/gpt.pth``: the
   ``state_dict()`` of upstream's ``UnifiedVoice`` built from that section, saved by
   ``torch.save`` as the published ``gpt.pth`` is, every tensor re-initialised deterministically.
@@ -33,6 +33,8 @@ Writes tests/fixtures/indextts2/:
 """
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import re
 import sys
@@ -52,12 +54,19 @@ import reference_stubs  # noqa: F401  (torchaudio's CUDA-linked extension loader
 
 
 def install_stubs() -> None:
-    """Import-time shims for three upstream imports that the GPT never runs:
+    """Import-time shims for upstream imports that the goldens never run: ``matplotlib`` (when it
+    is not installed; BigVGAN's ``utils`` imports it for its spectrogram plot, and calls
+    ``matplotlib.use`` at import),
     ``indextts.utils.tokenizer`` (only ``LANGUAGE_DICT``, read by the 2.5 ``campplus`` speaker mode;
     the module imports whisper and tiktoken) and the packages ``indextts.s2mel.dac`` /
     ``indextts.s2mel.dac.nn`` registered without running their ``__init__`` (which imports
     descript-audiotools' training tools; the length regulator imports only ``dac.nn.quantize``,
     whose file is the real one)."""
+    if importlib.util.find_spec("matplotlib") is None:
+        mpl = types.ModuleType("matplotlib")
+        mpl.use = lambda backend: None
+        mpl.pylab = types.ModuleType("matplotlib.pylab")
+        sys.modules.update({"matplotlib": mpl, "matplotlib.pylab": mpl.pylab})
     tok = types.ModuleType("indextts.utils.tokenizer")
     tok.LANGUAGE_DICT = {}
     sys.modules["indextts.utils.tokenizer"] = tok
@@ -68,6 +77,7 @@ def install_stubs() -> None:
 
 
 install_stubs()
+import safetensors.torch
 import torch
 from omegaconf import OmegaConf
 
@@ -79,16 +89,16 @@ N_GREEDY = 20
 
 # (pattern, replacement) on the ``gpt`` section of upstream's config.yaml: sizes only
 TINY = [
-    (r"model_dim: 1280", "model_dim: 64"),
+    (r"model_dim: 1280", "model_dim: 32"),
     (r"max_mel_tokens: 1815", "max_mel_tokens: 120"),
     (r"max_text_tokens: 600", "max_text_tokens: 40"),
-    (r"heads: 20", "heads: 4"),
+    (r"heads: 20", "heads: 2"),
     (r"layers: 24", "layers: 2"),
     (r"number_text_tokens: 12000", f"number_text_tokens: {TEXT_IDS}"),
     (r"number_mel_codes: 8194", f"number_mel_codes: {CODES + 2}"),
     (r"start_mel_token: 8192", f"start_mel_token: {CODES}"),
     (r"stop_mel_token: 8193", f"stop_mel_token: {CODES + 1}"),
-    (r"output_size: 512", "output_size: 32"),
+    (r"output_size: 512", "output_size: 16"),
     (r"linear_units: 2048", "linear_units: 64"),
     (r"linear_units: 1024", "linear_units: 48"),
     (r"attention_heads: 8", "attention_heads: 2"),
@@ -98,11 +108,39 @@ TINY = [
 ]
 
 
+# the same for the semantic_codec and s2mel sections (the vocoder is configured by its own json)
+TINY_S2MEL = [
+    (r"codebook_size: 8192", f"codebook_size: {CODES}"),
+    (r"hidden_size: 1024", f"hidden_size: {FEAT}"),
+    (r"vocos_dim: 384", "vocos_dim: 16"),
+    (r"vocos_intermediate_dim: 2048", "vocos_intermediate_dim: 32"),
+    (r"vocos_num_layers: 12", "vocos_num_layers: 1"),
+    (r"channels: 512", "channels: 32"),
+    (r"in_channels: 1024", f"in_channels: {FEAT}"),
+    (r"hidden_dim: 512", "hidden_dim: 32"),
+    (r"num_heads: 8", "num_heads: 2"),
+    (r"depth: 13", "depth: 3"),
+    (r"content_dim: 512", "content_dim: 32"),
+    (r"num_layers: 8", "num_layers: 2"),
+    (r"content_codebook_size: 2048", "content_codebook_size: 16"),
+    (r"content_codebook_size: 1024", "content_codebook_size: 16"),
+]
+GPT_LAYER = (16, 8)   # upstream's hard-coded gpt_layer widths are 256, 128 (from 1280 to 1024)
+VOCODER = {"resblock": "1", "upsample_rates": [4, 4, 4, 4], "upsample_kernel_sizes": [8, 8, 8, 8],
+           "upsample_initial_channel": 32, "resblock_kernel_sizes": [3, 7, 11],
+           "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]], "use_tanh_at_final": False,
+           "use_bias_at_final": False, "activation": "snakebeta", "snake_logscale": True, "num_mels": 80,
+           "n_fft": 1024, "hop_size": 256, "win_size": 1024, "sampling_rate": 22050, "fmin": 0, "fmax": None}
+
+
 def tiny_yaml() -> str:
     text = (SRC / "checkpoints" / "config.yaml").read_text()
     head, rest = text.split("semantic_codec:", 1)
     for pat, rep in TINY:
         head, n = re.subn(pat, rep, head)
+        assert n >= 1, pat
+    for pat, rep in TINY_S2MEL:
+        rest, n = re.subn(pat, rep, rest)
         assert n >= 1, pat
     return head + f"    feature_width: {FEAT}\n\nsemantic_codec:" + rest
 
@@ -132,23 +170,43 @@ def build_gpt(cfg):
     return gpt.eval()
 
 
-NORM_GAINS = ("gamma", "ln_1.weight", "ln_2.weight", "ln_f.weight")
+def build_s2mel(cfg):
+    """Upstream's ``MyModel`` (CFM + length regulator + ``gpt_layer``) from the tiny ``s2mel``
+    section, ``gpt_layer`` rebuilt at tiny widths (upstream hard-codes 1280 -> 256 -> 128 -> 1024),
+    the semantic codec (``RepCodec``) from ``semantic_codec`` and BigVGAN from :data:`VOCODER`."""
+    from indextts.codec.maskgct_codec import build_semantic_codec
+    from indextts.s2mel.modules.bigvgan.bigvgan import BigVGAN
+    from indextts.s2mel.modules.bigvgan.env import AttrDict
+    from indextts.s2mel.modules.commons import MyModel
+
+    s2mel = MyModel(cfg.s2mel, use_gpt_latent=True)
+    a, b = GPT_LAYER
+    dim = cfg.gpt.model_dim
+    s2mel.models["gpt_layer"] = torch.nn.Sequential(torch.nn.Linear(dim, a), torch.nn.Linear(a, b),
+                                                    torch.nn.Linear(b, FEAT))
+    return s2mel.eval(), build_semantic_codec(cfg.semantic_codec).eval(), BigVGAN(AttrDict(VOCODER)).eval()
 
 
 def reinit(module: torch.nn.Module, gen: torch.Generator) -> None:
-    """Fan-in-scaled normals for matrices, norms near 1, small biases; the speed embedding (zero
-    at upstream init) and the positional tables get lively values too. Buffers stay as built
-    (the Conformer's sinusoidal table)."""
+    """Fan-in-scaled normals for matrices, weight-norm gains near 1, norm gains near 1, small
+    biases (Snake's log-scale alpha / beta near 0, i.e. factors near 1); the embeddings, the speed
+    rows (zero at upstream init) and the latents get lively values. Buffers stay as built (the
+    Conformer's sinusoids, the DiT's time frequencies and positions, BigVGAN's filters)."""
     with torch.no_grad():
         for name, p in module.named_parameters():
-            if ("norm" in name or name.endswith(NORM_GAINS)) and p.ndim == 1:
+            if name.endswith("weight_g"):
+                p.copy_(0.8 + 0.4 * torch.rand(p.shape, generator=gen))
+            elif p.ndim == 1 and name.endswith(("weight", "gamma")):
                 p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
             elif p.ndim == 1:
                 p.copy_(0.05 * torch.randn(p.shape, generator=gen))
-            elif "embedding" in name or name.endswith(("latents", "pos_bias_u", "pos_bias_v")):
+            elif "embedding" in name or name.endswith(LIVELY):
                 p.copy_(0.5 * torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) / np.sqrt(p[0].numel()))
+
+
+LIVELY = ("latents", "pos_bias_u", "pos_bias_v", "mask_token", "content_mask_embedder.weight")
 
 
 def gpt_goldens(gpt, gen) -> dict:
@@ -192,6 +250,40 @@ def gpt_goldens(gpt, gen) -> dict:
             "prefill_logits": logits[0].numpy(), **greedy, "gpt_latent": latent[0].numpy()}
 
 
+def s2mel_goldens(s2mel, codec, vocoder, gpt_gold, gen) -> dict:
+    """The S2Mel path of ``infer_generator`` for one segment, step by step with upstream's modules:
+    the reference's quantised semantic features through the length regulator (prompt condition),
+    the generated codes' codebook vectors plus ``gpt_layer(latent)`` through it (condition, 1.72
+    frames per code), 25 Euler steps with CFG 0.7 from recorded noise, then BigVGAN."""
+    feat = torch.from_numpy(gpt_gold["spk_feat"])[None]
+    codes = torch.from_numpy(gpt_gold["greedy"])[None]
+    latent = torch.from_numpy(gpt_gold["gpt_latent"])[None]
+    n_ref_mel = int(feat.shape[1] * 1.72)
+    ref_mel = torch.randn(1, 80, n_ref_mel, generator=gen) * 0.8 - 5.0
+    style = torch.randn(1, 192, generator=gen)
+    cfm, regulator = s2mel.models["cfm"], s2mel.models["length_regulator"]
+    cfm.estimator.setup_caches(max_batch_size=1, max_seq_length=8192)
+    with torch.inference_mode():
+        ids, s_ref = codec.quantize(feat)
+        prompt_cond = regulator(s_ref, ylens=torch.LongTensor([n_ref_mel]), n_quantizers=3, f0=None)[0]
+        s_infer = codec.quantizer.vq2emb(codes.unsqueeze(1)).transpose(1, 2)
+        s_infer = s_infer + s2mel.models["gpt_layer"](latent)
+        target = (torch.LongTensor([codes.shape[1]]) * 1.72).long()
+        cond = regulator(s_infer, ylens=target, n_quantizers=3, f0=None)[0]
+        mu = torch.cat([prompt_cond, cond], dim=1)
+        torch.manual_seed(7)   # CFM.inference draws its noise first: the same draw is recorded
+        noise = torch.randn([1, 80, mu.shape[1]])
+        torch.manual_seed(7)
+        mel = cfm.inference(mu, torch.LongTensor([mu.shape[1]]), ref_mel, style, None, 25, inference_cfg_rate=0.7)
+        mel = mel[:, :, n_ref_mel:]
+        vocoder.remove_weight_norm()
+        wav = vocoder(mel.float())
+    return {"codec_ids": ids[0].numpy().astype(np.int64), "codec_quantized": s_ref[0].numpy(),
+            "codec_vq2emb": s_infer[0].numpy(), "ref_mel": ref_mel[0].numpy(), "style": style[0].numpy(),
+            "prompt_cond": prompt_cond[0].numpy(), "cond": cond[0].numpy(), "cfm_noise": noise[0].numpy(),
+            "s2mel_mel": mel[0].numpy(), "wav": wav[0, 0].numpy()}
+
+
 def main() -> None:
     torch.manual_seed(0)
     yaml = tiny_yaml()
@@ -199,10 +291,24 @@ def main() -> None:
     gpt = build_gpt(cfg)
     gen = torch.Generator().manual_seed(1234)
     reinit(gpt, gen)
+    with torch.no_grad():   # the start code never wins, as in a trained model: codes stay in the codebook
+        gpt.mel_head.bias[gpt.start_mel_token] = -10.0
     gpt.post_init_gpt2_config(use_deepspeed=False, kv_cache=True, half=False)
-    goldens = gpt_goldens(gpt, gen)
+    s2mel, codec, vocoder = build_s2mel(cfg)
+    for module in (s2mel, codec, vocoder):
+        reinit(module, gen)
+    with torch.no_grad():   # a waveform below BigVGAN's clamp at 1
+        vocoder.conv_post.weight_g.mul_(0.03)
     tiny = OUT / "tiny"
-    tiny.mkdir(parents=True, exist_ok=True)
+    (tiny / "bigvgan").mkdir(parents=True, exist_ok=True)
+    # saved before any call: BigVGAN's weight norm is removed for inference, as upstream does
+    torch.save({"net": {k: {n: t.contiguous() for n, t in m.state_dict().items()} for k, m in s2mel.models.items()}},
+               tiny / "s2mel.pth")
+    safetensors.torch.save_model(codec, str(tiny / "semantic_codec.safetensors"))
+    torch.save({"generator": vocoder.state_dict()}, tiny / "bigvgan" / "bigvgan_generator.pt")
+    (tiny / "bigvgan" / "config.json").write_text(json.dumps(VOCODER, indent=1) + "\n")
+    goldens = gpt_goldens(gpt, gen)
+    goldens.update(s2mel_goldens(s2mel, codec, vocoder, goldens, gen))
     (tiny / "config.yaml").write_text(yaml)
     # as the published file: UnifiedVoice's own tensors (post_init's alias gpt.wte is not one)
     state = {k: v.contiguous() for k, v in gpt.state_dict().items()
