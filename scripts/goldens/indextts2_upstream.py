@@ -1,11 +1,13 @@
-"""A tiny IndexTTS2 GPT checkpoint and its goldens, computed by the upstream index-tts code.
+"""A tiny IndexTTS2 checkpoint set and its goldens, computed by the upstream index-tts code.
 
 Upstream is not a PyPI package: fetch it first (scripts/goldens/indextts2_fetch.sh, which also puts
 upstream's pinned transformers 4.52.1 in a side folder), then, from the repository root, with the
 reference venv (scripts/goldens/README.md):
 
     INDEXTTS_SRC=../refsrc/index-tts INDEXTTS_DEPS=../refsrc/index-tts-deps \\
-        REFVENV/bin/python scripts/goldens/indextts2_upstream.py
+        REFVENV/bin/python scripts/goldens/indextts2_upstream.py [--check]
+
+``--check`` reloads the written files through upstream's loaders and recomputes the goldens.
 
 Writes tests/fixtures/indextts2/:
 
@@ -17,7 +19,15 @@ Writes tests/fixtures/indextts2/:
   The w2v-BERT feature width (1024) is hard-coded inside ``UnifiedVoice.__init__`` (the two
   Conformer inputs, the emotion perceiver's width, ``emovec_layer``); here those four modules are
   rebuilt from the same classes with width :data:`FEAT` (``feature_width`` in the yaml), so the
-  tensor names are the published ones and only those widths differ.
+  tensor names are the published ones and only those widths differ. The start code's
+  ``mel_head`` bias is -10, so greedy codes stay inside the codebook as a trained model's do.
+- the same yaml's ``semantic_codec`` and ``s2mel`` sections at tiny sizes (codec width 32, a
+  64 x 8 codebook; DiT width 32 x 3 layers, WaveNet 2 layers, regulator width 32) and
+  ``tiny/s2mel.pth`` (``{"net": {"cfm", "length_regulator", "gpt_layer"}}`` of upstream's
+  ``MyModel``, its hard-coded ``gpt_layer`` widths rebuilt as :data:`GPT_LAYER`),
+  ``tiny/semantic_codec.safetensors`` (``RepCodec``, written by ``safetensors.torch.save_model``
+  as MaskGCT's file is read) and ``tiny/bigvgan/`` (``config.json`` = :data:`VOCODER`, four
+  x4 stages, and ``bigvgan_generator.pt`` = ``{"generator": state_dict}`` with weight norm).
 - ``goldens.npz``: the inputs (``spk_feat`` / ``emo_feat``: normalised w2v-BERT features,
   ``text``: BPE ids), the speaker conditioning latents (``cond_latents``, upstream
   ``get_conditioning``: 32 perceiver latents), the emotion vectors of the speaker and emotion
@@ -30,6 +40,13 @@ Writes tests/fixtures/indextts2/:
   (``greedy``: ``min_new_tokens`` = 20 keeps the stop id out, no repetition penalty;
   ``greedy_rep``: the same with upstream's default ``repetition_penalty`` 10); and the latent
   that feeds S2Mel (``gpt_latent``: ``UnifiedVoice.forward`` over the prompt and ``greedy``).
+  Then S2Mel as ``infer_generator`` runs it: the codec's ids and quantised features of
+  ``spk_feat`` (``codec_ids``, ``codec_quantized``), ``vq2emb(greedy) + gpt_layer(gpt_latent)``
+  (``codec_vq2emb``), the reference mel and CAMPPlus style inputs (``ref_mel``, ``style``:
+  random), the length regulator's outputs for the reference and the codes (``prompt_cond``,
+  ``cond``: 1.72 frames per code), the CFM's starting noise (``cfm_noise``, recorded) and its mel
+  after the prompt frames (``s2mel_mel``: 25 Euler steps, CFG 0.7), and BigVGAN's waveform of
+  that mel (``wav``).
 """
 from __future__ import annotations
 
@@ -319,5 +336,49 @@ def main() -> None:
         print(f"{k:16s} {np.asarray(v).shape}")
 
 
+def check() -> None:
+    """Reloads the written files through upstream's own loaders (``load_checkpoint``,
+    ``load_checkpoint2``, ``safetensors.torch.load_model``, ``BigVGAN.from_pretrained``) and
+    recomputes the emotion blend, the greedy codes, the mel from the recorded noise
+    (``CFM.solve_euler``) and the waveform: the files are loadable as upstream loads the published
+    ones, and the recorded noise is the draw the CFM used."""
+    from indextts.s2mel.modules.bigvgan.bigvgan import BigVGAN
+    from indextts.s2mel.modules.commons import load_checkpoint2
+    from indextts.utils.checkpoint import load_checkpoint
+
+    tiny, g = OUT / "tiny", np.load(OUT / "goldens.npz")
+    cfg = OmegaConf.load(tiny / "config.yaml")
+    gpt = build_gpt(cfg)
+    load_checkpoint(gpt, str(tiny / "gpt.pth"))
+    gpt.post_init_gpt2_config(kv_cache=True)
+    s2mel, codec, _ = build_s2mel(cfg)
+    load_checkpoint2(s2mel, None, str(tiny / "s2mel.pth"), load_only_params=True, ignore_modules=[],
+                     is_distributed=False)
+    safetensors.torch.load_model(codec, str(tiny / "semantic_codec.safetensors"))
+    vocoder = BigVGAN.from_pretrained(str(tiny / "bigvgan")).eval()
+    spk, emo = (torch.from_numpy(g[k])[None] for k in ("spk_feat", "emo_feat"))
+    spk_len, emo_len = torch.tensor([spk.shape[1]]), torch.tensor([emo.shape[1]])
+    with torch.inference_mode():
+        emovec = gpt.merge_emovec(spk, emo, spk_len, emo_len, alpha=float(g["emo_alpha"]))
+        codes, _ = gpt.inference_speech(spk, torch.from_numpy(g["text"]).int()[None], None, emo_speech_condition=emo,
+                                        cond_lengths=spk_len, emo_cond_lengths=emo_len, emo_vec=emovec,
+                                        do_sample=False, num_beams=1, min_new_tokens=N_GREEDY,
+                                        max_generate_length=N_GREEDY)
+        cfm = s2mel.models["cfm"]
+        cfm.estimator.setup_caches(max_batch_size=1, max_seq_length=8192)
+        mu = torch.from_numpy(np.concatenate([g["prompt_cond"], g["cond"]]))[None]
+        ref_mel = torch.from_numpy(g["ref_mel"])[None]
+        mel = cfm.solve_euler(torch.from_numpy(g["cfm_noise"])[None].clone(), torch.LongTensor([mu.shape[1]]), ref_mel,
+                              mu, torch.from_numpy(g["style"])[None], None, torch.linspace(0, 1, 26), 0.7)
+        vocoder.remove_weight_norm()
+        wav = vocoder(torch.from_numpy(g["s2mel_mel"])[None])
+    assert np.array_equal(codes[0].numpy(), g["greedy"])
+    for name, ours in (("emovec", emovec[0]), ("s2mel_mel", mel[0, :, ref_mel.shape[-1]:]), ("wav", wav[0, 0])):
+        err = float(np.abs(ours.numpy() - g[name]).max())
+        assert err < 1e-6, (name, err)
+        print(f"{name:10s} max error {err:.2e}")
+    print("greedy     equal")
+
+
 if __name__ == "__main__":
-    main()
+    check() if "--check" in sys.argv[1:] else main()
