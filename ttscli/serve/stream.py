@@ -325,8 +325,10 @@ def add_stream_route(app, cfg: ServeConfig, authorized, public) -> None:
         Out: binary messages with the audio in ``response_format``; ``{"type": "words",
         "words": [{"word", "start", "end"}]}`` with ``return_timestamps`` (seconds from the
         stream's start); ``{"type": "flushed", "duration_s"}`` once the audio of the text
-        before a flush is out; ``{"type": "done", "sample_rate", "duration_s", "usage":
-        {"input_characters", "sentences"}}`` then close 1000. An error is one ``{"type":
+        before a flush is out (at a ``sample_rate`` other than the model's, less the
+        resampler's few milliseconds of delay, which follow with the next audio or the end);
+        ``{"type": "done", "sample_rate", "duration_s", "usage": {"input_characters",
+        "sentences"}}`` then close 1000. An error is one ``{"type":
         "error", "error": {"message", "type", "param", "code"}}`` message, then close 1008 (the
         client's input), 1009 (a message over 64 KiB), 1013 (the model's queue is full) or
         1011 (the server's fault). A wrong API key is refused before the handshake (HTTP 401).
