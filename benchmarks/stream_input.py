@@ -15,8 +15,14 @@ model, from the moment the first sentence's last token is sent:
 Each model speaks one warm-up sentence first (sessions and caches built), then ``--repeats``
 streams; the median is reported.
 
+With ``--websocket`` the same text goes to a ``ttscli serve`` subprocess over its WebSocket
+route (/v1/audio/speech/stream, PCM at the model's own rate), one message per token, and the
+times are taken where the client receives the audio: the server's sentence jobs, the socket
+and the encoder are included.
+
     PYTHONPATH=$PWD .venv/bin/python benchmarks/stream_input.py --models piper-joe,kokoro-82m \\
         --json stream_input.json
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/stream_input.py --models piper-joe --websocket
 """
 from __future__ import annotations
 
@@ -24,9 +30,12 @@ import argparse
 import json
 import queue
 import re
+import select
 import statistics
+import sys
 import threading
 import time
+from pathlib import Path
 
 import ttscli  # loads the BLAS before mlx
 
@@ -82,12 +91,67 @@ def one_stream(pipe, request, rate: float) -> dict:
             "last_audio_ms": 1000 * (done - sent[-1])}
 
 
+def one_socket_stream(server, rate: float, sample_rate: int) -> dict:
+    """One stream over the server's WebSocket at ``rate`` tokens/s, one message per token; the
+    three times in milliseconds, taken as the client receives the audio."""
+    from servertools import WebSocket
+
+    toks = tokens(TEXT)
+    n_first = first_sentence_tokens(toks)
+    ws = WebSocket(server.url, "/v1/audio/speech/stream")
+    if ws.refused:
+        raise RuntimeError(f"the server refused the stream: {ws.refused}")
+    ws.send_json({"type": "start", "seed": 0, "response_format": "pcm", "sample_rate": sample_rate})
+    sent: list[float] = []
+    first = None
+
+    def take(message) -> None:
+        nonlocal first
+        if isinstance(message, tuple) or isinstance(message, dict) and message["type"] == "error":
+            raise RuntimeError(f"the stream ended early: {message}")
+        if first is None and isinstance(message, bytes):
+            first = time.perf_counter()
+
+    for tok in toks:
+        ws.send_json({"type": "text", "text": tok})
+        sent.append(time.perf_counter())
+        next_at = sent[-1] + 1.0 / rate
+        while (left := next_at - time.perf_counter()) > 0:
+            if select.select([ws.sock], [], [], left)[0]:
+                take(ws.receive())
+    ws.send_json({"type": "end"})
+    while not (isinstance(message := ws.receive(), dict) and message["type"] == "done"):
+        take(message)
+    done = time.perf_counter()
+    ws.close()
+    return {"first_audio_ms": 1000 * (first - sent[n_first - 1]),
+            "after_complete_ms": 1000 * (first - sent[n_first]),
+            "last_audio_ms": 1000 * (done - sent[-1])}
+
+
+def bench_socket(model: str, rate: float, repeats: int) -> dict:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "serve"))
+    from servertools import Server
+
+    import httpx
+
+    server = Server(["-m", model])
+    try:
+        native = httpx.get(f"{server.url}/v1/models/{model}").json()["sample_rate"]   # no resampling
+        one_socket_stream(server, rate, native)   # warm-up: the model's sessions, the server's first request
+        runs = [one_socket_stream(server, rate, native) for _ in range(repeats)]
+    finally:
+        server.stop()
+    return {"model": model, "path": "websocket", "rate_tokens_per_s": rate, "repeats": repeats,
+            **{k: round(statistics.median(r[k] for r in runs), 1) for k in runs[0]}}
+
+
 def bench(model: str, rate: float, repeats: int) -> dict:
     pipe = ttscli.load(model)
     request = ttscli.Request("", seed=0)
     list(ttscli.synthesize(pipe, ttscli.Request("A warm-up sentence.", seed=0)))
     runs = [one_stream(pipe, request, rate) for _ in range(repeats)]
-    return {"model": model, "rate_tokens_per_s": rate, "repeats": repeats,
+    return {"model": model, "path": "library", "rate_tokens_per_s": rate, "repeats": repeats,
             **{k: round(statistics.median(r[k] for r in runs), 1) for k in runs[0]}}
 
 
@@ -96,9 +160,12 @@ def main() -> None:
     ap.add_argument("--models", default="piper-joe,kokoro-82m")
     ap.add_argument("--rate", type=float, default=20.0, help="tokens (words) per second")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--websocket", action="store_true",
+                    help="stream to a `ttscli serve` subprocess over its WebSocket route instead of the library")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
-    results = [bench(m, args.rate, args.repeats) for m in args.models.split(",")]
+    run = bench_socket if args.websocket else bench
+    results = [run(m, args.rate, args.repeats) for m in args.models.split(",")]
     print(f"{'model':<14}{'first audio':>14}{'after complete':>17}{'last audio':>13}   (ms, median of "
           f"{args.repeats}, {args.rate:g} tokens/s)")
     for r in results:

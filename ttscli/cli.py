@@ -183,7 +183,6 @@ SentenceSilence = typer.Option(0.0, "--sentence-silence", min=0.0, max=10.0,
 
 # --stream-input: stands in for the text still to come when the other fields are checked, before
 # the model loads (each sentence is checked again as it comes)
-STREAM_PROBE_TEXT = "Text."
 KNOB_PANEL = "Model knobs (each model takes its own: `ttscli models MODEL`)"
 
 
@@ -525,6 +524,7 @@ def speak(
     set_flags(quiet, verbose, debug)
     from ttscli.audio import check_output
     from ttscli.generate import Request, check_request
+    from ttscli.stream_input import PROBE_TEXT
     from ttscli.text import MAX_TEXT_BYTES, check_text
 
     texts = None
@@ -532,7 +532,7 @@ def speak(
         if ssml:
             raise UsageError("--stream-input cannot read SSML (a tag may span sentences); use [pause:S] markers")
         texts = stream_text(text, file)
-        body = STREAM_PROBE_TEXT   # the other fields are checked now, each sentence as it comes
+        body = PROBE_TEXT   # the other fields are checked now, each sentence as it comes
     else:
         body = read_text(text, file)
     check_output(default_output(output, play), fmt, sample_rate)
@@ -911,6 +911,10 @@ def serve(
     max_connections: int = typer.Option(HTTPOptions.max_connections, "--max-connections", min=1,
                                         help="Open connections at most: a new one closes the oldest idle one, "
                                              "or gets 503 when all have a request in progress."),
+    ws_idle_timeout: float = typer.Option(HTTPOptions.ws_idle_timeout, "--ws-idle-timeout", min=0.1,
+                                          help="Seconds a WebSocket stream (/v1/audio/speech/stream) may go "
+                                               "without a client message while nothing is being spoken, or "
+                                               "without reading while audio waits; then it is closed."),
     max_queue: int = typer.Option(16, "--max-queue", min=1, help="Requests waiting per model; more get 503."),
     max_batch: int = typer.Option(16, "--max-batch", min=1,
                                   help="Requests in progress at once per model: rows of one batch where the model "
@@ -972,7 +976,8 @@ def serve(
     http = HTTPOptions(allowed_hosts=tuple(map(check_allowed_host, allowed_host or ())),
                        cors_origins=tuple(map(check_cors_origin, cors_origin or ())),
                        header_timeout=header_timeout, body_timeout=body_timeout,
-                       keep_alive_timeout=keep_alive_timeout, max_connections=max_connections)
+                       keep_alive_timeout=keep_alive_timeout, max_connections=max_connections,
+                       ws_idle_timeout=ws_idle_timeout)
     names = list(dict.fromkeys(model or [None]))
     if model_dir is not None and len(names) > 1:
         raise UsageError("--model-dir goes with one -m; serve several local checkouts from separate servers")

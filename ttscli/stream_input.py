@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 # clause punctuation followed by whitespace and more text: where a first clause may end
 _CLAUSE_END = re.compile(r"[,;:，；：、]\s+(?=\S)")
 _NEXT_LINE = "A"          # stands in for the next line's first word when testing a line end
+EMPTY_STREAM = "the streamed text is empty; give some words to speak"
+# the text a stream's other settings are checked with before its own text arrives
+PROBE_TEXT = "Text."
 
 
 @dataclass(frozen=True)
@@ -147,27 +150,64 @@ def _speak_audio(pipeline, said: Request, crossfade_s: float) -> Iterator[Chunk]
         yield Chunk(audio)
 
 
+class SentenceJoin:
+    """Sentences' audio as one stream: a sentence's audio starts where the previous one's held
+    tail does (they blend with the crossfade the engine puts between text chunks), and its words
+    move there with it. Shared by :func:`synthesize_stream` and the server's WebSocket route, so
+    both join sentences with the same arithmetic."""
+
+    def __init__(self, sample_rate: int, crossfade_s: float = CROSSFADE_S):
+        self.sample_rate = sample_rate
+        self.fade = Crossfade(int(round(crossfade_s * sample_rate)))
+        self.index = -1
+        self.emitted = 0          # samples given out so far
+        self.start = 0.0          # seconds into the stream where the current sentence starts
+
+    def next_sentence(self) -> None:
+        self.index += 1
+        self.start = self.emitted / self.sample_rate
+
+    def place(self, words: list) -> list:
+        """Words timed from the current sentence's start, timed from the stream's start."""
+        return [w.shifted(self.start) for w in words]
+
+    def push(self, chunk: Chunk) -> Chunk:
+        """The part of the current sentence's chunk that is final now, its words placed."""
+        out = self.fade.push(self.index, chunk.audio)
+        self.emitted += sum(len(x) for x in out)
+        return Chunk(_joined(out), self.place(chunk.words))
+
+    def finish(self) -> Chunk:
+        """The held tail of the last sentence; the next sentence, if any, starts after it unblended."""
+        tail = _joined(self.fade.finish())
+        self.emitted += len(tail)
+        self.fade = Crossfade(self.fade.n_fade)
+        return Chunk(tail)
+
+
+def sentence_request(request: Request, sentence: str, limits: StreamLimits = StreamLimits()) -> Request:
+    """The request that speaks one streamed sentence: ``request`` with the sentence as its text."""
+    return replace(request, text=check_text(sentence, "a streamed sentence", limits.max_sentence_bytes))
+
+
 def _stream(pipeline, texts: Iterable[str], request: Request, crossfade_s: float, limits: StreamLimits,
             speak: Callable[..., Iterator[Chunk]]) -> Iterator[Chunk]:
-    """Each sentence through ``speak``, joined: a sentence's audio starts where the previous
-    one's held tail does (they blend), and its words move there with it."""
+    """Each sentence through ``speak``, joined (:class:`SentenceJoin`)."""
     if request.ssml:
         raise UsageError("streamed text cannot be SSML (a tag may span sentences); use [pause:S] markers")
-    join = Crossfade(int(round(crossfade_s * pipeline.sample_rate)))
-    emitted, spoken = 0, False
-    for i, sentence in enumerate(sentences(texts, limits)):
-        said = replace(request, text=check_text(sentence, "a streamed sentence", limits.max_sentence_bytes))
-        start = emitted / pipeline.sample_rate
+    join = SentenceJoin(pipeline.sample_rate, crossfade_s)
+    spoken = False
+    for sentence in sentences(texts, limits):
+        said = sentence_request(request, sentence, limits)
+        join.next_sentence()
         for chunk in speak(pipeline, said, crossfade_s):
-            out = join.push(i, chunk.audio)
-            emitted += sum(len(x) for x in out)
-            yield Chunk(_joined(out), [w.shifted(start) for w in chunk.words])
+            yield join.push(chunk)
         spoken = True
     if not spoken:
-        raise UsageError("the streamed text is empty; give some words to speak")
+        raise UsageError(EMPTY_STREAM)
     tail = join.finish()
-    if tail:
-        yield Chunk(_joined(tail))
+    if len(tail.audio):
+        yield tail
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:

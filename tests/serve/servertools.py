@@ -124,3 +124,98 @@ def speech(client, server, **body):
 def error(r) -> str:
     """The one-line message of an httpx error response, asserting OpenAI's error shape."""
     return error_message(r.status_code, r.content)
+
+
+class WebSocket:
+    """A blocking WebSocket client over wsproto (what the server speaks too), for tests and
+    benchmarks: ``refused`` holds (status, body) when the server declined the handshake."""
+
+    def __init__(self, url: str, path: str, headers: dict | None = None, timeout: float = 60.0):
+        from wsproto import ConnectionType, WSConnection
+        from wsproto.events import AcceptConnection, RejectConnection, RejectData, Request
+
+        host, port = url.rsplit("/", 1)[-1].rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.ws = WSConnection(ConnectionType.CLIENT)
+        self.events: list = []
+        self.text: list[str] = []
+        self.data: list[bytes] = []
+        self.refused = None
+        extra = [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+        self.sock.sendall(self.ws.send(Request(host=f"{host}:{port}", target=path, extra_headers=extra)))
+        status, body = None, b""
+        while True:
+            event = self._next()
+            if isinstance(event, AcceptConnection):
+                return
+            if isinstance(event, RejectConnection):
+                status = event.status_code
+                if not event.has_body:
+                    break
+            elif isinstance(event, RejectData):
+                body += event.data
+                if event.body_finished:
+                    break
+        self.refused = (status, body)
+        self.sock.close()
+
+    def _next(self):
+        """The next wsproto event, reading the socket as needed; None once it is closed."""
+        while not self.events:
+            data = self.sock.recv(65536)
+            self.ws.receive_data(data or None)
+            self.events.extend(self.ws.events())
+            if not data and not self.events:
+                return None
+        return self.events.pop(0)
+
+    def send_json(self, obj) -> None:
+        self.send_text(json.dumps(obj))
+
+    def send_text(self, text: str) -> None:
+        from wsproto.events import TextMessage
+
+        self.sock.sendall(self.ws.send(TextMessage(data=text)))
+
+    def send_bytes(self, data: bytes) -> None:
+        from wsproto.events import BytesMessage
+
+        self.sock.sendall(self.ws.send(BytesMessage(data=data)))
+
+    def receive(self):
+        """The next whole message: bytes (audio), a dict (JSON), or ("close", code, reason)."""
+        from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
+
+        while True:
+            event = self._next()
+            if event is None:
+                return ("close", None, "connection closed without a close frame")
+            if isinstance(event, Ping):
+                self.sock.sendall(self.ws.send(event.response()))
+            elif isinstance(event, CloseConnection):
+                try:
+                    self.sock.sendall(self.ws.send(event.response()))
+                except Exception:  # noqa: BLE001 - the server may have closed the socket already
+                    pass
+                return ("close", event.code, event.reason)
+            elif isinstance(event, TextMessage):
+                self.text.append(event.data)
+                if event.message_finished:
+                    text, self.text = "".join(self.text), []
+                    return json.loads(text)
+            elif isinstance(event, BytesMessage):
+                self.data.append(bytes(event.data))
+                if event.message_finished:
+                    data, self.data = b"".join(self.data), []
+                    return data
+
+    def until_close(self) -> list:
+        """Every message up to and including the close."""
+        out = []
+        while True:
+            out.append(self.receive())
+            if isinstance(out[-1], tuple):
+                return out
+
+    def close(self) -> None:
+        self.sock.close()

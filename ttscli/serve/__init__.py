@@ -29,6 +29,9 @@ class HTTPOptions:
     reference upload) at about 4.5 Mbit/s; 5 s of keep-alive is uvicorn's own default; 64
     connections hold the queued and running requests of two models at the default --max-queue
     and --max-batch (16 + 16 each), and stay far below a process's usual limit of 1024 files.
+    A WebSocket stream (/v1/audio/speech/stream) may sit 60 s without a message while nothing is
+    being spoken: a voice agent's LLM may pause that long between turns of thought, a client
+    that went quiet for good is gone within a minute.
     """
 
     allowed_hosts: tuple[str, ...] = ()      # Host names besides localhost, loopback and the bound address
@@ -37,12 +40,14 @@ class HTTPOptions:
     body_timeout: float = 30.0               # seconds for the whole body, from the end of its head
     keep_alive_timeout: float = 5.0          # seconds an idle connection stays open between requests
     max_connections: int = 64                # open connections at most
+    ws_idle_timeout: float = 60.0            # seconds a WebSocket stream may go without a message
 
 
 def require_extra() -> None:
     try:
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
+        import wsproto  # noqa: F401
     except ImportError as e:
         raise BackendUnavailableError(f"ttscli serve needs the serve extra ({e.name} is missing): "
                                       "pip install 'ttscli[serve]'") from None
@@ -126,7 +131,8 @@ def serve(loaders: dict[str, Callable[[], Any]], specs: dict[str, Any], registry
     from ttscli.serve.app import ServeConfig, create_app
     from ttscli.serve.guard import guarded
     from ttscli.serve.observe import LINES, Observed, RequestMetrics, enable_access_log
-    from ttscli.serve.protocol import ConnectionStats, protocol_factory
+    from ttscli.serve.protocol import ConnectionStats, TrackedWSProtocol, protocol_factory
+    from ttscli.serve.stream import MAX_FRAMES_BYTES
     from ttscli.serve.worker import ModelWorker
 
     http = http or HTTPOptions()
@@ -144,16 +150,19 @@ def serve(loaders: dict[str, Callable[[], Any]], specs: dict[str, Any], registry
         cfg = ServeConfig(workers=workers, specs=specs, registry=registry, api_key=api_key,
                           voices_dir=voices_dir, families={m: family_of(s) for m, s in specs.items()},
                           connections=connections, max_input_chars=max_input_chars, metrics=metrics,
-                          strict=strict, random_weights=random_weights)
+                          strict=strict, random_weights=random_weights,
+                          stream_idle_timeout=http.ws_idle_timeout)
         api = create_app(cfg)
         if access_log:
             enable_access_log()
         # outside the guard, so that what it refuses is logged and counted too
         app = Observed(guarded(api, host, http), metrics, {r.path for r in api.routes},
                        LINES[access_log] if access_log else None)
-        # ws="none": no WebSocket routes, so an Upgrade header is just a header
+        # WebSockets through wsproto (pure Python, on h11 like the HTTP side), each message bounded in size;
+        # no compression: audio gains little from it, and an inflated message costs what it inflates to
         config = uvicorn.Config(app, log_level="warning", access_log=False,
-                                lifespan="off", timeout_graceful_shutdown=5, ws="none",
+                                lifespan="off", timeout_graceful_shutdown=5, ws=TrackedWSProtocol,
+                                ws_max_size=MAX_FRAMES_BYTES, ws_per_message_deflate=False,
                                 http=protocol_factory(http, connections),
                                 timeout_keep_alive=http.keep_alive_timeout)
         server = uvicorn.Server(config)

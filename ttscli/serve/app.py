@@ -98,6 +98,7 @@ class ServeConfig:
     strict: bool = False                     # refuse a field the model cannot honour instead of ignoring it
     word_aligner: Any = None                 # faster-whisper, loaded by the first request that needs it
     random_weights: bool = False             # the models were built with random weights (load tests)
+    stream_idle_timeout: float = 60.0        # seconds a WebSocket stream may sit idle (serve/stream.py)
 
     @property
     def default_model(self) -> str:
@@ -382,6 +383,9 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         return StreamingResponse(body, media_type=media, headers=headers)
 
     from ttscli.serve.playground import add_pages
+    from ttscli.serve.stream import add_stream_route
+
+    add_stream_route(app, cfg, authorized, public)
 
     add_pages(app, api_key=cfg.api_key is not None)
     return app
@@ -843,8 +847,24 @@ def _kokoro_extras(cfg: ServeConfig, spec, data: dict, fmt: str, ignored: list[s
     return 1.0 if volume is None else volume
 
 
-async def build_request(cfg: ServeConfig, data: dict, upload):
-    """(model id, checked Request, how the reply carries the audio) from the body's fields."""
+def input_text(cfg: ServeConfig, data: dict) -> str:
+    """The body's ``input``, checked as the CLI checks text, within --max-input-chars."""
+    from ttscli.text import check_text
+
+    text = data.get("input")
+    if not isinstance(text, str):
+        raise UsageError("no text: give it as `input` (a string)")
+    text = check_text(text)
+    if len(text) > cfg.max_input_chars:
+        raise InputTooLongError(f"input is {len(text):,} characters; this server takes at most "
+                                f"{cfg.max_input_chars:,} (ttscli serve --max-input-chars)")
+    return text
+
+
+async def build_request(cfg: ServeConfig, data: dict, upload, text: str | None = None):
+    """(model id, checked Request, how the reply carries the audio) from the body's fields.
+    ``text``: what to say, where it does not come from the body's ``input`` (a stream's
+    settings are checked before its text arrives)."""
     from starlette.concurrency import run_in_threadpool
 
     from ttscli.generate import Request, check_request, honoured, needs_ref_text, plain_request
@@ -853,13 +873,8 @@ async def build_request(cfg: ServeConfig, data: dict, upload):
 
     model_id = resolve_model(cfg, data.get("model"))
     spec, family = cfg.specs[model_id], cfg.families[model_id]
-    text = data.get("input")
-    if not isinstance(text, str):
-        raise UsageError("no text: give it as `input` (a string)")
-    text = check_text(text)
-    if len(text) > cfg.max_input_chars:
-        raise InputTooLongError(f"input is {len(text):,} characters; this server takes at most "
-                                f"{cfg.max_input_chars:,} (ttscli serve --max-input-chars)")
+    if text is None:
+        text = input_text(cfg, data)
     ignored: list[str] = []
     instruct = _instructions(cfg, spec, family, data, ignored)
     fmt = check_format(data.get("response_format") or "mp3")

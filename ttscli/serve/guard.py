@@ -14,7 +14,10 @@ read every answer as its own (DNS rebinding). Two checks close both:
   taken from the server's own origin or from clients that send no Origin (not browsers) only.
 
 Both answer in the API's error shape before the request reaches a route; the allowed origins
-get CORS headers (and their preflights answered) from Starlette's CORSMiddleware.
+get CORS headers (and their preflights answered) from Starlette's CORSMiddleware. A WebSocket
+handshake is held to the same rules (a page may open a WebSocket to any address, and browsers
+apply no CORS to it: the server's Origin check is all there is), and refused before it
+completes, with the same status and body.
 """
 from __future__ import annotations
 
@@ -94,21 +97,25 @@ class RequestGuard:
         self.origins = frozenset(options.cors_origins)
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         headers = {}
         for name, value in scope["headers"]:
             headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
-        refusal = self.refusal(scope["method"], headers)
+        refusal = self.refusal(scope.get("method", "GET"), headers)
         if refusal is None:
             await self.app(scope, receive, send)
             return
         status, message = refusal
         body = json.dumps(error_body(status, message), separators=(",", ":")).encode()
-        await send({"type": "http.response.start", "status": status,
+        # a refused WebSocket handshake gets the same answer, through ASGI's denial response
+        kind = "http" if scope["type"] == "http" else "websocket.http"
+        if kind != "http":
+            await receive()   # websocket.connect
+        await send({"type": f"{kind}.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]})
-        await send({"type": "http.response.body", "body": body})
+        await send({"type": f"{kind}.response.body", "body": body})
 
     def refusal(self, method: str, headers: dict[str, str]) -> tuple[int, str] | None:
         """(status, message) for a request this server must not take; None for one it may."""

@@ -19,6 +19,10 @@ as it likes, and a few hundred such clients exhaust the process's descriptors. T
   (in a burst of new connections a whole client's request may still be on its way: it is
   served, and the newcomer is told to retry rather than a client being reset mid-request).
   When no connection may be closed, the new one gets 503 with Retry-After and is closed.
+
+A connection upgraded to a WebSocket stays counted (and is never closed to make room: a stream
+is a request in progress) until it closes; its handshake is bounded by the head deadline, and
+from then on the stream route bounds its reads (serve/stream.py).
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ from http import HTTPStatus
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.websockets.wsproto_impl import WSProtocol
 
 from ttscli.serve import HTTPOptions
 from ttscli.serve.app import error_body
@@ -113,6 +118,7 @@ class GuardedH11Protocol(H11Protocol):
         self._partial_head = False   # bytes of a request head received, the head not complete
         self._served = False         # a request was received on this connection
         self._opened_at = 0.0        # loop time when the connection was accepted
+        self._upgraded = False       # handed to the WebSocket protocol: its deadlines are not ours
 
     # ---- asyncio.Protocol
     def connection_made(self, transport) -> None:  # type: ignore[override]
@@ -156,10 +162,22 @@ class GuardedH11Protocol(H11Protocol):
         self.transport.write(b"".join(self.conn.send(e) for e in events))
         self.transport.close()
 
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        """Hand the connection to the WebSocket protocol; it stays counted until it closes."""
+        self._upgraded = True
+        self._cancel_timers()
+        self.stats.set_idle(self, False)
+        super().handle_websocket_upgrade(event)
+        ws = self.transport.get_protocol()
+        if isinstance(ws, TrackedWSProtocol):
+            ws.on_lost = functools.partial(self.stats.release, self)
+
     # ---- the deadlines
     def _track(self) -> None:
         """Follow the client's side of the exchange: no request in progress (idle, evictable),
         head received (its deadline off), body in progress (its deadline on) or done (off)."""
+        if self._upgraded:
+            return
         state = self.conn.their_state
         self.stats.set_idle(self, state is h11.IDLE)
         if state is h11.IDLE:
@@ -239,6 +257,17 @@ class GuardedH11Protocol(H11Protocol):
         if transport.can_write_eof():
             transport.write_eof()  # the client reads the 503, then end of stream (not a reset)
         self._refused = self.loop.call_later(REFUSED_LINGER_S, transport.close)
+
+
+class TrackedWSProtocol(WSProtocol):
+    """uvicorn's wsproto WebSocket protocol that tells the connection count when it closes."""
+
+    on_lost = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self.on_lost is not None:
+            self.on_lost()
 
 
 def protocol_factory(options: HTTPOptions, stats: ConnectionStats):
