@@ -23,11 +23,14 @@ FAMILY = Family(
                 ("mimi_frame_ms", "Mimi decode per frame, median (ms)", "{:.2f}")),
     peers={"pocket-tts": hook("ttscli.models.pocket_tts.bench:bench_peer")},
     parity_checks=hook("ttscli.models.pocket_tts.parity:parity_checks"),
+    parity_against=("onnx", "onnx-f32", "onnx-int8", "onnx-int4"),
+    convert={"onnx": hook("ttscli.models.pocket_tts.onnx_export:convert_onnx")},
     honours=frozenset({"voice", "ref_audio", "save_voice", "max_frames", "stream"}),
     # the Mimi decoder is causal and streams exactly from one frame: first audio after frame 1
     first_chunk_frames=1,
     components=(
-        Component("flow_lm", ("mlx",)),
+        Component("flow_lm", ("mlx", "onnx"), onnx_precision=True,
+                  why="ONNX graphs are built into the cache on first use"),
         Component("speech_decoder", ("mlx",)),
     ),
 )
