@@ -83,14 +83,19 @@ def test_against_onnx_all_precisions_within_stated_thresholds(cache):
     assert all(c.value == 12 for c in checks if c.name == "EOS decisions mlx vs onnx-float32")
 
 
-def test_flow_lm_backends_are_declared_and_checked():
-    from ttscli.backends.select import resolve
-    from ttscli.models import get_family
+def test_flow_lm_backends_are_declared_and_checked(monkeypatch):
+    from ttscli.backends import select
 
     spec = load_registry().resolve("pocket-tts")
     family = get_family("pocket_tts")
+    resolve = select.resolve
     assert resolve(spec, family, {"flow_lm": "onnx-int4"})["flow_lm"].backend == "onnx-int4"
-    assert resolve(spec, family)["flow_lm"].backend == "mlx"
+    # the measured default: onnx (int8) on the CPU measured, MLX elsewhere and on a GPU
+    for where, gpu, expect in ((("linux", "AuthenticAMD"), False, "onnx"), (("linux", "GenuineIntel"), False, "mlx"),
+                               (("darwin", ""), False, "mlx"), (("linux", "AuthenticAMD"), True, "mlx")):
+        monkeypatch.setattr(select, "this_machine", lambda where=where: where)
+        monkeypatch.setattr(select, "mlx_on_gpu", lambda gpu=gpu: gpu)
+        assert resolve(spec, family)["flow_lm"].backend == expect, where
     with pytest.raises(UsageError, match="speech_decoder runs on mlx"):
         resolve(spec, family, {"speech_decoder": "onnx"})
     with pytest.raises(UsageError, match="precision must be f32, int8 or int4"):

@@ -29,8 +29,11 @@ FAMILY = Family(
     # the Mimi decoder is causal and streams exactly from one frame: first audio after frame 1
     first_chunk_frames=1,
     components=(
-        Component("flow_lm", ("mlx", "onnx"), onnx_precision=True,
-                  why="ONNX graphs are built into the cache on first use"),
+        # the int8 graph ran a frame's LM step and flow head faster than MLX on the AMD CPU it was
+        # measured on, whichever ran first in the bench; unmeasured CPUs keep MLX
+        Component("flow_lm", ("mlx", "onnx"), onnx_precision=True, measured={("linux", "AuthenticAMD"): "onnx"},
+                  on_gpu="mlx", why="onnxruntime int8 ran the flow LM faster than MLX on this CPU; "
+                  "its graphs are built into the cache on first use"),
         Component("speech_decoder", ("mlx",)),
     ),
 )
