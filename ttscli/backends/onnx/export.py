@@ -19,7 +19,9 @@ import numpy as np
 
 from ttscli.lm.config import LMArgs
 
-from .graph import Quant, Style, Tail, build_graph
+from ttscli.backends.blocks import Style
+
+from .graph import Quant, Tail, build_graph
 from .manifest import source_files, write_manifest
 
 CACHE_BLOCK = 256
