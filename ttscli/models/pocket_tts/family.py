@@ -24,7 +24,8 @@ FAMILY = Family(
     peers={"pocket-tts": hook("ttscli.models.pocket_tts.bench:bench_peer")},
     parity_checks=hook("ttscli.models.pocket_tts.parity:parity_checks"),
     parity_against=("onnx", "onnx-f32", "onnx-int8", "onnx-int4"),
-    convert={"onnx": hook("ttscli.models.pocket_tts.onnx_export:convert_onnx")},
+    convert={"onnx": hook("ttscli.models.pocket_tts.onnx_export:convert_onnx"),
+             "coreml": hook("ttscli.models.pocket_tts.coreml_export:convert_coreml")},
     honours=frozenset({"voice", "ref_audio", "save_voice", "max_frames", "stream"}),
     # the Mimi decoder is causal and streams exactly from one frame: first audio after frame 1
     first_chunk_frames=1,
