@@ -100,3 +100,11 @@ def test_flow_lm_backends_are_declared_and_checked(monkeypatch):
         resolve(spec, family, {"speech_decoder": "onnx"})
     with pytest.raises(UsageError, match="precision must be f32, int8 or int4"):
         resolve(spec, family, {"flow_lm": "onnx-int2"})
+
+
+def test_onnx_f32_with_more_flow_steps_equals_mlx(cache):
+    """More LSD steps than the graph's one: the graph's hidden, the flow head on MLX."""
+    r = dict(text="hello world", seed=5, max_frames=6, ignore_eos=True, knobs={"sampler_decode_steps": 3})
+    ref, got = (np.concatenate(list(load(b).generate(Request(**r)))) for b in ("mlx", "onnx-f32"))
+    assert got.shape == ref.shape
+    assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max()
