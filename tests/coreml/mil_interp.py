@@ -141,6 +141,12 @@ class MILInterpreter:
             return e / e.sum(axis=ax, keepdims=True)
         if t == "clip":
             return np.clip(g("x"), g("alpha"), g("beta"))
+        if t == "gelu":
+            x = np.asarray(g("x"), np.float32)
+            mode = str(g("mode") if g("mode") is not None else "EXACT")
+            if mode != "TANH_APPROXIMATION":
+                raise NotImplementedError(f"gelu mode {mode} ({op.name}) is not interpreted")
+            return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
         if t == "constexpr_blockwise_shift_scale":
             data = np.asarray(g("data"), np.float32)
             scale = np.asarray(g("scale"), np.float32)

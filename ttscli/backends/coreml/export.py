@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ttscli.backends.blocks import Style
 from ttscli.errors import UsageError
 from ttscli.lm.config import LMArgs
 
@@ -68,23 +69,27 @@ def save_package(model, out_dir: Path, file_name: str) -> dict:
 
 def export_lm(args: LMArgs, weights: dict[str, np.ndarray], out_dir: Path, file_name: str, *,
               capacity: int, head: np.ndarray | None = None, weights_8bit: bool = False,
-              precision: str = "float16") -> dict:
+              precision: str = "float16", style: Style | None = None) -> dict:
     """The stateful one-position package of an LM stack (see :mod:`.lm`) saved into
     ``out_dir``; returns its manifest entry (kind ``stateful_lm_step``).
 
     ``capacity``: KV positions (prompt + generated; the runtime raises GenerationError past
     it). ``weights_8bit``: int8 per-channel symmetric linear weights, else fp16.
     ``precision``: compute precision, float16 (what the Neural Engine runs) or float32.
+    ``style``: the block's flavour (:class:`~ttscli.backends.blocks.Style`; adjacent-pair RoPE
+    stores keys reordered, see :mod:`.lm`).
     """
     if capacity < 2:
         raise UsageError(f"capacity ({capacity}) must be at least 2 positions")
     t0 = time.perf_counter()
-    model = convert_program(build_step_program(args, weights, capacity, head), weights_8bit, precision)
+    style = style or Style()
+    model = convert_program(build_step_program(args, weights, capacity, head, style=style), weights_8bit, precision)
     entry = save_package(model, out_dir, file_name)
     return {**entry, "kind": "stateful_lm_step", "capacity": capacity, "compute_precision": precision,
             "weights": INT8 if weights_8bit else "float16", "hidden_size": args.hidden_size,
             "vocab_size": None if head is None else int(head.shape[0]),
             "cache_shape": list(cache_shape(args, capacity)), "lm": lm_description(args),
+            "style": dataclasses.asdict(style),
             "build_seconds": round(time.perf_counter() - t0, 2)}
 
 

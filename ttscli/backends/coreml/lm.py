@@ -9,6 +9,12 @@ checkpoint's names relative to the stack (``layers.0.self_attn.q_proj.weight``, 
 so any family hands over its LM by choosing a prefix. RoPE angles are tabulated in float64 at
 build time and gathered by position: ``position * inv_freq`` computed in fp16 on device would
 be off by ~0.1 rad at position 256.
+
+A :class:`~ttscli.backends.blocks.Style` builds Kyutai's block instead (LayerNorm with a bias,
+a tanh-GELU MLP, RoPE on adjacent pairs). Adjacent-pair RoPE is rotate-half RoPE on q and k
+whose dimensions are reordered (even ones first, then odd ones, per head): the export reorders
+the rows of the q and k projections, which leaves every attention score as it was, so the
+rotate-half program runs such a stack; the keys in ``key_cache`` are then in that order.
 """
 from __future__ import annotations
 
@@ -16,8 +22,9 @@ import numpy as np
 from coremltools.converters.mil import Builder as mb
 from coremltools.converters.mil.mil import types
 
+from ttscli.backends.blocks import Style, style_shapes
 from ttscli.errors import CheckpointError
-from ttscli.lm.config import LMArgs, RopeArgs, stack_shapes
+from ttscli.lm.config import LMArgs, RopeArgs
 from ttscli.lm.rope import inv_freq
 
 # Additive mask value: large enough to zero a softmax term, small enough to stay finite in fp16.
@@ -53,6 +60,39 @@ def rms_norm(x, weight: np.ndarray, eps: float, name: str):
     ms = mb.reduce_mean(x=mb.mul(x=xs, y=xs), axes=[-1], keep_dims=True)
     inv = mb.rsqrt(x=mb.add(x=ms, y=mb.real_div(x=np.float32(eps), y=mb.mul(x=s, y=s))))
     return mb.mul(x=mb.mul(x=xs, y=inv), y=f32(weight), name=name)
+
+
+def layer_norm(x, weight: np.ndarray, bias: np.ndarray, eps: float, name: str):
+    """LayerNorm over the last axis, scaled by max|x| first as :func:`rms_norm` is (fp16 range)."""
+    s = mb.maximum(x=mb.reduce_max(x=mb.abs(x=x), axes=[-1], keep_dims=True), y=np.float32(1e-4))
+    xs = mb.real_div(x=x, y=s)
+    c = mb.sub(x=xs, y=mb.reduce_mean(x=xs, axes=[-1], keep_dims=True))
+    var = mb.reduce_mean(x=mb.mul(x=c, y=c), axes=[-1], keep_dims=True)
+    inv = mb.rsqrt(x=mb.add(x=var, y=mb.real_div(x=np.float32(eps), y=mb.mul(x=s, y=s))))
+    return mb.add(x=mb.mul(x=mb.mul(x=c, y=inv), y=f32(weight)), y=f32(bias), name=name)
+
+
+def norm(x, w: dict, key: str, eps: float, style: Style, name: str):
+    """The block's norm of ``x`` with tensors ``key.weight`` (and ``key.bias``)."""
+    if style.norm == "layer":
+        return layer_norm(x, w[key + ".weight"], w[key + ".bias"], eps, name)
+    return rms_norm(x, w[key + ".weight"], eps, name)
+
+
+def pairs_to_halves(w: dict, args: LMArgs) -> dict:
+    """q and k projections (and biases) with each head's dimensions reordered even-first, so
+    rotate-half RoPE rotates the pairs (2i, 2i+1) adjacent-pair RoPE does (module docstring)."""
+    d = args.head_dim
+    order = np.concatenate([np.arange(0, d, 2), np.arange(1, d, 2)])
+    out = dict(w)
+    for i in range(args.num_hidden_layers):
+        for proj, heads in (("q_proj", args.num_attention_heads), ("k_proj", args.num_key_value_heads)):
+            rows = (np.arange(heads)[:, None] * d + order[None, :]).reshape(-1)
+            for kind in ("weight", "bias"):
+                key = f"layers.{i}.self_attn.{proj}.{kind}"
+                if key in out:
+                    out[key] = np.asarray(out[key])[rows]
+    return out
 
 
 def linear(x, w: dict, key: str, name: str | None = None):
@@ -91,11 +131,11 @@ def _layer_slice(cache, layer: int, args: LMArgs, capacity: int):
 
 
 def decoder_layer(x, w: dict, i: int, args: LMArgs, capacity: int, position, cos, sin_signed, mask,
-                  caches: dict):
+                  caches: dict, style: Style):
     """One pre-norm block for one position; x: [1, H]."""
     d, nh, nkv, eps = args.head_dim, args.num_attention_heads, args.num_key_value_heads, args.rms_norm_eps
     p = f"layers.{i}."
-    h = rms_norm(x, w[p + "input_layernorm.weight"], eps, name=f"l{i}_in_norm")
+    h = norm(x, w, p + "input_layernorm", eps, style, name=f"l{i}_in_norm")
     q = mb.reshape(x=linear(h, w, p + "self_attn.q_proj"), shape=[nh, d])
     k = mb.reshape(x=linear(h, w, p + "self_attn.k_proj"), shape=[nkv, d])
     v = mb.reshape(x=linear(h, w, p + "self_attn.v_proj"), shape=[nkv, d])
@@ -115,25 +155,28 @@ def decoder_layer(x, w: dict, i: int, args: LMArgs, capacity: int, position, cos
     attn = mb.reshape(x=mb.matmul(x=probs, y=values), shape=[1, nh * d])
     x = mb.add(x=x, y=linear(attn, w, p + "self_attn.o_proj"))
 
-    h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps, name=f"l{i}_post_norm")
-    gate = mb.silu(x=linear(h, w, p + "mlp.gate_proj"))
-    return mb.add(x=x, y=linear(mb.mul(x=gate, y=linear(h, w, p + "mlp.up_proj")), w, p + "mlp.down_proj"),
-                  name=f"l{i}_out")
+    h = norm(x, w, p + "post_attention_layernorm", eps, style, name=f"l{i}_post_norm")
+    if style.mlp == "gelu_tanh":
+        act = mb.gelu(x=linear(h, w, p + "mlp.up_proj"), mode="TANH_APPROXIMATION")
+    else:
+        act = mb.mul(x=mb.silu(x=linear(h, w, p + "mlp.gate_proj")), y=linear(h, w, p + "mlp.up_proj"))
+    return mb.add(x=x, y=linear(act, w, p + "mlp.down_proj"), name=f"l{i}_out")
 
 
-def check_stack(args: LMArgs, w: dict, head: np.ndarray | None) -> None:
+def check_stack(args: LMArgs, w: dict, head: np.ndarray | None, style: Style | None = None) -> None:
     from ttscli.checkpoint import weight_problems
 
-    problems = weight_problems(stack_shapes(args), {k: np.shape(v) for k, v in w.items()})
+    problems = weight_problems(style_shapes(args, style or Style()), {k: np.shape(v) for k, v in w.items()})
     if head is not None and (head.ndim != 2 or head.shape[1] != args.hidden_size):
         problems.append(f"head {list(head.shape)} (expected [vocab, {args.hidden_size}])")
     if problems:
         raise CheckpointError("LM tensors for the Core ML export: " + "; ".join(problems))
 
 
-def build_step_program(args: LMArgs, w: dict, capacity: int, head: np.ndarray | None = None, opset=None):
+def build_step_program(args: LMArgs, w: dict, capacity: int, head: np.ndarray | None = None, opset=None,
+                       style: Style | None = None):
     """The one-position program of the stack ``args`` with tensors ``w`` (names relative to the
-    stack) and an optional output head ``[vocab, H]``.
+    stack) and an optional output head ``[vocab, H]``; ``style``: the block's flavour.
 
     Inputs: ``inputs_embeds`` fp32 [1, 1, H], ``position`` int32 [1]. Outputs: ``hidden`` fp32
     [1, H] after the final norm, and ``logits`` fp32 [1, vocab] when there is a head.
@@ -141,7 +184,10 @@ def build_step_program(args: LMArgs, w: dict, capacity: int, head: np.ndarray | 
     """
     import coremltools as ct
 
-    check_stack(args, w, head)
+    style = style or Style()
+    check_stack(args, w, head, style)
+    if style.rope_interleaved:
+        w = pairs_to_halves(w, args)
     H = args.hidden_size
     shape = cache_shape(args, capacity)
     specs = [mb.TensorSpec((1, 1, H), dtype=types.fp32), mb.TensorSpec((1,), dtype=types.int32),
@@ -160,8 +206,8 @@ def build_step_program(args: LMArgs, w: dict, capacity: int, head: np.ndarray | 
         caches = {"k": mb.read_state(input=key_cache), "v": mb.read_state(input=value_cache),
                   "k_state": key_cache, "v_state": value_cache}
         for i in range(args.num_hidden_layers):
-            x = decoder_layer(x, w, i, args, capacity, position, cos, sin_signed, mask, caches)
-        hidden = rms_norm(x, w["norm.weight"], args.rms_norm_eps, name="hidden")
+            x = decoder_layer(x, w, i, args, capacity, position, cos, sin_signed, mask, caches, style)
+        hidden = norm(x, w, "norm", args.rms_norm_eps, style, name="hidden")
         if head is None:
             return hidden
         return mb.linear(x=hidden, weight=f32(head), name="logits"), hidden

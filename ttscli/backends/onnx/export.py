@@ -19,7 +19,9 @@ import numpy as np
 
 from ttscli.lm.config import LMArgs
 
-from .graph import Quant, build_graph
+from ttscli.backends.blocks import Style
+
+from .graph import Quant, Tail, build_graph
 from .manifest import source_files, write_manifest
 
 CACHE_BLOCK = 256
@@ -31,9 +33,10 @@ Graph = tuple[str, str, Callable[[Path], dict]]
 def export_lm(args: LMArgs, weights: Mapping[str, np.ndarray], out_dir: Path, file_name: str, *,
               heads: Mapping[str, np.ndarray], max_positions: int, quant: Quant,
               in_proj: tuple[np.ndarray, np.ndarray] | None = None, cache_block: int = CACHE_BLOCK,
-              head_select: str | None = None) -> dict:
+              head_select: str | None = None, style: Style | None = None, tail: Tail | None = None) -> dict:
     """Build and save ``out_dir/file_name`` (+ ``.data``); its manifest entry (kind ``lm_step``).
-    ``head_select``: the heads become one ``logits`` output chosen by this int64 input."""
+    ``head_select``: the heads become one ``logits`` output chosen by this int64 input;
+    ``style`` and ``tail``: as :func:`~.graph.build_graph` takes them."""
     import onnx
 
     t0 = time.perf_counter()
@@ -41,7 +44,8 @@ def export_lm(args: LMArgs, weights: Mapping[str, np.ndarray], out_dir: Path, fi
     data = file_name + ".data"
     with open(out_dir / data, "wb") as f:
         model = build_graph(args, weights, heads, max_positions=max_positions, quant=quant, in_proj=in_proj,
-                            name=Path(file_name).stem, data=f, data_name=data, head_select=head_select)
+                            name=Path(file_name).stem, data=f, data_name=data, head_select=head_select,
+                            style=style, tail=tail)
     onnx.save_model(model, str(out_dir / file_name))
     size = sum((out_dir / f).stat().st_size for f in (file_name, data) if (out_dir / f).exists())
     return {"path": file_name, "data_files": [data] if (out_dir / data).exists() else [], "kind": "lm_step",

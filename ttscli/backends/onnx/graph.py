@@ -18,22 +18,31 @@ head (``logits`` or ``logits_0..n-1``), or, for a stack with several heads used 
 tree of ``If`` nodes: onnxruntime runs every node of the graph whatever outputs a run binds,
 so 15 head outputs cost 15 heads per step (a large share more weights read at 0.6B;
 docs/benchmarks.md#code-comment-figures).
+
+A :class:`Style` builds Kyutai's block instead (LayerNorm with a bias, a tanh-GELU MLP of
+``mlp.up_proj`` / ``mlp.down_proj``, RoPE on adjacent pairs), and a ``tail`` appends a family's
+own nodes on ``hidden`` (Pocket TTS's EOS and flow heads), with inputs and outputs of its own.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ttscli.errors import CheckpointError, UsageError
-from ttscli.lm.config import LMArgs, stack_shapes
+from ttscli.backends.blocks import Style, style_shapes
+from ttscli.lm.config import LMArgs
 from ttscli.lm.rope import inv_freq
 
 MS = "com.microsoft"
 OPSET = 17
 PRECISIONS = ("float32", "int8", "int4")
 BLOCK_SIZES = (16, 32, 64, 128)
+
+
+# a family's nodes on ``hidden``: tail(builder, hidden) -> (extra graph inputs, extra outputs), as value infos
+Tail = Callable[["Builder", str], tuple[list, list]]
 
 
 def rope_cache(args: LMArgs, positions: int) -> tuple[np.ndarray, np.ndarray]:
@@ -179,9 +188,41 @@ def _head_tree(b: Builder, x: str, index: str, heads: list, vocab: int, out: str
     b.node("If", [below], [out], then_branch=branches[0], else_branch=branches[1])
 
 
+def _norm(b: Builder, style: Style, weights: Mapping[str, np.ndarray], key: str, pending: str | None,
+          resid: str, eps: float) -> tuple[str, str]:
+    """(norm(resid + pending), resid + pending): the pre-norm of a sublayer fused with the
+    residual add of the one before (none before the first); RMSNorm or LayerNorm by ``style``."""
+    g = b.const(key + ".weight", np.asarray(weights[key + ".weight"], np.float32))
+    if style.norm == "layer":
+        beta = b.const(key + ".bias", np.asarray(weights[key + ".bias"], np.float32))
+        if pending is None:
+            return b.node("LayerNormalization", [resid, g, beta], epsilon=eps, axis=-1)[0], resid
+        h, _, _, resid = b.node("SkipLayerNormalization", [pending, resid, g, beta], 4, MS, epsilon=eps)
+        return h, resid
+    if pending is None:
+        return b.node("SimplifiedLayerNormalization", [resid, g], epsilon=eps, axis=-1)[0], resid
+    h, _, _, resid = b.node("SkipSimplifiedLayerNormalization", [pending, resid, g], 4, MS, epsilon=eps)
+    return h, resid
+
+
+def _mlp(b: Builder, style: Style, args: LMArgs, weights: Mapping[str, np.ndarray], h: str, m: str) -> str:
+    """SwiGLU with gate and up fused, or ``down(gelu_tanh(up(h)))`` (``FastGelu``: the tanh form)."""
+    if style.mlp == "gelu_tanh":
+        up = b.linear(h, weights[m + "up_proj.weight"], weights.get(m + "up_proj.bias"), m + "up_proj")
+        act = b.node("FastGelu", [up], domain=MS)[0]
+    else:
+        gu = b.linear(h, _cat(weights, [m + "gate_proj.weight", m + "up_proj.weight"]),
+                      _cat(weights, [m + "gate_proj.bias", m + "up_proj.bias"]), m + "gate_up_proj")
+        gate, up = b.node("Split", [gu, b.const(m + "split", np.array([args.intermediate_size] * 2, np.int64))],
+                          2, axis=-1)
+        act = b.node("Mul", [b.node("Mul", [gate, b.node("Sigmoid", [gate])[0]])[0], up])[0]
+    return b.linear(act, weights[m + "down_proj.weight"], weights.get(m + "down_proj.bias"), m + "down_proj")
+
+
 def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[str, np.ndarray], *,
                 max_positions: int, quant: Quant | None = None, in_proj: tuple[np.ndarray, np.ndarray] | None = None,
-                name: str = "lm", data=None, data_name: str = "", head_select: str | None = None):
+                name: str = "lm", data=None, data_name: str = "", head_select: str | None = None,
+                style: Style | None = None, tail: Tail | None = None):
     """The ONNX model of the stack. ``heads``: output name -> head weight ``[V, H]`` (may be
     empty: hidden only). ``in_proj``: ``(weight [H, H_in], bias [H])`` applied to the input
     embeddings first (a predictor narrower than the LM feeding it). ``max_positions``: length
@@ -189,11 +230,13 @@ def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[
     writing, where tensors of 4 KB and more are written as they are made (``data_name``: its
     file name next to the saved graph), else everything is held in the returned proto.
     ``head_select``: name of an int64 scalar input choosing one of ``heads`` (in their order)
-    for a single ``logits`` output."""
+    for a single ``logits`` output. ``style``: the block's flavour (:class:`Style`); ``tail``:
+    a family's own nodes on ``hidden`` (:data:`Tail`)."""
     from onnx import TensorProto, helper
 
     quant = quant or Quant()
-    need = stack_shapes(args)
+    style = style or Style()
+    need = style_shapes(args, style)
     problems = [k for k in need if k not in weights] + [k for k in need if k in weights
                                                            and tuple(np.shape(weights[k])) != need[k]]
     if problems:
@@ -220,11 +263,7 @@ def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[
     resid, pending = x, None        # pending: the previous block's output, not yet added in
     for i in range(args.num_hidden_layers):
         p = f"layers.{i}."
-        ln = b.const(p + "input_layernorm.weight", np.asarray(weights[p + "input_layernorm.weight"], np.float32))
-        if pending is None:
-            h = b.node("SimplifiedLayerNormalization", [resid, ln], epsilon=eps, axis=-1)[0]
-        else:
-            h, _, _, resid = b.node("SkipSimplifiedLayerNormalization", [pending, resid, ln], 4, MS, epsilon=eps)
+        h, resid = _norm(b, style, weights, p + "input_layernorm", pending, resid, eps)
         a = p + "self_attn."
         wqkv = _cat(weights, [a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"])
         bqkv = _cat(weights, [a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"])
@@ -246,24 +285,12 @@ def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[
         attn = b.node("GroupQueryAttention", [q, k, v, past_k, past_v, "seqlens_k", "total_sequence_length",
                                               "cos_cache", "sin_cache"],
                       [b.name(a + "attn"), f"present_key.{i}", f"present_value.{i}"], MS,
-                      num_heads=nh, kv_num_heads=kvh, do_rotary=1, rotary_interleaved=0,
+                      num_heads=nh, kv_num_heads=kvh, do_rotary=1, rotary_interleaved=int(style.rope_interleaved),
                       scale=float(hd ** -0.5))[0]
         o = b.linear(attn, weights[a + "o_proj.weight"], weights.get(a + "o_proj.bias"), a + "o_proj")
-        pln = b.const(p + "post_attention_layernorm.weight",
-                      np.asarray(weights[p + "post_attention_layernorm.weight"], np.float32))
-        h, _, _, resid = b.node("SkipSimplifiedLayerNormalization", [o, resid, pln], 4, MS, epsilon=eps)
-        m = p + "mlp."
-        gu = b.linear(h, _cat(weights, [m + "gate_proj.weight", m + "up_proj.weight"]),
-                      _cat(weights, [m + "gate_proj.bias", m + "up_proj.bias"]), m + "gate_up_proj")
-        gate, up = b.node("Split", [gu, b.const(m + "split", np.array([args.intermediate_size] * 2, np.int64))],
-                          2, axis=-1)
-        act = b.node("Mul", [b.node("Mul", [gate, b.node("Sigmoid", [gate])[0]])[0], up])[0]
-        pending = b.linear(act, weights[m + "down_proj.weight"], weights.get(m + "down_proj.bias"), m + "down_proj")
-    fn = b.const("norm.weight", np.asarray(weights["norm.weight"], np.float32))
-    if pending is None:
-        normed = b.node("SimplifiedLayerNormalization", [resid, fn], epsilon=eps, axis=-1)[0]
-    else:
-        normed = b.node("SkipSimplifiedLayerNormalization", [pending, resid, fn], 4, MS, epsilon=eps)[0]
+        h, resid = _norm(b, style, weights, p + "post_attention_layernorm", o, resid, eps)
+        pending = _mlp(b, style, args, weights, h, p + "mlp.")
+    normed, _ = _norm(b, style, weights, "norm", pending, resid, eps)
     hidden = b.node("Gather", [normed, "last"], ["hidden"], axis=1)[0]
     outputs.insert(0, helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", H]))
     vocab = {out_name: int(np.shape(w)[0]) for out_name, w in heads.items()}
@@ -280,6 +307,10 @@ def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[
     for out_name, V in vocab.items():
         outputs.insert(len(outputs) - 2 * args.num_hidden_layers,
                        helper.make_tensor_value_info(out_name, TensorProto.FLOAT, ["batch", V]))
+    if tail is not None:
+        more_in, more_out = tail(b, hidden)
+        inputs += more_in
+        outputs[len(outputs) - 2 * args.num_hidden_layers:len(outputs) - 2 * args.num_hidden_layers] = more_out
     graph = helper.make_graph(b.nodes, name, inputs, outputs, initializer=b.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)],
                               producer_name="ttscli")

@@ -25,6 +25,7 @@ import functools
 import os
 import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,10 +197,11 @@ class OnnxLM:
                 buf[i] = new
 
     def run(self, embeds: np.ndarray, cache: LMCache, outputs: tuple[str, ...],
-            head: int | None = None) -> list[np.ndarray]:
+            head: int | None = None, inputs: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
         """Feed ``embeds [B, S, input_size]`` at the cache's offset; the named outputs
         (``hidden`` and/or head logits of the last position, ``[B, ...]``). ``head``: which head
-        ``logits`` is, for a graph whose heads are chosen by an input. Rows of one batch cost
+        ``logits`` is, for a graph whose heads are chosen by an input; ``inputs``: the graph's
+        own further inputs by name (a family's tail, e.g. Pocket TTS's flow noise). Rows of one batch cost
         little more than one on CPU (the weights are read once): CFG's two T3 rows in one run
         took 0.47-0.65x the time of two runs (README, "CPU backend")."""
         x = np.ascontiguousarray(embeds, np.float32)
@@ -212,6 +214,8 @@ class OnnxLM:
         bind.bind_cpu_input("total_sequence_length", np.array(total, np.int32))
         if self.head_input:
             bind.bind_cpu_input(self.head_input, np.array(head or 0, np.int64))
+        for name, value in (inputs or {}).items():
+            bind.bind_cpu_input(name, np.ascontiguousarray(value))
         if cache.binding is None or cache.bound_outputs != outputs:
             self._bind_cache(bind, cache, outputs)
         self.session.run_with_iobinding(bind)

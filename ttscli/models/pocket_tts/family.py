@@ -23,11 +23,18 @@ FAMILY = Family(
                 ("mimi_frame_ms", "Mimi decode per frame, median (ms)", "{:.2f}")),
     peers={"pocket-tts": hook("ttscli.models.pocket_tts.bench:bench_peer")},
     parity_checks=hook("ttscli.models.pocket_tts.parity:parity_checks"),
+    parity_against=("onnx", "onnx-f32", "onnx-int8", "onnx-int4"),
+    convert={"onnx": hook("ttscli.models.pocket_tts.onnx_export:convert_onnx"),
+             "coreml": hook("ttscli.models.pocket_tts.coreml_export:convert_coreml")},
     honours=frozenset({"voice", "ref_audio", "save_voice", "max_frames", "stream"}),
     # the Mimi decoder is causal and streams exactly from one frame: first audio after frame 1
     first_chunk_frames=1,
     components=(
-        Component("flow_lm", ("mlx",)),
+        # the int8 graph ran a frame's LM step and flow head faster than MLX on the AMD CPU it was
+        # measured on, whichever ran first in the bench; unmeasured CPUs keep MLX
+        Component("flow_lm", ("mlx", "onnx"), onnx_precision=True, measured={("linux", "AuthenticAMD"): "onnx"},
+                  on_gpu="mlx", why="onnxruntime int8 ran the flow LM faster than MLX on this CPU; "
+                  "its graphs are built into the cache on first use"),
         Component("speech_decoder", ("mlx",)),
     ),
 )

@@ -170,9 +170,12 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
 
     from .pipeline import PocketPipeline
 
+    from ttscli.backends.select import split_backend
+
     for component, name in options.backends.items():
-        if name != "mlx":
-            raise BackendUnavailableError(f"{spec.id} {component}: backend {name!r} is not available (mlx only)")
+        if name != "mlx" and not (component == "flow_lm" and split_backend(name)[0] == "onnx"):
+            raise BackendUnavailableError(f"{spec.id} {component}: backend {name!r} is not available "
+                                          "(flow_lm: mlx or onnx[-f32|-int8|-int4]; speech_decoder: mlx)")
     if options.dtype not in (None, "float32"):
         raise UsageError(f"{spec.id} runs in float32 (upstream's dtype); drop --dtype {options.dtype}")
     if options.prefill_mode == "sequential":
@@ -187,5 +190,14 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
         model = load_model(folder)
         tokenizer = load_tokenizer(folder, model.args.flow_lm.n_bins)
         voices = voice_files(folder)
-    decoder = MLXCodeDecoder(model.flow_lm, compiled=False)
-    return PocketPipeline(spec, model, tokenizer, decoder, voices, folder)
+    backend = options.backend("flow_lm")
+    if split_backend(backend)[0] == "onnx":
+        from .onnx_decoder import load_decoder
+
+        decoder = load_decoder(backend, model.flow_lm, model.args.latent_dim, folder, getattr(spec, "id", None))
+        backend = f"onnx-{decoder.precision}"
+    else:
+        decoder = MLXCodeDecoder(model.flow_lm, compiled=False)
+    pipe = PocketPipeline(spec, model, tokenizer, decoder, voices, folder)
+    pipe.backends["flow_lm"] = backend
+    return pipe

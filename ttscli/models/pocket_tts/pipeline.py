@@ -116,6 +116,8 @@ class PocketPipeline(Pipeline):
 
     # ---------------------------------------------------------------- voices
     def _cache_from(self, state: list[tuple[mx.array, mx.array]]) -> list[KVCache]:
+        if hasattr(self.code_decoder, "cache_from"):     # the flow LM on onnxruntime: its own buffers
+            return self.code_decoder.cache_from(state)
         cache = self.code_decoder.new_cache()
         for c, (k, v) in zip(cache, state):
             c.keys, c.values, c.offset = k, v, k.shape[2]   # storage exactly full: a write copies it
@@ -160,8 +162,11 @@ class PocketPipeline(Pipeline):
         if self._clone is None or self._clone[0] != key:
             cache = self.code_decoder.new_cache()
             self.code_decoder.prefill(self.voice_prompt(wav), cache)
-            state = [(c.keys[:, :, :c.offset], c.values[:, :, :c.offset]) for c in cache]
-            mx.eval(state)
+            if hasattr(self.code_decoder, "state_of"):
+                state = self.code_decoder.state_of(cache)
+            else:
+                state = [(c.keys[:, :, :c.offset], c.values[:, :, :c.offset]) for c in cache]
+                mx.eval(state)
             self._clone = (key, state)
         return self._clone[1]
 
@@ -193,6 +198,15 @@ class PocketPipeline(Pipeline):
         """One frame's latent from the LM's hidden and the noise (the flow head's sampling)."""
         return lsd_decode(self.model.flow_lm.flow_net, hidden, noise, steps)
 
+    def frame(self, embed: mx.array, cache: Any, noise: mx.array, steps: int) -> tuple[mx.array, mx.array, mx.array]:
+        """One frame: (EOS logit ``[1, 1]``, hidden ``[1, H]``, next latent ``[1, latent]``): the
+        flow LM's step, then the flow head from the noise; one run of the graph where the flow
+        LM is on onnxruntime and asks for the graph's step count (its ``frame``)."""
+        if hasattr(self.code_decoder, "frame") and steps == self.code_decoder.flow_steps:
+            return self.code_decoder.frame(embed, cache, noise)
+        eos_logit, hidden = self.code_decoder.step(embed, cache)
+        return eos_logit, hidden, self.latent(hidden, noise, steps)
+
     def frames(self, r: Request) -> Iterator[mx.array]:
         """Latent frames ``[1, 1, latent]`` (normalised, as the LM reads them) until EOS."""
         text, guess = prepare_text(r.text, self.args)
@@ -204,7 +218,8 @@ class PocketPipeline(Pipeline):
         t0 = time.perf_counter()
         cache = self.voice_cache(r)
         dec.prefill(lm.text_embeddings(mx.array([tokens])), cache)
-        mx.eval([c.state for c in cache])
+        if isinstance(cache, list):     # MLX's lazy cache (onnxruntime's buffers are filled already)
+            mx.eval([c.state for c in cache])
         self.stats.prefill_tokens = len(tokens)
         self.stats.prefill_s = time.perf_counter() - t0
         limit = r.max_frames or math.ceil((len(tokens) / TOKENS_PER_SECOND + PADDING_S) * 12.5)
@@ -214,12 +229,13 @@ class PocketPipeline(Pipeline):
 
     def _frame_loop(self, r: Request, s: dict[str, Any], cache: list[KVCache], keys: KeyStream,
                     limit: int) -> Iterator[mx.array]:
-        lm, dec = self.model.flow_lm, self.code_decoder
+        lm = self.model.flow_lm
         latent, eos_at = None, None
         for step in range(limit):
             t = time.perf_counter()
-            eos_logit, hidden = dec.step(lm.latent_embeddings(latent), cache)
-            latent = self.latent(hidden, self.noise(keys, s["temperature"], s["noise_clamp"]), s["steps"])[:, None]
+            noise = self.noise(keys, s["temperature"], s["noise_clamp"])
+            eos_logit, _, latent = self.frame(lm.latent_embeddings(latent), cache, noise, s["steps"])
+            latent = latent[:, None]
             eos = float(eos_logit[0, 0]) > s["eos_threshold"]
             mx.eval(latent)
             self.stats.frame_s.append(time.perf_counter() - t)
