@@ -23,6 +23,9 @@ FAMILY = Family(
                 ("mimi_frame_ms", "Mimi decode per frame, median (ms)", "{:.2f}")),
     peers={"pocket-tts": hook("ttscli.models.pocket_tts.bench:bench_peer")},
     parity_checks=hook("ttscli.models.pocket_tts.parity:parity_checks"),
+    # continuous batching: requests as rows of one flow-LM forward per frame (rows.py)
+    batches=True,
+    bench_batch=hook("ttscli.models.pocket_tts.rows:bench_batch"),
     honours=frozenset({"voice", "ref_audio", "save_voice", "max_frames", "stream"}),
     # the Mimi decoder is causal and streams exactly from one frame: first audio after frame 1
     first_chunk_frames=1,
