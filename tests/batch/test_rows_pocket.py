@@ -119,3 +119,34 @@ def test_serve_runs_two_concurrent_requests_as_rows_of_one_batch(pipe, ref):
     assert largest == 2
     assert all(a[-1] is worker.DONE for a in answers)
     check_equal_alone(pipe, reqs, {k: np.concatenate(a[:-1]) for k, a in enumerate(answers)}, {}, ATOL)
+
+
+def test_cli_batch_runs_rows_together_as_alone(run_cli, tmp_path, ref):
+    """`ttscli batch` (rows of one batch at --batch-size 3) writes each row as --batch-size 1 does
+    (one request at a time): a preset voice, two chunks, a clone with its reference file and a
+    knob; a bad voice fails its row alone."""
+    import json
+
+    import soundfile as sf
+
+    sf.write(tmp_path / "ref.wav", ref, 24000)
+    rows = [{"id": "a", "text": "Hello there.", "voice": "alba"},
+            {"id": "b", "text": "A first sentence here. And a second one follows it."},
+            {"id": "c", "text": "Cloned speech.", "ref_audio": "ref.wav", "temperature": 0.6},
+            {"id": "bad", "text": "Hi.", "voice": "nobody"}]
+    m = tmp_path / "m.jsonl"
+    m.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = {}
+    for size in (3, 1):
+        p = run_cli("batch", m, "-o", f"b{size}", "--batch-size", size, "-m", "pocket-tts", "--model-dir", TINY,
+                    "--seed", 9)
+        assert p.returncode == 1 and "1 of 4 rows failed" in p.err, p.err
+        entries = {e["id"]: e for e in map(json.loads, (tmp_path / f"b{size}" / "manifest.jsonl").read_text()
+                                                .splitlines())}
+        out[size] = {i: sf.read(str(tmp_path / f"b{size}" / e["path"]), dtype="int16")[0] for i, e in entries.items()}
+    err = json.loads((tmp_path / "b3" / "errors.jsonl").read_text())
+    assert err["id"] == "bad" and "has no voice 'nobody'" in err["error"]
+    assert set(out[3]) == set(out[1]) == {"a", "b", "c"}
+    for i in out[3]:
+        assert len(out[3][i]) == len(out[1][i]) > 0, i
+        assert np.abs(out[3][i].astype(np.int32) - out[1][i]).max() <= 1, i
