@@ -12,13 +12,16 @@ those of the same request alone. MLX flow LM only.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
 import numpy as np
 
+from ttscli._blas import one_thread
 from ttscli.errors import GenerationError
 from ttscli.lm.batch import MemberBatch, RowAudio
 from ttscli.lm.cache import KVCache
@@ -39,18 +42,21 @@ class FlowStack:
 
 class LatentDecoder:
     """One row's Mimi stream: latent frames in, samples out, in the groups
-    :meth:`PocketPipeline.generate` hands its decoder thread (``first`` frames, then
-    ``then`` at a time), so the stream state and the samples are those of the request alone;
-    the samples come out in the request's chunks (``first_chunk_frames`` then ``chunk_frames``
-    frames' worth) when streamed."""
+    :meth:`PocketPipeline.generate` hands its decoder thread (``first`` frames, then ``then`` at
+    a time), so the stream state and the samples are those of the request alone. The groups run
+    on the pipeline's decoding thread as they fill, beside the next batched frames (as one
+    generation's do), and their samples are collected once ready; they come out in the
+    request's chunks (``first_chunk_frames`` then ``chunk_frames`` frames' worth) when streamed."""
 
     def __init__(self, pipe, request: Request):
         self.pipe = pipe
+        self.pool = pipe.decoder_thread()
         self.stream = pipe.model.mimi.new_stream()
         self.first, self.then = decode_sizes(request)
         self.chunk = max(1, request.chunk_frames) * pipe.args.mimi.frame_samples
         self.head = self.first * pipe.args.mimi.frame_samples
         self.pending: list[mx.array] = []
+        self.decoding: deque[Future] = deque()
         self.decodes = 0
         self.ready = np.zeros(0, np.float32)
         self.sent = 0
@@ -58,22 +64,30 @@ class LatentDecoder:
     def push(self, latent: mx.array) -> list[np.ndarray]:
         self.pending.append(latent)
         if len(self.pending) >= (self.first if self.decodes == 0 else self.then):
-            self._decode()
-        return self._chunks()
+            self._submit()
+        return self._chunks(wait=False)
 
     def flush(self) -> np.ndarray | None:
         if self.pending:
-            self._decode()
-        out = self._chunks() + ([self.ready] if len(self.ready) else [])
+            self._submit()
+        out = self._chunks(wait=True) + ([self.ready] if len(self.ready) else [])
         self.ready = np.zeros(0, np.float32)
         return np.concatenate(out) if out else None
 
-    def _decode(self) -> None:
-        audio = self.pipe.decode_chunk(self.pending, self.stream, self.decodes == 0)
-        self.pending, self.decodes = [], self.decodes + 1
-        self.ready = np.concatenate([self.ready, audio])
+    def cancel(self) -> None:
+        """Nothing of this row's left queued or running on the decoding thread."""
+        for f in self.decoding:
+            f.cancel()
+        wait(self.decoding)
+        self.decoding.clear()
 
-    def _chunks(self) -> list[np.ndarray]:
+    def _submit(self) -> None:
+        self.decoding.append(self.pool.submit(self.pipe.decode_chunk, self.pending, self.stream, self.decodes == 0))
+        self.pending, self.decodes = [], self.decodes + 1
+
+    def _chunks(self, wait: bool) -> list[np.ndarray]:
+        while self.decoding and (wait or self.decoding[0].done()):
+            self.ready = np.concatenate([self.ready, self.decoding.popleft().result()])
         out = []
         while len(self.ready) >= (want := self.head if self.sent == 0 else self.chunk):
             out.append(self.ready[:want])
@@ -121,15 +135,19 @@ class PocketRows:
         self._join([row.state for row in rows if not row.state.joined])
         members = list(self.rows.members)
         t = time.perf_counter()
-        hidden = self.rows.step(mx.concatenate([self._input(m) for m in members], 0))
-        eos = np.array(self.lm.out_eos(hidden)[:, 0])
-        latents = self._latents(members, hidden)
-        mx.eval(latents)
+        with one_thread():      # the LM here and Mimi's thread: one core each (see PocketPipeline.generate)
+            hidden = self.rows.step(mx.concatenate([self._input(m) for m in members], 0))
+            eos = np.array(self.lm.out_eos(hidden)[:, 0])
+            latents = self._latents(members, hidden)
+            # each row's own array, evaluated here: the decoding thread reads it (an MLX graph
+            # runs on the thread whose stream made it)
+            per_row = [latents[i:i + 1, None] for i in range(len(members))]
+            mx.eval(per_row)
         self.pipe.stats.frame_s.append(time.perf_counter() - t)
         for i, m in enumerate(members):
             row = by_state[id(m)]
             try:
-                self._frame(m, row, float(eos[i]), latents[i:i + 1, None])
+                self._frame(m, row, float(eos[i]), per_row[i])
             except Exception as e:  # noqa: BLE001 - the row fails alone; the engine hands it to its request
                 row.done, row.error = True, e
             if row.done:
@@ -140,6 +158,7 @@ class PocketRows:
 
     def drop(self, row: Row) -> None:
         m = row.state
+        m.audio.decoder.cancel()
         if m in self.rows.members:
             self.rows.remove(m)
         m.cache = None
