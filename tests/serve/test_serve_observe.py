@@ -237,8 +237,7 @@ ROWS = [
     pytest.param("chatterbox", FIXTURES / "chatterbox" / "tiny", 300, {}, id="chatterbox", marks=pytest.mark.slow),
     pytest.param("breeze-tts-2", FIXTURES / "breeze" / "tiny", 60, {}, id="breeze"),
     # Pocket's tiny checkpoint does stop: an EOS threshold no logit reaches keeps it going
-    pytest.param("pocket-tts", FIXTURES / "pocket_tts" / "tiny", 200, {"eos_threshold": 100.0}, id="pocket",
-                 marks=pytest.mark.slow),   # the fast suite has tests/batch/test_rows_pocket.py's worker test
+    pytest.param("pocket-tts", FIXTURES / "pocket_tts" / "tiny", 200, {"eos_threshold": 100.0}, id="pocket"),
 ]
 
 
