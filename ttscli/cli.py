@@ -810,6 +810,9 @@ def eval_cmd(
         None, "--texts", help="UTF-8 file, one utterance per line (not with a `ttscli batch` folder).", dir_okay=False),
     model: Optional[str] = Model,
     model_dir: Optional[Path] = ModelDir,
+    random_weights: bool = typer.Option(
+        False, "--random-weights", help="Real dimensions, random weights: no download; the pipeline runs end to "
+                                        "end (2 s per line, the stop ignored), its figures mean nothing."),
     audio: Optional[List[Path]] = typer.Option(
         None, "--audio", help="Score these files (a folder's in name order; a `ttscli batch` folder by its manifest) "
                               "instead of synthesizing; repeatable."),
@@ -840,11 +843,12 @@ def eval_cmd(
     set_flags(quiet, verbose, debug)
     from ttscli.eval.run import EvalRequest, read_texts, render_table, run_eval
 
-    if audio and (model or model_dir or voice or instruct or ref_text or knobs or backend):
-        raise UsageError("--audio scores existing files: drop -m/--model-dir/--voice/--instruct/--ref-text/--backend/"
-                         "knobs")
+    if audio and (model or model_dir or random_weights or voice or instruct or ref_text or knobs or backend):
+        raise UsageError("--audio scores existing files: drop -m/--model-dir/--random-weights/--voice/--instruct/"
+                         "--ref-text/--backend/knobs")
     req = EvalRequest(texts=read_texts(texts) if texts is not None else [], language=language, model=model,
-                      model_dir=model_dir, voice=voice, instruct=instruct, seed=seed, ref=ref, ref_text=ref_text,
+                      model_dir=model_dir, random_weights=random_weights, voice=voice, instruct=instruct, seed=seed,
+                      ref=ref, ref_text=ref_text,
                       audio=list(audio) if audio else None,
                       asr_model_dir=asr_model_dir, speaker_model=speaker_model, max_wer=max_wer, min_mos=min_mos,
                       min_sim=min_sim, plot=plot, knobs=knobs or {}, backends=backends_asked(backend).backends)

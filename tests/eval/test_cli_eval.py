@@ -125,6 +125,9 @@ def test_min_sim_gate_names_the_similarity(run_cli, tmp_path):
     (["--texts", "empty.txt"], "has no text lines"),
     ([], "give --texts FILE"),
     (["--audio", "two"], "give --texts FILE (one line per audio file)"),
+    (["--texts", "t.txt", "-m", "pocket-tts", "--random-weights", "--model-dir", "two"],
+     "--random-weights loads no checkpoint: drop --model-dir"),
+    (["--texts", "t.txt", "--audio", "two", "--random-weights"], "drop -m/--model-dir/--random-weights"),
 ])
 def test_usage_errors_are_one_line(run_cli, tmp_path, args, message):
     (tmp_path / "t.txt").write_text(FOX + "\n")
@@ -192,3 +195,19 @@ def test_audio_from_a_batch_folder_takes_its_manifest(run_cli, tmp_path):
     (out / "manifest.jsonl").write_text('{"id": "b", "path": "00/b.wav", "text": "hi"}\n')
     p = run_cli("eval", "--audio", "out")
     assert p.returncode == 2 and "00/b.wav is missing" in only_line(p.err)
+
+
+@pytest.mark.slow
+def test_random_weights_run_pocket_tts_end_to_end_with_a_clone(run_cli, tmp_path):
+    """No checkpoint: Pocket TTS at its real size with random weights clones --ref and every score
+    comes out (meaningless figures; the point is that the pipeline runs), each line its 2 s."""
+    pytest.importorskip("webrtcvad")
+    (tmp_path / "t.txt").write_text(FOX + "\nA second line.\n")
+    p = run_cli("eval", "-m", "pocket-tts", "--random-weights", "--texts", "t.txt", "--ref", FIX / "joe.wav",
+                "--json", "-q", timeout=1200)
+    assert p.returncode == 0, p.err
+    report = json.loads(p.stdout)
+    assert report["model"] == "pocket-tts" and report["random_weights"] and report["passed"]
+    assert [ln["duration_s"] for ln in report["lines"]] == [2.0, 2.0]
+    for ln in report["lines"]:
+        assert 0 <= ln["wer"] and 0 <= ln["cer"] and 1 <= ln["dnsmos_ovrl"] <= 5 and -1 <= ln["similarity"] <= 1

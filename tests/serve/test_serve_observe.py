@@ -234,24 +234,28 @@ def test_metrics_need_the_key_and_count_requests(text_server):
 
 
 ROWS = [
-    pytest.param("chatterbox", FIXTURES / "chatterbox" / "tiny", 300, id="chatterbox", marks=pytest.mark.slow),
-    pytest.param("breeze-tts-2", FIXTURES / "breeze" / "tiny", 60, id="breeze"),
+    pytest.param("chatterbox", FIXTURES / "chatterbox" / "tiny", 300, {}, (), id="chatterbox", marks=pytest.mark.slow),
+    pytest.param("breeze-tts-2", FIXTURES / "breeze" / "tiny", 60, {}, (), id="breeze"),
+    # Pocket's tiny checkpoint does stop: an EOS threshold no logit reaches keeps it going; rows
+    # run on the MLX flow LM (some CPUs default to onnxruntime, one row per call)
+    pytest.param("pocket-tts", FIXTURES / "pocket_tts" / "tiny", 200, {"eos_threshold": 100.0},
+                 ("--backend", "flow_lm=mlx"), id="pocket"),
 ]
 
 
-@pytest.mark.parametrize("model,folder,frames", ROWS)
-def test_two_concurrent_requests_run_as_rows_of_one_batch(tmp_path_factory, model, folder, frames):
+@pytest.mark.parametrize("model,folder,frames,knobs,args", ROWS)
+def test_two_concurrent_requests_run_as_rows_of_one_batch(tmp_path_factory, model, folder, frames, knobs, args):
     """The second request is sent once /metrics shows the first one generating, with ``frames``
     frames to go, so it joins the running batch as its second row. The tiny checkpoints' random
-    weights never emit the stop token, so each request streams its audio up to ``frames`` frames
-    and is then cut off (the limit is an error, never a silent truncation): its access-log line
-    says so."""
-    s = start(tmp_path_factory, "-m", model, "--model-dir", folder, "--max-batch", "2", "--access-log")
+    weights never emit the stop token (``knobs`` keep one that would from stopping), so each
+    request streams its audio up to ``frames`` frames and is then cut off (the limit is an error,
+    never a silent truncation): its access-log line says so."""
+    s = start(tmp_path_factory, "-m", model, "--model-dir", folder, "--max-batch", "2", "--access-log", *args)
     answers: dict[int, tuple[int, int, bytes, bool]] = {}
 
     def send(k: int) -> None:
         body = {"input": f"Hello the world, number {k}.", "seed": k, "max_frames": frames,
-                "response_format": "wav", "stream": True, "model": model}   # a streamed WAV: audio as it comes
+                "response_format": "wav", "stream": True, "model": model, **knobs}   # a streamed WAV: audio as it comes
         data, cut = b"", False
         with httpx.Client(timeout=WAIT * 4) as c, c.stream("POST", s.url + "/v1/audio/speech", json=body,
                                                            headers=AUTH) as r:

@@ -16,6 +16,8 @@ from ttscli.eval.scoring import Errors, errors
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3", ".aiff", ".aif")
 MANIFEST = "manifest.jsonl"          # what `ttscli batch` writes beside its files: one JSON entry per file
 MAX_MANIFEST_BYTES = 64 << 20
+# frames per line at --random-weights (2 s at 12.5 Hz): random weights never emit their stop
+RANDOM_FRAMES = 25
 
 
 @dataclass
@@ -25,6 +27,7 @@ class EvalRequest:
     # synthesis through the library (when `audio` is None)
     model: str | None = None
     model_dir: Path | None = None
+    random_weights: bool = False             # real dimensions, random weights: it runs, its figures mean nothing
     voice: str | None = None
     instruct: str | None = None
     seed: int | None = 0
@@ -185,7 +188,9 @@ def synthesized(req: EvalRequest, registry) -> Iterator[tuple[str, np.ndarray, i
     """(text, audio, rate, seconds spent, label) per line, made through the library API."""
     import ttscli
 
-    pipe = ttscli.load(req.model, model_dir=req.model_dir, registry=registry, backends=req.backends)
+    pipe = ttscli.load(req.model, model_dir=req.model_dir, registry=registry, backends=req.backends,
+                       random_weights=req.random_weights)
+    limits = random_limits(pipe) if req.random_weights else {}
     ref_audio = ref_rate = None
     if req.ref is not None:
         from ttscli.audio import read_reference, resample
@@ -195,7 +200,7 @@ def synthesized(req: EvalRequest, registry) -> Iterator[tuple[str, np.ndarray, i
         ref_audio = resample(mono, sr, ref_rate)
     requests = [ttscli.Request(text=text, voice=req.voice, instruct=req.instruct, language=req.language,
                                seed=None if req.seed is None else req.seed + i, ref_audio=ref_audio,
-                               ref_sample_rate=ref_rate, ref_text=req.ref_text, knobs=dict(req.knobs))
+                               ref_sample_rate=ref_rate, ref_text=req.ref_text, knobs=dict(req.knobs), **limits)
                 for i, text in enumerate(req.texts)]
     # one untimed run first, as bench warms up: the first call builds MLX's compiled graphs
     for _ in ttscli.synthesize(pipe, requests[0]):
@@ -207,6 +212,18 @@ def synthesized(req: EvalRequest, registry) -> Iterator[tuple[str, np.ndarray, i
         if not audio or not sum(len(a) for a in audio):
             raise UsageError(f"line {i + 1}: the model made no audio for it")
         yield text, np.concatenate(audio), pipe.sample_rate, took, f"line {i + 1}"
+
+
+def random_limits(pipe) -> dict:
+    """A line's frame limit at random weights, which never emit their stop: :data:`RANDOM_FRAMES`
+    frames, the stop ignored, so a line ends instead of failing at the model's limit (a model
+    that counts no frames, such as a VITS voice, ends by itself)."""
+    from ttscli.generate import honoured
+    from ttscli.models import family_of
+
+    if "max_frames" not in honoured(pipe.spec, family_of(pipe.spec)):
+        return {}
+    return {"max_frames": RANDOM_FRAMES, "ignore_eos": True}
 
 
 def audio_pairs(req: EvalRequest) -> list[tuple[str, Path]]:
@@ -307,6 +324,8 @@ def check_request(req: EvalRequest) -> None:
         raise UsageError("--min-sim needs --ref VOICE.wav (the speaker to compare with)")
     if req.audio is None and req.ref is None and req.ref_text is not None:
         raise UsageError("--ref-text needs --ref")
+    if req.random_weights and req.model_dir is not None:
+        raise UsageError("--random-weights loads no checkpoint: drop --model-dir")
     for name in ("max_wer", "min_mos", "min_sim"):
         v = getattr(req, name)
         if v is not None and not np.isfinite(v):
@@ -355,6 +374,7 @@ def run_eval(req: EvalRequest, registry, on_line=None) -> dict:
     failed = gate(t, req)
     report = {
         "model": None if req.audio is not None else registry.resolve(req.model).id,
+        "random_weights": req.random_weights,
         "asr": {"model": "whisper-base (faster-whisper, int8)", "language": language or "auto"},
         "lines": [ln.row() for ln in lines], "total": t.as_dict(),
         "thresholds": {"max_wer": req.max_wer, "min_mos": req.min_mos, "min_sim": req.min_sim},

@@ -26,6 +26,11 @@ FAMILY = Family(
     parity_against=("onnx", "onnx-f32", "onnx-int8", "onnx-int4"),
     convert={"onnx": hook("ttscli.models.pocket_tts.onnx_export:convert_onnx"),
              "coreml": hook("ttscli.models.pocket_tts.coreml_export:convert_coreml")},
+    # continuous batching: requests as rows of one flow-LM forward per frame (rows.py)
+    batches=True,
+    bench_batch=hook("ttscli.models.pocket_tts.rows:bench_batch"),
+    # a clone is the reference's audio alone (its voice prompt); a transcript is never read
+    ref_text_optional=True,
     honours=frozenset({"voice", "ref_audio", "save_voice", "max_frames", "stream"}),
     # the Mimi decoder is causal and streams exactly from one frame: first audio after frame 1
     first_chunk_frames=1,

@@ -45,6 +45,23 @@ FADE_IN_S = 0.005
 DECODE_FRAMES = 4
 
 
+def decode_sizes(r: Request) -> tuple[int, int]:
+    """Frames in the Mimi decoder's first call and in each call after it (see
+    :meth:`PocketPipeline.generate`): the rows decode in the same groups, so their Mimi streams
+    carry the same state as a generation alone."""
+    return r.first_chunk_frames or 1, min(DECODE_FRAMES, r.chunk_frames)
+
+
+def frame_limit(r: Request, tokens: int) -> int:
+    """The request's frame budget: ``max_frames``, else upstream's (the tokens at 3 per second, plus 2 s)."""
+    return r.max_frames or math.ceil((tokens / TOKENS_PER_SECOND + PADDING_S) * 12.5)
+
+
+def limit_message(limit: int) -> str:
+    return (f"Pocket TTS reached {limit} frames without ending the utterance "
+            "(raise --max-frames if the text is that long)")
+
+
 def save_voice_state(path: Path, state: list[tuple[mx.array, mx.array]]) -> Path:
     """A clone's voice state in upstream's voice file layout (``export_model_state``: per layer
     ``transformer.layers.{i}.self_attn/cache [2, 1, T, heads, head_dim]`` and ``/offset``), so
@@ -207,12 +224,28 @@ class PocketPipeline(Pipeline):
         eos_logit, hidden = self.code_decoder.step(embed, cache)
         return eos_logit, hidden, self.latent(hidden, noise, steps)
 
-    def frames(self, r: Request) -> Iterator[mx.array]:
-        """Latent frames ``[1, 1, latent]`` (normalised, as the LM reads them) until EOS."""
+    def text_tokens(self, r: Request) -> tuple[list[int], int]:
+        """(the prepared text's tokens, upstream's frames-after-EOS guess); no tokens is a UsageError."""
         text, guess = prepare_text(r.text, self.args)
         tokens = self.tokenizer.encode(text)
         if not tokens:
             raise UsageError("the text has no tokens")
+        return tokens, guess
+
+    def rows(self):
+        """Requests as rows of one flow-LM batch (ttscli.models.pocket_tts.rows): the MLX flow LM
+        only (another backend takes one row per call)."""
+        from ttscli.lm.decoder import MLXCodeDecoder
+
+        if self.backends.get("flow_lm") != "mlx" or not isinstance(self.code_decoder, MLXCodeDecoder):
+            return None
+        from .rows import PocketRows
+
+        return PocketRows(self)
+
+    def frames(self, r: Request) -> Iterator[mx.array]:
+        """Latent frames ``[1, 1, latent]`` (normalised, as the LM reads them) until EOS."""
+        tokens, guess = self.text_tokens(r)
         s = self.settings(r, guess)
         lm, dec = self.model.flow_lm, self.code_decoder
         t0 = time.perf_counter()
@@ -222,7 +255,7 @@ class PocketPipeline(Pipeline):
             mx.eval([c.state for c in cache])
         self.stats.prefill_tokens = len(tokens)
         self.stats.prefill_s = time.perf_counter() - t0
-        limit = r.max_frames or math.ceil((len(tokens) / TOKENS_PER_SECOND + PADDING_S) * 12.5)
+        limit = frame_limit(r, len(tokens))
         keys = KeyStream(r.seed)
         with one_thread():      # the LM here and Mimi's thread: one core each (see generate)
             yield from self._frame_loop(r, s, cache, keys, limit)
@@ -246,8 +279,7 @@ class PocketPipeline(Pipeline):
             self.stats.frames += 1
             yield latent
         if not r.ignore_eos:
-            raise GenerationError(f"Pocket TTS reached {limit} frames without ending the utterance "
-                                  "(raise --max-frames if the text is that long)")
+            raise GenerationError(limit_message(limit))
 
     def decoder_thread(self) -> "DecodeThread":
         """The pipeline's one Mimi decoding thread, shared by every generation (see
@@ -286,7 +318,7 @@ class PocketPipeline(Pipeline):
         waited for at once (first audio as early as one frame allows)."""
         t_start = time.perf_counter()
         stream = self.model.mimi.new_stream()
-        first = r.first_chunk_frames or 1
+        first, then = decode_sizes(r)
         frame = self.args.mimi.frame_samples
         pending: list[mx.array] = []
         decoding: deque[Future] = deque()
@@ -319,7 +351,7 @@ class PocketPipeline(Pipeline):
         try:
             for latent in self.frames(r):
                 pending.append(latent)
-                if len(pending) >= (first if state["decodes"] == 0 else min(DECODE_FRAMES, r.chunk_frames)):
+                if len(pending) >= (first if state["decodes"] == 0 else then):
                     submit()
                 yield from chunks(wait=r.stream and state["chunks"] == 0 and state["decodes"] > 0)
             if pending:
