@@ -213,6 +213,13 @@ class CosyVoice3Pipeline(Pipeline):
             self.stats.first_audio_s = self.stats.first_audio_s or time.perf_counter() - t_start
         yield wav
 
+    def rows(self):
+        """Requests as rows of one LM batch (ttscli.models.cosyvoice3.rows); every component of
+        this pipeline runs on MLX, so every load can batch."""
+        from ttscli.models.cosyvoice3.rows import CosyVoice3Rows
+
+        return CosyVoice3Rows(self)
+
     def _stream(self, r: Request, voice: Voice, t_start: float) -> Iterator[np.ndarray]:
         s = TokenStream(self, voice)
 
