@@ -234,23 +234,28 @@ def test_metrics_need_the_key_and_count_requests(text_server):
 
 
 ROWS = [
-    pytest.param("chatterbox", FIXTURES / "chatterbox" / "tiny", 300, id="chatterbox", marks=pytest.mark.slow),
-    pytest.param("breeze-tts-2", FIXTURES / "breeze" / "tiny", 60, id="breeze"),
+    pytest.param("chatterbox", FIXTURES / "chatterbox" / "tiny", 300, {}, id="chatterbox", marks=pytest.mark.slow),
+    pytest.param("breeze-tts-2", FIXTURES / "breeze" / "tiny", 60, {}, id="breeze"),
+    # greedy: the tiny LM's sampled tokens stop within a few, its greedy ones never do; 60
+    # tokens: the first streamed audio comes at 41 (a 25-token hop, 13 padding the stored
+    # speaker's 12 reference tokens, 3 of lookahead)
+    pytest.param("cosyvoice3-0.5b", FIXTURES / "cosyvoice3" / "tiny", 60, {"do_sample": False}, id="cosyvoice3",
+                 marks=pytest.mark.slow),
 ]
 
 
-@pytest.mark.parametrize("model,folder,frames", ROWS)
-def test_two_concurrent_requests_run_as_rows_of_one_batch(tmp_path_factory, model, folder, frames):
+@pytest.mark.parametrize("model,folder,frames,settings", ROWS)
+def test_two_concurrent_requests_run_as_rows_of_one_batch(tmp_path_factory, model, folder, frames, settings):
     """The second request is sent once /metrics shows the first one generating, with ``frames``
     frames to go, so it joins the running batch as its second row. The tiny checkpoints' random
-    weights never emit the stop token, so each request streams its audio up to ``frames`` frames
-    and is then cut off (the limit is an error, never a silent truncation): its access-log line
-    says so."""
+    weights (with the family's ``settings``) never emit the stop token, so each request streams
+    its audio up to ``frames`` frames and is then cut off (the limit is an error, never a silent
+    truncation): its access-log line says so."""
     s = start(tmp_path_factory, "-m", model, "--model-dir", folder, "--max-batch", "2", "--access-log")
     answers: dict[int, tuple[int, int, bytes, bool]] = {}
 
     def send(k: int) -> None:
-        body = {"input": f"Hello the world, number {k}.", "seed": k, "max_frames": frames,
+        body = {"input": f"Hello the world, number {k}.", "seed": k, "max_frames": frames, **settings,
                 "response_format": "wav", "stream": True, "model": model}   # a streamed WAV: audio as it comes
         data, cut = b"", False
         with httpx.Client(timeout=WAIT * 4) as c, c.stream("POST", s.url + "/v1/audio/speech", json=body,
