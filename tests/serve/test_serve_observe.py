@@ -239,8 +239,7 @@ ROWS = [
     # greedy: the tiny LM's sampled tokens stop within a few, its greedy ones never do; 60
     # tokens: the first streamed audio comes at 41 (a 25-token hop, 13 padding the stored
     # speaker's 12 reference tokens, 3 of lookahead)
-    pytest.param("cosyvoice3-0.5b", FIXTURES / "cosyvoice3" / "tiny", 60, {"do_sample": False}, id="cosyvoice3",
-                 marks=pytest.mark.slow),
+    pytest.param("cosyvoice3-0.5b", FIXTURES / "cosyvoice3" / "tiny", 60, {"do_sample": False}, id="cosyvoice3"),
 ]
 
 
