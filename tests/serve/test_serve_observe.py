@@ -240,6 +240,10 @@ ROWS = [
     # run on the MLX flow LM (some CPUs default to onnxruntime, one row per call)
     pytest.param("pocket-tts", FIXTURES / "pocket_tts" / "tiny", 200, {"eos_threshold": 100.0},
                  ("--backend", "flow_lm=mlx"), id="pocket"),
+    # greedy: the tiny LM's sampled tokens stop within a few, its greedy ones never do; 60
+    # tokens: the first streamed audio comes at 41 (a 25-token hop, 13 padding the stored
+    # speaker's 12 reference tokens, 3 of lookahead)
+    pytest.param("cosyvoice3-0.5b", FIXTURES / "cosyvoice3" / "tiny", 60, {"do_sample": False}, (), id="cosyvoice3"),
 ]
 
 
@@ -247,7 +251,7 @@ ROWS = [
 def test_two_concurrent_requests_run_as_rows_of_one_batch(tmp_path_factory, model, folder, frames, knobs, args):
     """The second request is sent once /metrics shows the first one generating, with ``frames``
     frames to go, so it joins the running batch as its second row. The tiny checkpoints' random
-    weights never emit the stop token (``knobs`` keep one that would from stopping), so each
+    weights (with the family's ``knobs``) never emit the stop token, so each
     request streams its audio up to ``frames`` frames and is then cut off (the limit is an error,
     never a silent truncation): its access-log line says so."""
     s = start(tmp_path_factory, "-m", model, "--model-dir", folder, "--max-batch", "2", "--access-log", *args)

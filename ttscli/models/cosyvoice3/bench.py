@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
+import numpy as np
+
 from ttscli.errors import TTSError, UsageError
+from ttscli.models.base import Request
 
 PEER_SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_cosyvoice3_peer.py"
 PEER_PYTHON = "TTSCLI_COSYVOICE_PYTHON"
@@ -51,3 +55,43 @@ def bench_peer(spec, checkpoint: Path | None, text: str, repeats: int, threads: 
         return json.loads(p.stdout.decode().strip().splitlines()[-1])
     except (ValueError, IndexError):
         raise TTSError("--peer pytorch printed no figures") from None
+
+
+def bench_batch(pipe, sizes: list[int], frames: int, text: str, seed: int = 0, warmup: int = 1) -> dict[str, dict]:
+    """``ttscli bench cosyvoice3 --batch``: ``B`` one-shot rows of ``frames`` speech tokens each
+    through the pipeline's rows, per size (each row seeded on its own: ``seed + row``).
+
+    Random weights seldom stop where real ones do, so rows run with ignore_eos and end together.
+    The step figures are the batched LM steps alone (the first step, which prefills every row,
+    and the last, which runs each row's flow and HiFT, are left out of the median); the wall time
+    and the audio rate cover the whole: prefill, steps, and the flow + HiFT of every row, which
+    batching does not share (``token2wav_s``)."""
+    out = {}
+    for B in sizes:
+        for _ in range(warmup + 1):
+            gen = pipe.rows()
+            rows = [gen.start(Request(text=text, seed=seed + i, max_frames=frames, ignore_eos=True)) for i in range(B)]
+            steps, t0 = [], time.perf_counter()
+            while not all(r.done for r in rows):
+                ts = time.perf_counter()
+                gen.step([r for r in rows if not r.done])
+                steps.append(time.perf_counter() - ts)
+            wall = time.perf_counter() - t0
+            failed = next((r.error for r in rows if r.error is not None), None)
+            if failed is not None:
+                raise failed
+            audio_s = sum(len(gen.take(r)) for r in rows) / pipe.sample_rate
+        step_ms = float(np.median(steps[1:-1] or steps) * 1e3)
+        out[f"batch {B}"] = {
+            "step_ms_p50": step_ms,
+            "frame_ms_per_row": step_ms / B,
+            "prefill_s": steps[0],
+            "token2wav_s": steps[-1],
+            "frames_per_s": B * frames / wall,
+            "audio_s_per_s": audio_s / wall,
+            "total_s": wall,
+        }
+    base = out[f"batch {sizes[0]}"]["audio_s_per_s"]
+    for v in out.values():
+        v["speedup_vs_first"] = v["audio_s_per_s"] / base
+    return out

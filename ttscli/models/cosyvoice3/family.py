@@ -27,6 +27,8 @@ FAMILY = Family(
                 ("hift_s", "causal HiFT (s)", "{:.3f}"),
                 ("token2wav_s_per_audio_s", "flow + HiFT s per audio s", "{:.3f}")),
     peers={"pytorch": hook("ttscli.models.cosyvoice3.bench:bench_peer")},
+    batches=True,
+    bench_batch=hook("ttscli.models.cosyvoice3.bench:bench_batch"),
     parity_checks=hook("ttscli.models.cosyvoice3.parity:parity_checks"),
     honours=frozenset({"voice", "instruct", "speed", "ref_audio", "save_voice", "max_frames", "stream"}),
     # the first streamed audio needs one 25-token hop (plus what pads the reference to whole

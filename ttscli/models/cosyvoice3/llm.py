@@ -99,25 +99,38 @@ class CosyVoice3LM(nn.Module):
                  ignore_eos: bool = False) -> Iterator[int]:
         """Speech tokens until a stop id; past ``max_len`` tokens a LimitReached (never a cut).
         ``ignore_eos`` (benchmarks): stops are masked, ``max_len`` tokens come and no error."""
-        n = self.args.speech_token_size
         cache = self.backbone.make_cache()
         h = self.backbone(input_embeddings=embeds, cache=cache)
         out: list[int] = []
         while True:
-            logp = np.array(self.logp(h)[0])
-            if len(out) < min_len:
-                logp[n] = -np.inf
-            if ignore_eos:
-                logp[n:] = -np.inf
-            tok = ras_sample(logp, out, draw)
-            if tok >= n:
+            tok = self.choose(np.array(self.logp(h)[0]), out, draw, min_len, max_len, ignore_eos)
+            if tok is None:
                 return
-            if len(out) == max_len:
-                if ignore_eos:
-                    return
-                raise LimitReached(f"CosyVoice3's LM reached its limit of {max_len} speech tokens "
-                                   f"({max_len / self.args.token_frame_rate:.1f} s) without ending; raise it with "
-                                   "--max-frames (`max_frames` in a server request), or split the text")
             out.append(tok)
             yield tok
-            h = self.backbone(input_embeddings=self.speech_embedding.weight[tok][None, None], cache=cache)
+            h = self.backbone(input_embeddings=self.embed(tok), cache=cache)
+
+    def embed(self, tok: int) -> mx.array:
+        """A drawn speech token as the next step's input ``[1, 1, H]``."""
+        return self.speech_embedding.weight[tok][None, None]
+
+    def choose(self, logp: np.ndarray, out: list[int], draw: Draw, min_len: int, max_len: int,
+               ignore_eos: bool = False) -> int | None:
+        """The token after ``out`` from one row's log-probabilities (changed in place): None at a
+        stop id (or at ``max_len`` under ``ignore_eos``), a LimitReached when a token would pass
+        ``max_len``. One place for the single loop and the batched rows, so both stop alike."""
+        n = self.args.speech_token_size
+        if len(out) < min_len:
+            logp[n] = -np.inf
+        if ignore_eos:
+            logp[n:] = -np.inf
+        tok = ras_sample(logp, out, draw)
+        if tok >= n:
+            return None
+        if len(out) == max_len:
+            if ignore_eos:
+                return None
+            raise LimitReached(f"CosyVoice3's LM reached its limit of {max_len} speech tokens "
+                               f"({max_len / self.args.token_frame_rate:.1f} s) without ending; raise it with "
+                               "--max-frames (`max_frames` in a server request), or split the text")
+        return tok

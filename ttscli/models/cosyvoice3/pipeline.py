@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,15 +62,6 @@ class LMPrompt:
 
 def ensure_end_of_prompt(text: str) -> str:
     return text if END_OF_PROMPT in text else f"{SYSTEM}{END_OF_PROMPT}{text}"
-
-
-@dataclass
-class _Stream:
-    """One streamed generation's state: tokens so far, the mel so far, audio already released."""
-    tokens: list[int] = field(default_factory=list)
-    mel: np.ndarray | None = None
-    offset: int = 0
-    released: int = 0
 
 
 class CosyVoice3Pipeline(Pipeline):
@@ -190,64 +181,105 @@ class CosyVoice3Pipeline(Pipeline):
         self.stats.decoder_s += dt
         self.stats.extra[key] = self.stats.extra.get(key, 0.0) + dt
 
-    def generate(self, request: Request) -> Iterator[np.ndarray]:
-        t_start = time.perf_counter()
+    def checked_voice(self, request: Request) -> Voice:
+        """The request's voice, after refusing a speed this pipeline cannot give it."""
         voice = self.voice(request)
         if request.speed <= 0:
             raise UsageError(f"--speed must be positive, got {request.speed}")
+        if request.stream and request.speed != 1.0:
+            raise UsageError("CosyVoice3 changes speed only without --stream (upstream stretches the whole mel)")
+        return voice
+
+    def whole(self, tokens: list[int], voice: Voice, speed: float) -> np.ndarray:
+        """A one-shot utterance: the flow over every token without the chunk mask, the mel
+        stretched to ``speed``, then HiFT (empty when the LM stopped at once)."""
+        if not tokens:
+            return np.zeros(0, np.float32)
+        mel = self.mel(tokens, voice, streaming=False, finalize=True)
+        if speed != 1.0:
+            mel = stretch(mel, speed)
+        return self.wav(mel)
+
+    def generate(self, request: Request) -> Iterator[np.ndarray]:
+        t_start = time.perf_counter()
+        voice = self.checked_voice(request)
         if request.stream:
-            if request.speed != 1.0:
-                raise UsageError("CosyVoice3 changes speed only without --stream (upstream stretches the whole mel)")
             yield from self._stream(request, voice, t_start)
             return
         toks = list(self.tokens(request, voice))
         self.stats.decoder_frames += len(toks)
-        if not toks:
-            yield np.zeros(0, np.float32)
-            return
-        mel = self.mel(toks, voice, streaming=False, finalize=True)
-        if request.speed != 1.0:
-            mel = stretch(mel, request.speed)
-        wav = self.wav(mel)
-        self.stats.first_audio_s = self.stats.first_audio_s or time.perf_counter() - t_start
+        wav = self.whole(toks, voice, request.speed)
+        if len(wav):
+            self.stats.first_audio_s = self.stats.first_audio_s or time.perf_counter() - t_start
         yield wav
 
-    def _stream(self, r: Request, voice: Voice, t_start: float) -> Iterator[np.ndarray]:
-        s = _Stream()
-        look = self.args.flow.pre_lookahead_len
-        ratio = self.args.flow.token_mel_ratio
-        pad = -len(voice.tokens) % TOKEN_HOP
-        hop = TOKEN_HOP
+    def rows(self):
+        """Requests as rows of one LM batch (ttscli.models.cosyvoice3.rows); every component of
+        this pipeline runs on MLX, so every load can batch."""
+        from ttscli.models.cosyvoice3.rows import CosyVoice3Rows
 
-        def emit(final: bool) -> np.ndarray:
-            audio = self.wav(s.mel)
-            end = audio.shape[0] if final else self.hift.final_samples(s.mel.shape[0])
-            piece, s.released = audio[s.released:end], max(s.released, end)
+        return CosyVoice3Rows(self)
+
+    def _stream(self, r: Request, voice: Voice, t_start: float) -> Iterator[np.ndarray]:
+        s = TokenStream(self, voice)
+
+        def seen(piece: np.ndarray) -> np.ndarray:
             if self.stats.first_audio_s is None and len(piece):
                 self.stats.first_audio_s = time.perf_counter() - t_start
             return piece
 
-        def add_mel(mel: np.ndarray) -> None:
-            s.mel = mel if s.mel is None else np.concatenate([s.mel, mel])
-
         for tok in self.tokens(r, voice):
-            s.tokens.append(tok)
-            this_hop = hop + pad if s.offset == 0 else hop
-            if len(s.tokens) - s.offset >= this_hop + look:
-                mel = self.mel(s.tokens[: s.offset + this_hop + look], voice, streaming=True, finalize=False)
-                add_mel(mel[s.offset * ratio:])
-                s.offset += this_hop
-                hop = min(MAX_TOKEN_HOP, hop * HOP_SCALE)
-                piece = emit(final=False)
-                if len(piece):
-                    yield piece
+            piece = s.add(tok)
+            if piece is not None and len(piece):
+                yield seen(piece)
         self.stats.decoder_frames += len(s.tokens)
-        if not s.tokens:
-            yield np.zeros(0, np.float32)
-            return
-        # upstream's last pass runs the flow without the chunk mask (token2wav's stream=False)
-        add_mel(self.mel(s.tokens, voice, streaming=False, finalize=True)[s.offset * ratio:])
-        yield emit(final=True)
+        yield seen(s.end())
+
+
+class TokenStream:
+    """One streamed generation (module docstring): tokens go in as the LM draws them, audio
+    comes out as each hop's pass releases it, the rest at ``end``. The single path and the
+    batched rows both stream through it, so a streamed row is cut exactly as the request alone."""
+
+    def __init__(self, pipe: CosyVoice3Pipeline, voice: Voice):
+        self.pipe, self.voice = pipe, voice
+        self.tokens: list[int] = []
+        self.mel: np.ndarray | None = None      # the mel of the hops passed so far
+        self.offset = 0                         # tokens whose mel is final
+        self.released = 0                       # samples already handed out
+        self.hop = TOKEN_HOP
+        self.pad = -len(voice.tokens) % TOKEN_HOP   # the reference padded to whole hops
+
+    def add(self, tok: int) -> np.ndarray | None:
+        """Take one token; the audio a completed hop releases, or None (no pass yet)."""
+        self.tokens.append(tok)
+        flow = self.pipe.args.flow
+        hop = self.hop + self.pad if self.offset == 0 else self.hop
+        if len(self.tokens) - self.offset < hop + flow.pre_lookahead_len:
+            return None
+        mel = self.pipe.mel(self.tokens[: self.offset + hop + flow.pre_lookahead_len], self.voice,
+                            streaming=True, finalize=False)
+        self._add_mel(mel[self.offset * flow.token_mel_ratio:])
+        self.offset += hop
+        self.hop = min(MAX_TOKEN_HOP, self.hop * HOP_SCALE)
+        return self._release(final=False)
+
+    def end(self) -> np.ndarray:
+        """The last pass: upstream runs the flow without the chunk mask (token2wav's stream=False)."""
+        if not self.tokens:
+            return np.zeros(0, np.float32)
+        mel = self.pipe.mel(self.tokens, self.voice, streaming=False, finalize=True)
+        self._add_mel(mel[self.offset * self.pipe.args.flow.token_mel_ratio:])
+        return self._release(final=True)
+
+    def _add_mel(self, mel: np.ndarray) -> None:
+        self.mel = mel if self.mel is None else np.concatenate([self.mel, mel])
+
+    def _release(self, final: bool) -> np.ndarray:
+        audio = self.pipe.wav(self.mel)
+        end = audio.shape[0] if final else self.pipe.hift.final_samples(self.mel.shape[0])
+        piece, self.released = audio[self.released:end], max(self.released, end)
+        return piece
 
 
 def stretch(mel: np.ndarray, speed: float) -> np.ndarray:
