@@ -172,6 +172,11 @@ class MemberBatch:
         self.batch.keep(keep)
         self.hidden = self.hidden[mx.array(keep, dtype=mx.int32)] if keep else None
 
+    def discard(self, member: Any) -> None:
+        """``member`` leaves the batch if it is still in it (a dropped request may have ended)."""
+        if member in self.members:
+            self.remove(member)
+
     def step(self, embeds: mx.array) -> mx.array:
         """One position for every row (``embeds [rows, 1, H]``, in batch order)."""
         self.hidden = self.batch.step(embeds)
@@ -235,6 +240,16 @@ def _keys(keys, rows: list[int], take: mx.array | None) -> mx.array | None:
     return mx.stack(got)
 
 
+def take_pieces(pieces: list[np.ndarray]) -> np.ndarray | None:
+    """The audio pieces a row has made since the engine last took them, as one array (None if
+    none), emptying ``pieces``."""
+    if not pieces:
+        return None
+    out = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+    pieces.clear()
+    return out
+
+
 class RowAudio:
     """A row's speech decoder stream (``push(codes) -> [samples]``, ``flush() -> samples | None``)
     and the audio it made that the engine has not taken yet.
@@ -256,8 +271,7 @@ class RowAudio:
             self.pieces.append(tail)
 
     def take(self, done: bool) -> np.ndarray | None:
-        if not self.pieces or not (self.stream or done):
+        if not (self.stream or done):
             return None
-        out = np.concatenate(self.pieces) if len(self.pieces) > 1 else self.pieces[0]
-        self.pieces = []
-        return np.asarray(out, np.float32)
+        out = take_pieces(self.pieces)
+        return None if out is None else np.asarray(out, np.float32)

@@ -113,8 +113,7 @@ class BreezeRows:
         return row.state.audio.take(row.done)
 
     def drop(self, row: Row) -> None:
-        if row.state in self.rows.members:
-            self.rows.remove(row.state)
+        self.rows.discard(row.state)
 
     # ---- the batch
     def _join(self, new: list[BreezeRow]) -> None:

@@ -20,7 +20,7 @@ import mlx.core as mx
 import numpy as np
 
 from ttscli.errors import LimitReached
-from ttscli.lm.batch import MemberBatch
+from ttscli.lm.batch import MemberBatch, take_pieces
 from ttscli.lm.sample import NEG_INF, KeyStream
 from ttscli.models.base import Request, Row
 from ttscli.models.chatterbox.pipeline import SAMPLE_RATE, SPEECH_CODES, s3gen_key, speech_tokens
@@ -106,16 +106,10 @@ class ChatterboxRows:
             self.rows.step(mx.concatenate(embeds, 0))
 
     def take(self, row: Row) -> np.ndarray | None:
-        m = row.state
-        if not m.audio:
-            return None
-        out = np.concatenate(m.audio) if len(m.audio) > 1 else m.audio[0]
-        m.audio = []
-        return out
+        return take_pieces(row.state.audio)
 
     def drop(self, row: Row) -> None:
-        if row.state in self.rows.members:
-            self.rows.remove(row.state)
+        self.rows.discard(row.state)
 
     # ---- the batch
     def _join(self, new: list[T3Row]) -> None:

@@ -159,8 +159,7 @@ class PocketRows:
     def drop(self, row: Row) -> None:
         m = row.state
         m.audio.decoder.cancel()
-        if m in self.rows.members:
-            self.rows.remove(m)
+        self.rows.discard(m)
         m.cache = None
 
     # ---- the batch
