@@ -22,6 +22,9 @@ FAMILY = Family(
                 ("vae_patch_ms", "AudioVAE decode per patch, median (ms)", "{:.2f}")),
     peers={"voxcpm": hook("ttscli.models.voxcpm2.bench:bench_peer")},
     parity_checks=hook("ttscli.models.voxcpm2.parity:parity_checks"),
+    # continuous batching: requests as rows of one forward of both LMs per patch (rows.py)
+    batches=True,
+    bench_batch=hook("ttscli.models.voxcpm2.rows:bench_batch"),
     honours=frozenset({"voice", "instruct", "ref_audio", "save_voice", "max_frames", "stream"}),
     # the AudioVAE decoder is causal and streams exactly from one patch (160 ms): upstream yields each
     ref_text_optional=True,
