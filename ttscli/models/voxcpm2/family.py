@@ -12,6 +12,8 @@ FAMILY = Family(
              default=10, min=1, max=100),
         Knob("cfg_value", float, "Classifier-free guidance of each patch on the text and voice (upstream "
              "recommends 1.0-3.0).", default=2.0, min=0.1, max=10.0),
+        Knob("min_len", int, "Patches drawn before the stop head is heeded (upstream's min_len); one at or "
+             "above the patch limit runs to the limit, which is an error.", default=2, min=0, max=4096),
         Knob("ref_prefix", bool, "With --ref-text, also put the recording in front as the isolated reference "
              "(upstream's ultimate cloning); off: continuation from the recording only.", default=True,
              commands=("clone",)),

@@ -42,7 +42,7 @@ from .generate import Prompt, patches, prefill
 AUDIO_START, REF_START, REF_END = 101, 103, 104
 INFERENCE_TIMESTEPS = 10
 CFG_VALUE = 2.0
-MIN_PATCHES = 2                 # the stop head is read only past this many patches
+MIN_PATCHES = 2                 # the stop head is read only past this many patches (upstream's min_len)
 # upstream's patch budget: the target text's tokens times 6, plus 10, at most 4096
 PATCHES_PER_TOKEN = 6
 EXTRA_PATCHES = 10
@@ -59,6 +59,7 @@ class Plan:
     limit: int
     steps: int
     cfg: float
+    min_len: int                # the stop head is read only past this many patches
 
 
 @dataclass
@@ -193,7 +194,7 @@ class VoxCPM2Pipeline(Pipeline):
             raise UsageError(f"the prompt ({p.tokens.shape[1]} positions) and {limit} patches exceed VoxCPM2's "
                              f"{self.args.max_length}-position context: shorten the reference or lower --max-frames")
         return Plan(p, limit, int(r.knobs.get("inference_timesteps", INFERENCE_TIMESTEPS)),
-                    float(r.knobs.get("cfg_value", CFG_VALUE)))
+                    float(r.knobs.get("cfg_value", CFG_VALUE)), int(r.knobs.get("min_len", MIN_PATCHES)))
 
     def latents(self, r: Request, voice: VoicePrompt | None) -> Iterator[mx.array]:
         """Latent patches ``[1, P, D]`` until the stop head ends the utterance."""
@@ -208,13 +209,13 @@ class VoxCPM2Pipeline(Pipeline):
         t = time.perf_counter()
         stopped = False
         for i, (patch, stop) in enumerate(patches(self.model, p, lambda _: self.noise(keys), steps=plan.steps,
-                                                  cfg_value=plan.cfg, min_len=limit if r.ignore_eos else MIN_PATCHES,
+                                                  cfg_value=plan.cfg, min_len=limit if r.ignore_eos else plan.min_len,
                                                   max_len=limit, pre=pre)):
             now = time.perf_counter()
             self.stats.frame_s.append(now - t)       # one patch: the diffusion head, then both LMs' step
             t = now
             self.stats.frames += 1
-            stopped = i > MIN_PATCHES and int(stop[0].argmax()) == 1
+            stopped = i > plan.min_len and int(stop[0].argmax()) == 1
             yield patch
         if not stopped and not r.ignore_eos:
             raise GenerationError(limit_message(limit))

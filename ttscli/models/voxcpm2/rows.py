@@ -29,7 +29,7 @@ from ttscli.lm.sample import KeyStream
 from ttscli.models.base import Request, Row
 
 from .generate import prefill
-from .pipeline import MIN_PATCHES, Plan, decode_group, limit_message
+from .pipeline import Plan, decode_group, limit_message
 
 
 class PatchDecoder:
@@ -177,7 +177,7 @@ class VoxCPM2Rows:
         m.cond = patch
         self.pipe.stats.frames += 1
         m.audio.push(patch)
-        if not m.ignore_eos and i > MIN_PATCHES and says_stop:
+        if not m.ignore_eos and i > m.plan.min_len and says_stop:
             m.audio.flush()
             row.done = True
         elif m.patches >= m.plan.limit:
