@@ -5,10 +5,12 @@ stop and a patch limit), a streamed row hands its audio out in the request's chu
 the one-shot audio, a dropped row leaves both LMs' batches, and `ttscli bench --batch` runs
 the rows.
 
-Equal means within ATOL, not bit for bit: with other rows beside it, a row's LM, encoder and
-diffusion-head matmuls take a batch of rows, which MLX's CPU kernels round differently from one
-row (below 1e-6 at these sizes, on samples of about 1); each row's noise, guidance, stop, patch
-count and AudioVAE stream are its own, so nothing else differs."""
+Equal means within ATOL, not bit for bit: a row alone gives exactly the single path's samples,
+but with other rows beside it the LMs', patch encoder's and diffusion head's matmuls take a
+batch of rows, which MLX's CPU kernels round differently from one row. Each patch feeds the
+next, so the difference grows with the patches (below 1e-6 over the few patches here, on samples
+of about 1); each row's noise, guidance, stop, patch count and AudioVAE stream are its own, so
+nothing else differs."""
 from __future__ import annotations
 
 import json
