@@ -74,6 +74,19 @@ def test_refusals_are_one_line(pipe, ref):
         list(pipe.generate(Request(text=TEXT, seed=3, max_frames=2)))
 
 
+def test_min_len_holds_off_the_stop(pipe):
+    """The tiny model's stop head ends this text within a few patches; past min_len only, so a
+    min_len at the limit runs to the limit, which is an error."""
+    stopped = list(pipe.generate(Request(text=TEXT, seed=3, max_frames=20)))
+    per_patch = pipe.args.patch_size * pipe.args.vae.decode_hop
+    n = sum(len(c) for c in stopped) // per_patch
+    assert 3 < n < 20
+    longer = list(pipe.generate(Request(text=TEXT, seed=3, max_frames=20, knobs={"min_len": n})))
+    assert sum(len(c) for c in longer) // per_patch > n
+    with pytest.raises(GenerationError, match="reached 20 patches without its stop"):
+        list(pipe.generate(Request(text=TEXT, seed=3, max_frames=20, knobs={"min_len": 20})))
+
+
 def test_saved_voice_speaks_as_the_clone(pipe, ref, tmp_path):
     path = tmp_path / "me.safetensors"
     fields = dict(ref_audio=ref, ref_sample_rate=16000, ref_text="Speak softly.")

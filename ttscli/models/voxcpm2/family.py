@@ -12,6 +12,8 @@ FAMILY = Family(
              default=10, min=1, max=100),
         Knob("cfg_value", float, "Classifier-free guidance of each patch on the text and voice (upstream "
              "recommends 1.0-3.0).", default=2.0, min=0.1, max=10.0),
+        Knob("min_len", int, "Patches drawn before the stop head is heeded (upstream's min_len); one at or "
+             "above the patch limit runs to the limit, which is an error.", default=2, min=0, max=4096),
         Knob("ref_prefix", bool, "With --ref-text, also put the recording in front as the isolated reference "
              "(upstream's ultimate cloning); off: continuation from the recording only.", default=True,
              commands=("clone",)),
@@ -22,6 +24,9 @@ FAMILY = Family(
                 ("vae_patch_ms", "AudioVAE decode per patch, median (ms)", "{:.2f}")),
     peers={"voxcpm": hook("ttscli.models.voxcpm2.bench:bench_peer")},
     parity_checks=hook("ttscli.models.voxcpm2.parity:parity_checks"),
+    # continuous batching: requests as rows of one forward of both LMs per patch (rows.py)
+    batches=True,
+    bench_batch=hook("ttscli.models.voxcpm2.rows:bench_batch"),
     honours=frozenset({"voice", "instruct", "ref_audio", "save_voice", "max_frames", "stream"}),
     # the AudioVAE decoder is causal and streams exactly from one patch (160 ms): upstream yields each
     ref_text_optional=True,

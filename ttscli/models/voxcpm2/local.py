@@ -82,13 +82,19 @@ class UnifiedCFM(nn.Module):
         super().__init__()
         self.estimator = LocDiT(a, feat_dim)
 
-    def __call__(self, mu: mx.array, cond: mx.array, noise: mx.array, steps: int, cfg_value: float) -> mx.array:
-        """``noise [1, P, D]`` (the start), ``mu [1, 2H]``, ``cond [1, P, D]`` -> the patch ``[1, P, D]``.
+    def __call__(self, mu: mx.array, cond: mx.array, noise: mx.array, steps: int,
+                 cfg_value: float | mx.array) -> mx.array:
+        """``noise [N, P, D]`` (the start), ``mu [N, 2H]``, ``cond [N, P, D]`` -> the patches
+        ``[N, P, D]``: N rows (the patch of one request, or one each of several requests that
+        take the same number of steps), ``cfg_value`` one for all or ``[N]``, one per row.
 
         Times run 1 -> 0 on a swayed grid t + (cos(pi t / 2) - 1 + t); the first 4% of steps
         (at least one) leave x unchanged (CFG-Zero*'s zero init); the others run the estimator
-        on [conditioned, unconditioned] rows and mix them with the optimised scale s* of the
-        unconditioned velocity: v = s* v_u + cfg (v_c - s* v_u)."""
+        on [conditioned, unconditioned] rows and mix them with each row's optimised scale s* of
+        its unconditioned velocity: v = s* v_u + cfg (v_c - s* v_u)."""
+        n = noise.shape[0]
+        if isinstance(cfg_value, mx.array):
+            cfg_value = cfg_value.reshape(n, 1, 1)
         grid = [1.0 - i / steps for i in range(steps + 1)]
         grid = mx.array(grid, mx.float32)
         grid = grid + (mx.cos(math.pi / 2 * grid) - 1 + grid)
@@ -99,10 +105,10 @@ class UnifiedCFM(nn.Module):
             if step > zero_steps:
                 xs = mx.concatenate([x, x], axis=0)
                 mus = mx.concatenate([mu, mx.zeros_like(mu)], axis=0)
-                ts = mx.broadcast_to(t, (2,))
-                v = self.estimator(xs, mus, ts, mx.concatenate([cond, cond], axis=0), mx.zeros((2,)))
-                pos, neg = v[:1], v[1:]
-                s = (pos * neg).sum() / ((neg * neg).sum() + 1e-8)
+                ts = mx.broadcast_to(t, (2 * n,))
+                v = self.estimator(xs, mus, ts, mx.concatenate([cond, cond], axis=0), mx.zeros((2 * n,)))
+                pos, neg = v[:n], v[n:]
+                s = (pos * neg).sum((1, 2), keepdims=True) / ((neg * neg).sum((1, 2), keepdims=True) + 1e-8)
                 x = x - dt * (neg * s + cfg_value * (pos - neg * s))
             t = t - dt
             if step < steps:

@@ -42,13 +42,24 @@ from .generate import Prompt, patches, prefill
 AUDIO_START, REF_START, REF_END = 101, 103, 104
 INFERENCE_TIMESTEPS = 10
 CFG_VALUE = 2.0
-MIN_PATCHES = 2                 # the stop head is read only past this many patches
+MIN_PATCHES = 2                 # the stop head is read only past this many patches (upstream's min_len)
 # upstream's patch budget: the target text's tokens times 6, plus 10, at most 4096
 PATCHES_PER_TOKEN = 6
 EXTRA_PATCHES = 10
 MAX_PATCHES = 4096
 STREAM_CONTEXT = 3              # prompt patches decoded before a continuation (streaming_prefix_len - 1)
 VOICE_FORMAT = "voxcpm2-voice"
+
+
+@dataclass
+class Plan:
+    """One request's generation: its prompt, patch budget, diffusion steps and guidance."""
+
+    prompt: Prompt
+    limit: int
+    steps: int
+    cfg: float
+    min_len: int                # the stop head is read only past this many patches
 
 
 @dataclass
@@ -170,8 +181,8 @@ class VoxCPM2Pipeline(Pipeline):
         """One patch's starting noise ``[1, P, D]`` (upstream: torch.randn per patch)."""
         return mx.random.normal((1, self.args.patch_size, self.args.feat_dim), key=keys.next())
 
-    def latents(self, r: Request, voice: VoicePrompt | None) -> Iterator[mx.array]:
-        """Latent patches ``[1, P, D]`` until the stop head ends the utterance."""
+    def plan(self, r: Request, voice: VoicePrompt | None) -> Plan:
+        """The request's prompt, patch budget and diffusion settings, its refusals checked."""
         text = self.request_text(r, voice)
         target = len(self.tokenizer.encode(text))
         if target == 0:
@@ -182,8 +193,13 @@ class VoxCPM2Pipeline(Pipeline):
         if limit > room:
             raise UsageError(f"the prompt ({p.tokens.shape[1]} positions) and {limit} patches exceed VoxCPM2's "
                              f"{self.args.max_length}-position context: shorten the reference or lower --max-frames")
-        steps = int(r.knobs.get("inference_timesteps", INFERENCE_TIMESTEPS))
-        cfg = float(r.knobs.get("cfg_value", CFG_VALUE))
+        return Plan(p, limit, int(r.knobs.get("inference_timesteps", INFERENCE_TIMESTEPS)),
+                    float(r.knobs.get("cfg_value", CFG_VALUE)), int(r.knobs.get("min_len", MIN_PATCHES)))
+
+    def latents(self, r: Request, voice: VoicePrompt | None) -> Iterator[mx.array]:
+        """Latent patches ``[1, P, D]`` until the stop head ends the utterance."""
+        plan = self.plan(r, voice)
+        p, limit = plan.prompt, plan.limit
         keys = KeyStream(r.seed)
         t = time.perf_counter()
         pre = prefill(self.model, p)
@@ -192,54 +208,76 @@ class VoxCPM2Pipeline(Pipeline):
         self.stats.prefill_s = time.perf_counter() - t
         t = time.perf_counter()
         stopped = False
-        for i, (patch, stop) in enumerate(patches(self.model, p, lambda _: self.noise(keys), steps=steps,
-                                                  cfg_value=cfg, min_len=limit if r.ignore_eos else MIN_PATCHES,
+        for i, (patch, stop) in enumerate(patches(self.model, p, lambda _: self.noise(keys), steps=plan.steps,
+                                                  cfg_value=plan.cfg, min_len=limit if r.ignore_eos else plan.min_len,
                                                   max_len=limit, pre=pre)):
             now = time.perf_counter()
             self.stats.frame_s.append(now - t)       # one patch: the diffusion head, then both LMs' step
             t = now
             self.stats.frames += 1
-            stopped = i > MIN_PATCHES and int(stop[0].argmax()) == 1
+            stopped = i > plan.min_len and int(stop[0].argmax()) == 1
             yield patch
         if not stopped and not r.ignore_eos:
-            raise GenerationError(f"VoxCPM2 reached {limit} patches without its stop "
-                                  "(raise --max-frames if the text is that long)")
+            raise GenerationError(limit_message(limit))
 
-    def generate(self, r: Request) -> Iterator[np.ndarray]:
+    def decode_stream(self, voice: VoicePrompt | None):
+        """A fresh AudioVAE stream for one generation; in continuation first fed the prompt's
+        last patches, so the first generated samples join the prompt."""
         from ttscli.codecs.audiovae import DecodeStream
 
-        t_start = time.perf_counter()
-        voice = self.voice_prompt(r)
         stream = DecodeStream(self.model.audio_vae)
         if voice is not None and voice.prompt is not None:
             ctx = voice.prompt[-STREAM_CONTEXT:]
             mx.eval(stream.push(mx.array(ctx.reshape(1, -1, self.args.feat_dim))))
-        first = r.first_chunk_frames or 1
+        return stream
+
+    def decode(self, stream, pending: list[mx.array]) -> np.ndarray:
+        """Patches ``[1, P, D]`` each, in order, through ``stream`` -> their samples."""
+        t = time.perf_counter()
+        z = mx.concatenate(pending, axis=1).astype(mx.float32)
+        audio = np.array(stream.push(z)[0], dtype=np.float32)
+        self.stats.decoder_s += time.perf_counter() - t
+        self.stats.decoder_frames += len(pending)
+        return audio
+
+    def generate(self, r: Request) -> Iterator[np.ndarray]:
+        t_start = time.perf_counter()
+        voice = self.voice_prompt(r)
+        stream = self.decode_stream(voice)
         pending: list[mx.array] = []
         emitted = 0
-
-        def decode() -> np.ndarray:
-            t = time.perf_counter()
-            z = mx.concatenate(pending, axis=1).astype(mx.float32)
-            audio = np.array(stream.push(z)[0], dtype=np.float32)
-            self.stats.decoder_s += time.perf_counter() - t
-            self.stats.decoder_frames += len(pending)
-            pending.clear()
-            return audio
-
         for patch in self.latents(r, voice):
             pending.append(patch)
-            if r.stream and len(pending) >= (first if emitted == 0 else r.chunk_frames):
-                audio = decode()
+            if r.stream and len(pending) >= decode_group(r, emitted):
+                audio = self.decode(stream, pending)
+                pending.clear()
                 emitted += 1
                 if self.stats.first_audio_s is None:
                     self.stats.first_audio_s = time.perf_counter() - t_start
                 yield audio
         if pending:
-            audio = decode()
+            audio = self.decode(stream, pending)
             if self.stats.first_audio_s is None:
                 self.stats.first_audio_s = time.perf_counter() - t_start
             yield audio
+
+    def rows(self):
+        """Requests as rows of one batch (ttscli.models.voxcpm2.rows): one forward of both LMs
+        per patch for every row, the diffusion head over the rows, each row's own noise, stop
+        and AudioVAE stream."""
+        from .rows import VoxCPM2Rows
+
+        return VoxCPM2Rows(self)
+
+
+def decode_group(r: Request, emitted: int) -> int:
+    """Patches decoded together in a streamed request: ``first_chunk_frames`` for its first
+    chunk, then ``chunk_frames``."""
+    return (r.first_chunk_frames or 1) if emitted == 0 else r.chunk_frames
+
+
+def limit_message(limit: int) -> str:
+    return f"VoxCPM2 reached {limit} patches without its stop (raise --max-frames if the text is that long)"
 
 
 def save_voice(path: Path, voice: VoicePrompt) -> Path:
