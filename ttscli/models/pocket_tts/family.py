@@ -26,6 +26,7 @@ FAMILY = Family(
     parity_against=("onnx", "onnx-f32", "onnx-int8", "onnx-int4"),
     convert={"onnx": hook("ttscli.models.pocket_tts.onnx_export:convert_onnx"),
              "coreml": hook("ttscli.models.pocket_tts.coreml_export:convert_coreml")},
+    coreml_capacity=1024,
     # continuous batching: requests as rows of one flow-LM forward per frame (rows.py)
     batches=True,
     bench_batch=hook("ttscli.models.pocket_tts.rows:bench_batch"),
