@@ -15,7 +15,9 @@ turned into mlx-audio's config sections here) with random weights drawn the same
 (``ttscli.nn.init.random_weights``: N(0, 1/fan_in) matrices, zero biases, a unit latent scale),
 each in its own layout: the values differ, the cost does not depend on them. Text is UTF-8
 bytes on both sides (mlx-audio's sentencepiece tokenizer is replaced by one), so both prompts
-have the same length; neither has a voice prompt. Random weights never stop, so both sides
+have the same length; neither has a voice prompt. mlx-audio's settings that english.yaml leaves
+out keep its own defaults (its flow-LM GELU, as a published checkpoint loads); its Mimi encoder
+is left out (no voice is encoded). Random weights never stop, so both sides
 make exactly ``--frames`` frames: ttscli through ``max_frames`` with EOS ignored, mlx-audio
 with its EOS threshold at infinity and the stream closed after ``--frames`` chunks.
 
