@@ -1,7 +1,8 @@
 # Two commands set everything up from nothing:
 #   make speak TEXT="Hello"   creates .venv, installs ttscli, speaks with the embedded voice -> speech.wav
 #   make test                 creates .venv, installs ttscli with its test extras, lints (ruff), builds the docs, runs the
-#                             fast tests (all but those marked slow)
+#                             fast tests (all but those marked slow) on TEST_WORKERS processes (pytest-xdist; a test
+#                             file stays on one process, so a module's server fixture starts once)
 #   make test-all             the slow tests only (soak, eval over many sentences, real-weight end-to-end, Ray runs);
 #                             make test then make test-all runs every test once, as .ci/run does
 #   make docs                 builds the documentation site from docs/ into site/ (broken links fail the build)
@@ -13,6 +14,7 @@ BIN    := $(VENV)/bin
 TEXT   ?= Hello from ttscli, speaking on this machine with no network.
 OUT    ?= speech.wav
 STAMP  := $(VENV)/.installed
+TEST_WORKERS ?= 2
 
 .PHONY: install speak test test-all docs clean blas browser
 
@@ -35,7 +37,7 @@ docs: $(STAMP)
 
 test: $(STAMP) docs browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -m "not slow" --durations=40
+	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --durations=40
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow --durations=25
