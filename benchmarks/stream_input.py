@@ -15,6 +15,11 @@ model, from the moment the first sentence's last token is sent:
 Each model speaks one warm-up sentence first (sessions and caches built), then ``--repeats``
 streams; the median is reported.
 
+With ``--random-weights`` a model is built at its real size with random weights (no checkpoint:
+the codec LMs' figures on a GPU), and each sentence runs exactly ``--max-frames`` frames, since
+such a model never says stop. ``--stream`` speaks each sentence as a stream (first audio after the
+model's first chunk, not after the whole sentence), as the server's WebSocket route always does.
+
 With ``--websocket`` the same text goes to a ``ttscli serve`` subprocess over its WebSocket
 route (/v1/audio/speech/stream, PCM at the model's own rate), one message per token, and the
 times are taken where the client receives the audio: the server's sentence jobs, the socket
@@ -23,6 +28,7 @@ and the encoder are included.
     PYTHONPATH=$PWD .venv/bin/python benchmarks/stream_input.py --models piper-joe,kokoro-82m \\
         --json stream_input.json
     PYTHONPATH=$PWD .venv/bin/python benchmarks/stream_input.py --models piper-joe --websocket
+    PYTHONPATH=$PWD python3 benchmarks/stream_input.py --models qwen3-tts-0.6b-base --random-weights --stream
 """
 from __future__ import annotations
 
@@ -91,7 +97,7 @@ def one_stream(pipe, request, rate: float) -> dict:
             "last_audio_ms": 1000 * (done - sent[-1])}
 
 
-def one_socket_stream(server, rate: float, sample_rate: int) -> dict:
+def one_socket_stream(server, rate: float, sample_rate: int, max_frames: int | None = None) -> dict:
     """One stream over the server's WebSocket at ``rate`` tokens/s, one message per token; the
     three times in milliseconds, taken as the client receives the audio."""
     from servertools import WebSocket
@@ -101,7 +107,10 @@ def one_socket_stream(server, rate: float, sample_rate: int) -> dict:
     ws = WebSocket(server.url, "/v1/audio/speech/stream")
     if ws.refused:
         raise RuntimeError(f"the server refused the stream: {ws.refused}")
-    ws.send_json({"type": "start", "seed": 0, "response_format": "pcm", "sample_rate": sample_rate})
+    start = {"type": "start", "seed": 0, "response_format": "pcm", "sample_rate": sample_rate}
+    if max_frames:
+        start["max_frames"] = max_frames
+    ws.send_json(start)
     sent: list[float] = []
     first = None
 
@@ -129,29 +138,35 @@ def one_socket_stream(server, rate: float, sample_rate: int) -> dict:
             "last_audio_ms": 1000 * (done - sent[-1])}
 
 
-def bench_socket(model: str, rate: float, repeats: int) -> dict:
+def bench_socket(model: str, rate: float, repeats: int, random_weights: bool = False, max_frames: int = 25,
+                 stream: bool = False) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "serve"))
     from servertools import Server
 
     import httpx
 
-    server = Server(["-m", model])
+    server = Server(["-m", model, *(["--random-weights"] if random_weights else [])])
+    frames = max_frames if random_weights else None
     try:
         native = httpx.get(f"{server.url}/v1/models/{model}").json()["sample_rate"]   # no resampling
-        one_socket_stream(server, rate, native)   # warm-up: the model's sessions, the server's first request
-        runs = [one_socket_stream(server, rate, native) for _ in range(repeats)]
+        one_socket_stream(server, rate, native, frames)   # warm-up: the model's sessions, the first request
+        runs = [one_socket_stream(server, rate, native, frames) for _ in range(repeats)]
     finally:
         server.stop()
     return {"model": model, "path": "websocket", "rate_tokens_per_s": rate, "repeats": repeats,
+            "random_weights": random_weights, "max_frames": frames,
             **{k: round(statistics.median(r[k] for r in runs), 1) for k in runs[0]}}
 
 
-def bench(model: str, rate: float, repeats: int) -> dict:
-    pipe = ttscli.load(model)
-    request = ttscli.Request("", seed=0)
-    list(ttscli.synthesize(pipe, ttscli.Request("A warm-up sentence.", seed=0)))
+def bench(model: str, rate: float, repeats: int, random_weights: bool = False, max_frames: int = 25,
+          stream: bool = False) -> dict:
+    pipe = ttscli.load(model, random_weights=random_weights)
+    fixed = {"ignore_eos": True, "max_frames": max_frames} if random_weights else {}
+    request = ttscli.Request("", seed=0, stream=stream, **fixed)
+    list(ttscli.synthesize(pipe, ttscli.Request("A warm-up sentence.", seed=0, stream=stream, **fixed)))
     runs = [one_stream(pipe, request, rate) for _ in range(repeats)]
     return {"model": model, "path": "library", "rate_tokens_per_s": rate, "repeats": repeats,
+            "random_weights": random_weights, "max_frames": max_frames if random_weights else None, "stream": stream,
             **{k: round(statistics.median(r[k] for r in runs), 1) for k in runs[0]}}
 
 
@@ -162,10 +177,15 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--websocket", action="store_true",
                     help="stream to a `ttscli serve` subprocess over its WebSocket route instead of the library")
+    ap.add_argument("--random-weights", action="store_true",
+                    help="the model at its real size with random weights; each sentence runs --max-frames frames")
+    ap.add_argument("--max-frames", type=int, default=25, help="frames a sentence runs with --random-weights")
+    ap.add_argument("--stream", action="store_true", help="each sentence spoken as a stream (library path)")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
     run = bench_socket if args.websocket else bench
-    results = [run(m, args.rate, args.repeats) for m in args.models.split(",")]
+    results = [run(m, args.rate, args.repeats, args.random_weights, args.max_frames, args.stream)
+               for m in args.models.split(",")]
     print(f"{'model':<14}{'first audio':>14}{'after complete':>17}{'last audio':>13}   (ms, median of "
           f"{args.repeats}, {args.rate:g} tokens/s)")
     for r in results:
