@@ -269,3 +269,103 @@ def test_bench_peer_needs_no_weights_at_random_weights(monkeypatch, tmp_path):
     monkeypatch.delenv("TTSCLI_POCKET_PYTHON", raising=False)
     with pytest.raises(UsageError, match="TTSCLI_POCKET_PYTHON"):
         bench_peer(spec, None, TEXT, 1)
+
+
+def _as_mlx_audio(weights: dict, ratios: int = 3) -> dict:
+    """The published tensors as mlx-audio 0.6.2's Pocket TTS conversion leaves them (its
+    weights.py map_weights, restated): the voice projection at the top level, SEANet's Sequential
+    indices as module paths one level deeper, Mimi's MLPs under gating., convs channels-last."""
+    seanet = {}
+    for side in ("encoder", "decoder"):
+        seanet[f"mimi.{side}.model.0"] = f"mimi.{side}.init_conv1d"
+        i = 1
+        for stage in range(ratios):
+            at = f"mimi.{side}.layers.{stage}"
+            if side == "decoder":
+                seanet[f"mimi.{side}.model.{i + 1}"], i = f"{at}.upsample", i + 2
+            seanet[f"mimi.{side}.model.{i}.block.1"] = f"{at}.residuals.0.block.0"
+            seanet[f"mimi.{side}.model.{i}.block.3"] = f"{at}.residuals.0.block.1"
+            i += 1
+            if side == "encoder":
+                seanet[f"mimi.{side}.model.{i + 1}"], i = f"{at}.downsample", i + 2
+        seanet[f"mimi.{side}.model.{i + 1}"] = f"mimi.{side}.final_conv1d"
+    out = {}
+    for name, w in weights.items():
+        if name == "flow_lm.speaker_proj_weight":
+            name = "speaker_proj_weight"
+        for old in sorted(seanet, key=len, reverse=True):
+            if name.startswith(old + "."):
+                name = seanet[old] + name[len(old):]
+                break
+        if "_transformer.transformer.layers." in name and ".linear" in name:
+            name = name.replace(".linear", ".gating.linear")
+        if name.startswith("mimi.") and not name.startswith("mimi.quantizer."):
+            parts = name.split(".")   # one module level deeper: conv.weight -> conv.conv.weight
+            if parts[-2] in ("conv", "convtr"):
+                name = ".".join(parts[:-1] + parts[-2:])
+        if w.ndim == 3 and name.endswith(".weight"):
+            upsample = name.startswith("mimi.upsample.")
+            w = np.ascontiguousarray(w.transpose((1, 2, 0) if ".convtr." in name and not upsample else (0, 2, 1)))
+        out[name] = w
+    return out
+
+
+def _mlx_audio_folder(tmp_path, edit=None):
+    import json
+
+    from safetensors.numpy import load_file, save_file
+
+    src = FIX / "tiny" / "languages" / "english"
+    folder = tmp_path / "pocket-tts-mlx"
+    shutil.copytree(src, folder)
+    weights = _as_mlx_audio(load_file(src / "model.safetensors"))
+    if edit:
+        edit(weights)
+    save_file(weights, folder / "model.safetensors")
+    config = json.loads((src / "config.json").read_text())   # as mlx-audio's convert writes it
+    config.update(model_type="pocket_tts", weights_name="model.safetensors")
+    config["mimi"]["encoder_enabled"] = True
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_mlx_audio_layout_gives_the_same_model_and_audio(pipe, golden, tmp_path):
+    from mlx.utils import tree_flatten
+
+    spec = load_registry().resolve("pocket-tts")
+    other = get_family("pocket_tts").load(spec, _mlx_audio_folder(tmp_path), LoadOptions())
+    ours = dict(tree_flatten(pipe.model.parameters()))
+    theirs = dict(tree_flatten(other.model.parameters()))
+    assert set(theirs) == set(ours)
+    assert all(theirs[k].dtype == mx.float32 and np.array_equal(np.array(theirs[k]), np.array(ours[k])) for k in ours)
+    clone = dict(ref_audio=golden["ref_audio"], ref_sample_rate=24000)
+    for voice in (dict(voice="alba"), clone):
+        req = Request(text=TEXT, seed=5, max_frames=5, ignore_eos=True, **voice)
+        a, b = (np.concatenate(list(p.generate(req))) for p in (pipe, other))
+        assert a.size == 5 * 1920 and np.array_equal(a, b)
+
+
+def test_mlx_audio_layout_refusals_are_one_line(tmp_path):
+    from ttscli.models.pocket_tts.load import load_model
+
+    def quantized(w):
+        q, scales, biases = mx.quantize(mx.array(w["flow_lm.transformer.layers.0.linear1.weight"]), 32, 8)
+        w["flow_lm.transformer.layers.0.linear1.weight"] = np.array(q)
+        w["flow_lm.transformer.layers.0.linear1.scales"] = np.array(scales)
+        w["flow_lm.transformer.layers.0.linear1.biases"] = np.array(biases)
+
+    def version_1(w):   # pocket-tts 1.x: the voice projection reads Mimi's full width (here 32)
+        w["speaker_proj_weight"] = np.zeros((64, 32), np.float32)
+
+    for i, (edit, expect) in enumerate((
+            (quantized, r"layers.0.linear1.weight is quantized \(packed uint32 with scales"),
+            (version_1, r"speaker_proj_weight is \[64, 32\].*pocket-tts 1.x"),
+            (lambda w: w.pop("mimi.decoder.layers.0.upsample.convtr.convtr.weight"),
+             "missing 1: mimi.decoder.layers.0.upsample.convtr.convtr.weight.*mlx-audio"),
+            (lambda w: w.update({"mimi.decoder.layers.0.extra.weight": np.zeros(3, np.float32)}),
+             "unexpected 1: mimi.decoder.layers.0.extra.weight"),
+            (lambda w: w.update({"mimi.upsample.convtr.convtr.convtr.weight": np.zeros((32, 1, 32), np.float32)}),
+             r"mis-shaped 1: mimi.upsample.convtr.convtr.convtr.weight \[32, 1, 32\] \(expected \[32, 32, 1\]\)"))):
+        with pytest.raises(CheckpointError, match=expect) as e:
+            load_model(_mlx_audio_folder(tmp_path / str(i), edit))
+        assert "\n" not in str(e.value)

@@ -9,10 +9,23 @@ upstream's ``export_model_state`` writes it). The folder passed may be the repos
 language folder itself. Strict: every tensor by name and shape, or a CheckpointError naming it
 as the file spells it. An optional ``config.json`` beside the weights (upstream's config
 sections as JSON) sets other sizes; without one the sizes are english.yaml's.
+
+The same tensors under mlx-audio 0.6.2's names also load (what its ``Model.sanitize`` makes of
+the published file, mlx_audio/tts/models/pocket_tts/weights.py ``map_weights``):
+``speaker_proj_weight`` at the top level, SEANet ``model.N`` as ``init_conv1d`` /
+``layers.S.residuals.R.block.B`` / ``layers.S.upsample|downsample`` / ``final_conv1d`` with one
+more ``.conv``/``.convtr`` level, Mimi's ``linear1/2`` under ``gating.``, and conv weights
+channels-last (``[out, k, in]``; transposed convs ``[out, k, in]`` from ``[in, out, k]``, the
+depthwise upsample ``[C, k, 1]``). Each name and shape is checked as that file spells it, then
+mapped back; float16/bfloat16 are cast to float32 as everywhere. Refused, one line each:
+quantized tensors (packed uint32 with ``scales``), and pocket-tts 1.x's architecture (a voice
+projection from Mimi's full width, ``speaker_proj_weight`` [1024, 512]), which is the model
+mlx-audio 0.6.2 runs and not the one this family implements.
 """
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -68,14 +81,104 @@ def to_model_names(weights: dict[str, mx.array], num_heads: int) -> dict[str, mx
     return {**flow, **{"mimi." + k: v for k, v in mimi.items()}}
 
 
+def _seanet_names(side: str, ratios: int, residuals: int) -> dict[str, str]:
+    """Kyutai's ``model.N[.block.K]`` of one SEANet -> mlx-audio's module path. The Sequential
+    holds an ELU before each strided conv, so those indices are skipped."""
+    names, i = {"model.0": "init_conv1d"}, 1
+    for stage in range(ratios):
+        if side == "decoder":
+            names[f"model.{i + 1}"] = f"layers.{stage}.upsample"
+            i += 2
+        for r in range(residuals):
+            names[f"model.{i}.block.1"] = f"layers.{stage}.residuals.{r}.block.0"
+            names[f"model.{i}.block.3"] = f"layers.{stage}.residuals.{r}.block.1"
+            i += 1
+        if side == "encoder":
+            names[f"model.{i + 1}"] = f"layers.{stage}.downsample"
+            i += 2
+    names[f"model.{i + 1}"] = "final_conv1d"
+    return names
+
+
+_SEANET_CONV = re.compile(r"^mimi\.(encoder|decoder)\.(model\.\d+(?:\.block\.\d+)?)\.(conv|convtr)\.(weight|bias)$")
+_MIMI_FF = re.compile(r"^(mimi\.(?:encoder|decoder)_transformer\.transformer\.layers\.\d+)\.(linear[12]\.weight)$")
+
+
+def mlx_audio_layout(expected: dict[str, tuple[int, ...]], args: ModelArgs
+                     ) -> dict[str, tuple[str, tuple[int, ...], tuple[int, ...] | None]]:
+    """mlx-audio's name -> (published name, mlx-audio's shape, axes taking mlx-audio's array back
+    to the published one, or None) for every published tensor in ``expected``."""
+    stages, residuals = len(args.mimi.upsampling_ratios), args.mimi.num_residual_layers
+    seanet = {side: _seanet_names(side, stages, residuals) for side in ("encoder", "decoder")}
+    out = {}
+    for name, shape in expected.items():
+        new, back = name, None
+        if name == "flow_lm.speaker_proj_weight":
+            new = "speaker_proj_weight"
+        elif m := _SEANET_CONV.match(name):
+            side, key, kind, leaf = m.groups()
+            new = f"mimi.{side}.{seanet[side][key]}.{kind}.{kind}.{leaf}"
+        elif m := _MIMI_FF.match(name):
+            new = f"{m.group(1)}.gating.{m.group(2)}"
+        elif name in ("mimi.downsample.conv.conv.weight", "mimi.upsample.convtr.convtr.weight"):
+            new = name[: -len("weight")] + name.split(".")[-2] + ".weight"
+        if name.startswith("mimi.") and len(shape) == 3:
+            # torch [out, in, k] and transposed [in, out, k] -> MLX [out, k, in]; the depthwise
+            # upsample [C, 1, k] -> [C, k, 1]
+            forward = (1, 2, 0) if ".convtr." in name and not name.startswith("mimi.upsample.") else (0, 2, 1)
+            back = tuple(int(a) for a in np.argsort(forward))
+            shape = tuple(shape[a] for a in forward)
+        out[new] = (name, tuple(shape), back)
+    return out
+
+
+def from_mlx_audio(weights: dict[str, mx.array], layout: dict) -> dict[str, mx.array]:
+    """mlx-audio-named tensors (already checked against ``layout``) -> the published names and layouts."""
+    out = {}
+    for name, w in weights.items():
+        published, _, back = layout[name]
+        out[published] = w.transpose(back) if back is not None else w
+    return out
+
+
+def refuse_other_models(weights: dict[str, mx.array], args: ModelArgs, source: Path) -> None:
+    """One line for checkpoints that are not the published float tensors under another name."""
+    scales = [k for k in weights if k.endswith(".scales")]
+    packed = sorted(k[: -len("scales")] + "weight" if k[: -len("scales")] + "weight" in weights else k
+                    for k in scales)
+    if packed:
+        more = f" (+{len(packed) - 1} more)" if len(packed) > 1 else ""
+        raise CheckpointError(f"{source}: {packed[0]}{more} is quantized (packed uint32 with scales, as "
+                              "mlx-audio's convert --quantize writes); Pocket TTS loads float weights only: use "
+                              "an unquantized conversion or kyutai/pocket-tts")
+    proj = weights.get("speaker_proj_weight", weights.get("flow_lm.speaker_proj_weight"))
+    if proj is not None and proj.ndim == 2 and proj.shape[1] != args.latent_dim \
+            and proj.shape[1] == args.mimi.hidden_size:
+        raise CheckpointError(f"{source}: speaker_proj_weight is {list(proj.shape)}, a voice projection from Mimi's "
+                              f"{proj.shape[1]}-wide embedding: pocket-tts 1.x's architecture (the one mlx-audio "
+                              f"0.6.2 runs), not pocket-tts 4.0.1's {args.latent_dim}-wide latents; pass "
+                              "kyutai/pocket-tts (languages/english)")
+
+
 def load_model(path: Path) -> PocketTTS:
     folder = language_dir(path)
     model = PocketTTS(read_args(folder))
     source = folder / "model.safetensors"
     heads = model.args.mimi.num_attention_heads
-    load_strict(model, read_safetensors(source), source=str(source), expected=expected_shapes(model),
-                sanitize=lambda w: to_model_names(w, heads), dtype="float32",
-                hint="Pocket TTS tensors by their published names (flow_lm.*, mimi.*)")
+    weights = read_safetensors(source)
+    refuse_other_models(weights, model.args, source)
+    expected = expected_shapes(model)
+    if any(".decoder.model." in k for k in weights) or not any(
+            k == "speaker_proj_weight" or ".init_conv1d." in k for k in weights):
+        sanitize = lambda w: to_model_names(w, heads)  # noqa: E731
+        hint = "Pocket TTS tensors by their published names (flow_lm.*, mimi.*)"
+    else:
+        layout = mlx_audio_layout(expected, model.args)
+        expected = {k: shape for k, (_, shape, _) in layout.items()}
+        sanitize = lambda w: to_model_names(from_mlx_audio(w, layout), heads)  # noqa: E731
+        hint = "Pocket TTS tensors under mlx-audio 0.6.2's names"
+    load_strict(model, weights, source=str(source), expected=expected, sanitize=sanitize, dtype="float32",
+                hint=hint)
     return model
 
 
