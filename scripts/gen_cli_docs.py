@@ -26,6 +26,9 @@ REGENERATE = "python scripts/gen_cli_docs.py"
 STYLE_TAG = re.compile(r"(?<!\\)(?:\[/?(?:bold|italic|dim|underline|b|i|u)\]|\[/\])")
 BOLD_SPAN = re.compile(r"\[bold\](.+?)\[/bold\]")
 TYPE_NAMES = {str: "text", int: "integer", float: "number", bool: "boolean", Path: "path"}
+# click's type names as Typer's releases spell them, in the words of TYPE_NAMES
+CLICK_NAMES = {"str": "text", "string": "text", "int": "integer", "int range": "integer", "integer range": "integer",
+               "float": "number", "float range": "number", "bool": "boolean", "directory": "path", "file": "path"}
 
 
 def plain(text: str | None) -> str:
@@ -87,8 +90,7 @@ def type_name(param) -> str:
         return "one of " + ", ".join(code(c) for c in choices)
     click_type = getattr(param, "type", None)
     if click_type is not None:
-        name = {"float range": "number", "integer range": "integer", "float": "number"}.get(click_type.name,
-                                                                                           click_type.name)
+        name = CLICK_NAMES.get(click_type.name, click_type.name)
     else:
         kind = base_type(annotation_of(param))
         name = TYPE_NAMES.get(kind, getattr(kind, "__name__", "text"))
