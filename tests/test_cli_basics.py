@@ -29,6 +29,16 @@ def test_version(run_cli):
     assert p.returncode == 0 and p.stdout.decode().startswith("ttscli ")
 
 
+def test_python_dash_m_runs_the_same_command():
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "ttscli", "--version"], capture_output=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.decode().startswith("ttscli "), p.stderr.decode()
+    p = subprocess.run([sys.executable, "-m", "ttscli", "speak"], capture_output=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.decode().startswith("error: no text")
+
+
 def test_models_json_lists_every_registry_entry(run_cli):
     from ttscli.registry import load_registry
 
