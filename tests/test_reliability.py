@@ -190,13 +190,13 @@ def test_escape_character_in_argument_is_refused(run_cli, tmp_path):
 
 # ---- 5. seeds out of range are bad usage ----------------------------------------------------
 
-@pytest.mark.parametrize("seed, bound", [("-1", "greater than or equal to 0"),
-                                         (str(2**64), "less than or equal to 4294967295")])
-def test_seed_out_of_range(run_cli, tmp_path, seed, bound):
+@pytest.mark.parametrize("seed", ["-1", str(2**64)])
+def test_seed_out_of_range(run_cli, tmp_path, seed):
     p = run_cli("speak", "Hi.", "--seed", seed, "-o", "x.wav")
     assert p.returncode == 2
     line = only_line(p.err)
-    assert "--seed" in line and bound in line
+    # the option, the value given and the range allowed, in click's words
+    assert "--seed" in line and seed in line and "0<=x<=4294967295" in line
     no_files(tmp_path)
 
 
@@ -303,12 +303,13 @@ def _wait_for_library(pid: int, names=("libmkl", "openblas", "libmlx"), timeout=
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/PID/maps")
-@pytest.mark.parametrize("offset,text", [(0.0, "short"), (0.05, "short"), (0.2, "short"), (0.5, "short"),
-                                         (0.5, "long"), (1.0, "long")])
+@pytest.mark.parametrize("offset,text", [(0.0, "short"), (0.05, "short"), (0.2, "long"), (0.5, "long"),
+                                         (1.0, "long")])
 def test_ctrl_c_during_imports_is_one_line(tmp_path, shared_cache, offset, text):
     # the signal lands while ttscli's heavy imports run (a library of them is being mapped), or
-    # just after; Python's own startup before ttscli's first line is Python's, not ours. With
-    # the long text it lands during loading or synthesis.
+    # just after; Python's own startup before ttscli's first line is Python's, not ours. Later
+    # offsets use the long text, so that it lands during loading or synthesis: a short text's
+    # whole run can end within 0.2 s of the library being mapped.
     proc = _popen(["speak", LONG if text == "long" else "Hello there.", "-o", "x.wav"], tmp_path, shared_cache)
     assert _wait_for_library(proc.pid), "the BLAS/mlx libraries were never loaded"
     time.sleep(offset)
