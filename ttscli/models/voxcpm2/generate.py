@@ -31,25 +31,26 @@ class Prefill:
     caches: tuple
 
 
-def prompt_patch_embeddings(model: VoxCPM2, p: Prompt, like: mx.array) -> mx.array:
-    """``model.embed_patches(p.feats)`` at the prompt's latent positions, zeros at its text ones.
-    The prefill multiplies the text positions' embeddings by a zero mask, and the encoder reads
-    each patch alone, so this is the same input for the encoder's work on the reference audio
-    only (none at all without one; upstream encodes every position)."""
+def prompt_patch_embeddings(model: VoxCPM2, p: Prompt) -> mx.array:
+    """``model.embed_patches(p.feats)`` at the prompt's latent positions, zeros (of the dtype it
+    returns) at its text ones. The prefill multiplies the text positions' embeddings by a zero
+    mask, and the encoder reads each patch alone, so this is the same input for the encoder's
+    work on the reference audio only (none at all without one; upstream encodes every position)."""
     B, T = p.tokens.shape
     where = np.flatnonzero(np.asarray(p.feat_mask).reshape(B, T).any(axis=0))
     if where.size == T:
         return model.embed_patches(p.feats)
-    out = mx.zeros(like.shape, like.dtype)
+    proj = model.enc_to_lm_proj.weight
+    out = mx.zeros((B, T, proj.shape[0]), mx.result_type(p.feats, proj))
     if where.size:
         at = mx.array(where.astype(np.int32))
-        out[:, at] = model.embed_patches(p.feats[:, at]).astype(like.dtype)
+        out[:, at] = model.embed_patches(p.feats[:, at])
     return out
 
 
 def prefill(model: VoxCPM2, p: Prompt) -> Prefill:
     text_embed = model.base_lm.embed_tokens(p.tokens) * model.args.scale_emb
-    feat_embed = prompt_patch_embeddings(model, p, text_embed)
+    feat_embed = prompt_patch_embeddings(model, p)
     tm, fm = p.text_mask[..., None], p.feat_mask[..., None]
     base_cache, res_cache = model.base_lm.make_cache(), model.residual_lm.make_cache()
     base = model.base_lm(input_embeddings=tm * text_embed + fm * feat_embed, cache=base_cache)
