@@ -112,16 +112,21 @@ def test_checkpoint_cache_and_stale_rebuild(tmp_path, monkeypatch):
     ck = tmp_path / "ck"
     ck.mkdir()
     (ck / "s3gen.safetensors").write_bytes((TINY / "s3gen.safetensors").read_bytes())
-    folder = find_or_build(ck, "tiny")
+    from ttscli.codecs.s3gen import load_s3gen
+
+    def flow_of(folder):
+        return load_s3gen(folder / "s3gen.safetensors").flow
+
+    folder = find_or_build(flow_of(ck), ck, "tiny")
     assert folder.name == onnx_flow.VARIANT
     made = (folder / onnx_flow.FILE).stat().st_mtime_ns
-    assert find_or_build(ck, "tiny") == folder and (folder / onnx_flow.FILE).stat().st_mtime_ns == made
+    assert find_or_build(flow_of(ck), ck, "tiny") == folder and (folder / onnx_flow.FILE).stat().st_mtime_ns == made
     # a changed checkpoint: the conversion is stale and rebuilt from the new weights
     w = mx.load(str(ck / "s3gen.safetensors"))
     key = "flow." + "decoder.estimator.final_proj.bias"
     w[key] = w[key] + 1.0
     mx.save_safetensors(str(ck / "s3gen.safetensors"), w)
-    again = find_or_build(ck, "tiny")
+    again = find_or_build(flow_of(ck), ck, "tiny")
     assert (again / onnx_flow.FILE).stat().st_mtime_ns != made
     src = read_manifest(again)["source"]["files"]["s3gen.safetensors"]
     assert src["size"] == (ck / "s3gen.safetensors").stat().st_size

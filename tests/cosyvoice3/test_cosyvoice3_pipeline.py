@@ -13,10 +13,13 @@ GREEDY = {"do_sample": False}
 
 
 @pytest.fixture(scope="module")
-def pipe():
+def pipe(tmp_path_factory):
     from ttscli.api import load
 
-    return load("cosyvoice3", model_dir=TINY)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TTSCLI_CACHE", str(tmp_path_factory.mktemp("cosyvoice3-cache")))   # the DiT's graph, on onnx
+    yield load("cosyvoice3", model_dir=TINY)
+    mp.undo()
 
 
 def ref_wav(seconds: float = 1.0) -> np.ndarray:

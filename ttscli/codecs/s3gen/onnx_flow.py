@@ -26,31 +26,27 @@ chatterbox family declares it (its family.py), ttscli.backends.select resolves i
 """
 from __future__ import annotations
 
-import dataclasses
 import math
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
+from ttscli.backends.onnx.component import FLOAT32, GraphComponent
 from ttscli.backends.onnx.graph import MS, OPSET
 from ttscli.backends.onnx.graph import Builder
-from ttscli.backends.onnx.graph import Quant
-from ttscli.errors import CheckpointError, UsageError
+from ttscli.errors import CheckpointError
 
 from .flow import FlowArgs
 
 FAMILY = "chatterbox"          # the manifest's family: built from Chatterbox's s3gen.safetensors (a cached graph's key)
-COMPONENT = "flow_estimator"
-FILE = "flow_estimator.onnx"
-SOURCE_FILES = ("s3gen.safetensors",)
-VARIANT = "onnx-flow-float32"
 GRAPH_LAYOUT = 1
 PREFIX = "flow.decoder.estimator."
 INPUTS = ("x", "mu", "t", "spks", "cond")
 OUTPUT = "velocity"
-FLOAT32 = Quant("float32")
+COMPONENT = GraphComponent(family=FAMILY, name="flow_estimator", file="flow_estimator.onnx",
+                           variant="onnx-flow-float32", source_files=("s3gen.safetensors",), prefix=PREFIX,
+                           output=OUTPUT, what="S3Gen's flow estimator")
+FILE, VARIANT = COMPONENT.file, COMPONENT.variant
 
 
 class _Net:
@@ -177,83 +173,31 @@ def build_estimator(source, a: FlowArgs, *, data=None, data_name: str = ""):
 
 def _layout(a: FlowArgs) -> str:
     # the head split is not in any tensor's shape: it belongs to the graph's identity
-    return f"{FAMILY}/{COMPONENT}/{GRAPH_LAYOUT}/{a.dec_heads}x{a.dec_head_dim}"
+    return f"{FAMILY}/{COMPONENT.name}/{GRAPH_LAYOUT}/{a.dec_heads}x{a.dec_head_dim}"
+
+
+def _build(a: FlowArgs):
+    return lambda source, data, data_name: build_estimator(source, a, data=data, data_name=data_name)
 
 
 def export_estimator(source, a: FlowArgs, out_dir: Path, *, model_id: str, source_record: dict) -> dict:
     """``flow_estimator.onnx`` (+ ``.data``) and the manifest into ``out_dir``."""
-    import onnx
-
-    from ttscli.backends.onnx.manifest import write_manifest
-
-    t0 = time.perf_counter()
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    data = FILE + ".data"
-    with open(out_dir / data, "wb") as f:
-        model = build_estimator(source, a, data=f, data_name=data)
-    onnx.save_model(model, str(out_dir / FILE))
-    entry = {"path": FILE, "data_files": [data], "kind": COMPONENT, "precision": "float32", "block_size": None,
-             "flow": dataclasses.asdict(a),
-             "size_bytes": sum((out_dir / n).stat().st_size for n in (FILE, data)),
-             "build_seconds": round(time.perf_counter() - t0, 2)}
-    return write_manifest(out_dir, model=model_id, family=FAMILY, precision="float32",
-                          components={COMPONENT: entry}, source={**source_record, "graph_layout": _layout(a)})
+    return COMPONENT.export(source, out_dir, _build(a), model_id=model_id, source_record=source_record,
+                            layout=_layout(a), info={"flow": a})
 
 
-class _Shape:
-    def __init__(self, shape):
-        self.shape = tuple(shape)
-
-
-def _checkpoint_args(path: Path, source) -> FlowArgs:
-    from . import flow_args
-
-    try:
-        return flow_args({k[len("flow."):]: _Shape(source.shape(k)) for k in source.keys() if k.startswith("flow.")})
-    except KeyError as e:
-        raise CheckpointError(f"{path}: missing tensor flow.{e.args[0]}") from None
-
-
-def export_checkpoint(checkpoint: Path, out_dir: Path, quant: Quant, *, model_id: str, progress=None) -> dict:
-    """The estimator of ``checkpoint/s3gen.safetensors`` (the shared find_or_build's export)."""
-    from ttscli.backends.coreml.weights import SafeTensors
-    from ttscli.backends.onnx.manifest import source_files
-
-    if quant.precision != "float32":
-        raise UsageError("S3Gen's flow estimator is built in float32 only")
-    checkpoint = Path(checkpoint)
-    path = checkpoint / SOURCE_FILES[0]
-    source = SafeTensors(path)
-    record = {"checkpoint": str(checkpoint.resolve()), "files": source_files(checkpoint, SOURCE_FILES)}
-    return export_estimator(source, _checkpoint_args(path, source), out_dir, model_id=model_id,
-                            source_record=record)
-
-
-def find_or_build(checkpoint: Path, model_id: str | None = None) -> Path:
-    """The estimator converted from ``checkpoint`` (a Chatterbox folder) in ttscli's cache, by
-    the hash of its s3gen.safetensors; built once when missing or stale."""
-    from ttscli.backends.onnx.convert import find_or_build as shared_find_or_build
-
-    def accept(m: dict) -> bool:
-        return m.get("family") == FAMILY and COMPONENT in m.get("components", {}) \
-            and str(m.get("source", {}).get("graph_layout", "")).startswith(f"{FAMILY}/{COMPONENT}/{GRAPH_LAYOUT}/")
-
-    # a build on first use of the default backend is announced at a terminal only: piped stderr
-    # keeps its one line per error
-    return shared_find_or_build(checkpoint, FLOAT32, export_checkpoint, model_id, accept=accept,
-                                variant_name=VARIANT, notice=sys.stderr.isatty())
+def find_or_build(flow, checkpoint: Path | None, model_id: str | None = None) -> Path:
+    """The estimator graph of ``flow`` (loaded from ``checkpoint``'s s3gen.safetensors, a
+    Chatterbox folder) in ttscli's cache, found by the file's hash and built once when missing
+    or stale; with ``checkpoint`` None (random or in-memory weights), by their fingerprint."""
+    return COMPONENT.find_or_build(flow.decoder.estimator, checkpoint, model_id, _layout(flow.a), _build(flow.a),
+                                   {"flow": flow.a})
 
 
 def build_from_model(flow) -> Path:
     """The graph of an in-memory flow's estimator (random weights at the real size for ``bench
     --random-weights``), cached by a fingerprint of its weights."""
-    from ttscli.backends.onnx.convert import RANDOM_SOURCE, build_from_params, mlx_params
-
-    a = flow.a
-    params = mlx_params(flow.decoder.estimator, lambda k: True, prefix=PREFIX)
-    return build_from_params(params, FLOAT32, _layout(a), lambda src, tmp: export_estimator(
-        src, a, tmp, model_id="random weights", source_record=RANDOM_SOURCE))
+    return find_or_build(flow, None)
 
 
 # ----------------------------------------------------------------------------- runtime
@@ -263,10 +207,8 @@ class OnnxEstimator:
     """The estimator graph in a session: called as the MLX estimator is (MLX arrays in and out)."""
 
     def __init__(self, folder: Path):
-        from ttscli.backends.onnx.runtime import component_session
-
-        # the tensors grow with the utterance (attention scores are [2, 8, T, T]): no arena
-        self.session = component_session(folder, COMPONENT, arena=False)
+        # attention scores are [2, 8, T, T]: the session has no arena (GraphComponent.session)
+        self.session = COMPONENT.session(folder)
 
     def __call__(self, x, mu, t, spks, cond):
         import mlx.core as mx
@@ -276,16 +218,9 @@ class OnnxEstimator:
 
 
 def attach(flow, checkpoint: Path | None, model_id: str | None = None) -> None:
-    """Run ``flow``'s estimator on onnxruntime from now on: the conversion of ``checkpoint``'s
+    """Run ``flow``'s estimator on onnxruntime from now on: the graph of ``checkpoint``'s
     s3gen.safetensors (a Chatterbox folder), or, with ``checkpoint`` None, of the in-memory
     weights. The graph computes in float32: an estimator held in another dtype is refused."""
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
-
-    dtypes = {v.dtype for _, v in tree_flatten(flow.decoder.estimator.parameters())}
-    if dtypes != {mx.float32}:
-        raise UsageError(f"S3Gen's flow estimator on onnxruntime computes in float32, not "
-                         f"{', '.join(sorted(str(d).split('.')[-1] for d in dtypes))}; "
-                         "use --backend flow_estimator=mlx")
-    folder = build_from_model(flow) if checkpoint is None else find_or_build(Path(checkpoint), model_id)
+    COMPONENT.check_float32(flow.decoder.estimator, "--backend flow_estimator=mlx")
+    folder = find_or_build(flow, None if checkpoint is None else Path(checkpoint), model_id)
     flow.decoder.external_estimator = OnnxEstimator(folder)

@@ -23,31 +23,28 @@ ttscli.backends.select resolves it.
 """
 from __future__ import annotations
 
-import dataclasses
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
-from ttscli.backends.onnx.graph import OPSET, Builder, Quant
+from ttscli.backends.onnx.component import FLOAT32, GraphComponent
+from ttscli.backends.onnx.graph import OPSET, Builder
 from ttscli.backends.onnx.vocoder import ConvNet, istft, stft
-from ttscli.errors import CheckpointError, UsageError
+from ttscli.errors import CheckpointError
 
 from .hift import HiFTArgs
 
 FAMILY = "chatterbox"          # the manifest's family: built from Chatterbox's s3gen.safetensors (a cached graph's key)
-COMPONENT = "vocoder"
-FILE = "hift_decode.onnx"
-SOURCE_FILES = ("s3gen.safetensors",)
-VARIANT = "onnx-hift-float32"
 GRAPH_LAYOUT = 1
 PREFIX = "mel2wav."
 INPUTS = ("mel", "source")
 OUTPUT = "wav"
-FLOAT32 = Quant("float32")
 # the F0 predictor and the source's linear layer stay on MLX
 DECODE_PARTS = ("conv_pre.", "ups.", "source_downs.", "source_resblocks.", "resblocks.", "conv_post.")
+COMPONENT = GraphComponent(family=FAMILY, name="vocoder", file="hift_decode.onnx", variant="onnx-hift-float32",
+                           source_files=("s3gen.safetensors",), prefix=PREFIX, output=OUTPUT, what="S3Gen's HiFT",
+                           external_data=False, keep=lambda k: k.startswith(DECODE_PARTS))
+FILE, VARIANT = COMPONENT.file, COMPONENT.variant
 
 
 class _Weights:
@@ -120,66 +117,35 @@ def _alpha(block: str, stage: int, j: int) -> str:
 
 def _layout(a: HiFTArgs) -> str:
     # rates, kernels and dilations are not all in the tensors' shapes: they belong to the graph's identity
-    return (f"{FAMILY}/{COMPONENT}/{GRAPH_LAYOUT}/{a.upsample_rates}/{a.upsample_kernel_sizes}/"
+    return (f"{FAMILY}/{COMPONENT.name}/{GRAPH_LAYOUT}/{a.upsample_rates}/{a.upsample_kernel_sizes}/"
             f"{a.resblock_kernel_sizes}/{a.source_resblock_kernel_sizes}/{a.n_fft}/{a.hop_len}")
+
+
+def _build(a: HiFTArgs):
+    return lambda source, data, data_name: build_decode(source, a)
 
 
 def export_decode(source, a: HiFTArgs, out_dir: Path, *, model_id: str, source_record: dict) -> dict:
     """``hift_decode.onnx`` and the manifest into ``out_dir``."""
-    import onnx
-
-    from ttscli.backends.onnx.manifest import write_manifest
-
-    t0 = time.perf_counter()
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    onnx.save_model(build_decode(source, a), str(out_dir / FILE))
-    entry = {"path": FILE, "data_files": [], "kind": COMPONENT, "precision": "float32", "block_size": None,
-             "hift": dataclasses.asdict(a), "size_bytes": (out_dir / FILE).stat().st_size,
-             "build_seconds": round(time.perf_counter() - t0, 2)}
-    return write_manifest(out_dir, model=model_id, family=FAMILY, precision="float32",
-                          components={COMPONENT: entry}, source={**source_record, "graph_layout": _layout(a)})
+    return COMPONENT.export(source, out_dir, _build(a), model_id=model_id, source_record=source_record,
+                            layout=_layout(a), info={"hift": a})
 
 
 def _params(hift) -> dict:
-    from ttscli.backends.onnx.convert import mlx_params
-
-    return mlx_params(hift, lambda k: k.startswith(DECODE_PARTS), prefix=PREFIX)
+    return COMPONENT.params(hift)
 
 
-def find_or_build(hift, checkpoint: Path, model_id: str | None = None) -> Path:
-    """The decode graph of ``checkpoint`` (a Chatterbox folder) in ttscli's cache, found by the
-    hash of its s3gen.safetensors; built once from the loaded ``hift`` (its weight norm already
-    folded) when missing or stale."""
-    from ttscli.backends.coreml.weights import ArrayWeights
-    from ttscli.backends.onnx.convert import find_or_build as shared_find_or_build
-    from ttscli.backends.onnx.manifest import source_files
-
-    checkpoint = Path(checkpoint)
-    a = hift.a
-    record = {"checkpoint": str(checkpoint.resolve()), "files": source_files(checkpoint, SOURCE_FILES)}
-
-    def export(_folder, out_dir, quant, *, model_id, progress=None):
-        return export_decode(ArrayWeights(_params(hift), "MLX model"), a, out_dir, model_id=model_id,
-                             source_record=record)
-
-    def accept(m: dict) -> bool:
-        return m.get("family") == FAMILY and COMPONENT in m.get("components", {}) \
-            and m.get("source", {}).get("graph_layout") == _layout(a)
-
-    # a build on first use of the default backend is announced at a terminal only
-    return shared_find_or_build(checkpoint, FLOAT32, export, model_id, accept=accept, variant_name=VARIANT,
-                                notice=sys.stderr.isatty())
+def find_or_build(hift, checkpoint: Path | None, model_id: str | None = None) -> Path:
+    """The decode graph of ``hift`` (loaded from ``checkpoint``'s s3gen.safetensors, a Chatterbox
+    folder, its weight norm folded) in ttscli's cache, found by the file's hash and built once
+    when missing or stale; with ``checkpoint`` None, by the weights' fingerprint."""
+    return COMPONENT.find_or_build(hift, checkpoint, model_id, _layout(hift.a), _build(hift.a), {"hift": hift.a})
 
 
 def build_from_model(hift) -> Path:
     """The decode graph of an in-memory HiFT (random or perturbed weights), cached by a
     fingerprint of its weights."""
-    from ttscli.backends.onnx.convert import RANDOM_SOURCE, build_from_params
-
-    a = hift.a
-    return build_from_params(_params(hift), FLOAT32, _layout(a), lambda src, tmp: export_decode(
-        src, a, tmp, model_id="MLX model weights", source_record=RANDOM_SOURCE))
+    return find_or_build(hift, None)
 
 
 # ----------------------------------------------------------------------------- runtime
@@ -189,10 +155,8 @@ class OnnxDecode:
     """The decode graph in a session, called as ``HiFTGenerator.decode`` is (MLX arrays in and out)."""
 
     def __init__(self, folder: Path):
-        from ttscli.backends.onnx.runtime import component_session
-
-        # the tensors grow with the utterance: no arena
-        self.session = component_session(folder, COMPONENT, arena=False)
+        # the tensors grow with the utterance: no arena (GraphComponent.session)
+        self.session = COMPONENT.session(folder)
 
     def __call__(self, mel, source):
         import mlx.core as mx
@@ -205,9 +169,5 @@ def attach(hift, checkpoint: Path | None, model_id: str | None = None) -> None:
     """Run ``hift.decode`` on onnxruntime from now on: the graph converted from ``checkpoint``'s
     s3gen.safetensors (a Chatterbox folder), or, with ``checkpoint`` None, from the in-memory
     weights. The graph computes in float32: a decoder held in another dtype is refused."""
-    dtypes = {v.dtype for v in _params(hift).values() if not isinstance(v, np.ndarray)}
-    if dtypes:
-        raise UsageError(f"S3Gen's HiFT on onnxruntime computes in float32, not "
-                         f"{', '.join(sorted(str(d).split('.')[-1] for d in dtypes))}; use --backend vocoder=mlx")
-    folder = build_from_model(hift) if checkpoint is None else find_or_build(hift, Path(checkpoint), model_id)
-    hift.external_decode = OnnxDecode(folder)
+    COMPONENT.check_float32(hift, "--backend vocoder=mlx")
+    hift.external_decode = OnnxDecode(find_or_build(hift, None if checkpoint is None else Path(checkpoint), model_id))

@@ -1,7 +1,7 @@
 """The cosyvoice3 family's declaration (light: heavy imports happen inside the hooks)."""
 from __future__ import annotations
 
-from ttscli.models.base import Family, Knob, hook, sampling_knobs
+from ttscli.models.base import Component, Family, Knob, hook, sampling_knobs
 
 
 def _voices(spec, checkpoint):
@@ -23,6 +23,7 @@ FAMILY = Family(
     bench_components=hook("ttscli.models.cosyvoice3.bench:bench_components"),
     bench_rows=(("lm_prefill_s", "LM prefill (s)", "{:.3f}"),
                 ("lm_tokens_per_s", "LM tokens/s", "{:.1f}"),
+                ("flow_onnx", "DiT flow on onnxruntime (1: yes, 0: MLX)", "{:.0f}"),
                 ("flow_s", "DiT flow (s)", "{:.3f}"),
                 ("hift_s", "causal HiFT (s)", "{:.3f}"),
                 ("token2wav_s_per_audio_s", "flow + HiFT s per audio s", "{:.3f}")),
@@ -35,4 +36,10 @@ FAMILY = Family(
     # hops) and 3 tokens of the flow's lookahead (upstream CosyVoice3Model.tts)
     first_chunk_frames=28,
     first_audio="the first 25-token hop (plus the reference's padding to whole hops) and 3 tokens of lookahead",
+    components=(
+        # the DiT, called 10 times per utterance on CFG's two rows, ran faster on onnxruntime's
+        # GEMMs than on MLX on a Linux CPU (docs/benchmarks.md#cv3-cpu-dit-onnx)
+        Component("flow_estimator", ("mlx", "onnx"), measured={("linux", ""): "onnx"}, on_gpu="mlx",
+                  why="onnxruntime ran the DiT flow faster than MLX on a Linux CPU"),
+    ),
 )

@@ -87,13 +87,19 @@ def load_pipeline(spec, checkpoint: Path | None, options):
     from ttscli.models.cosyvoice3.pipeline import CosyVoice3Pipeline
 
     for component, backend in options.backends.items():
-        if backend != "mlx":
-            raise BackendUnavailableError(f"CosyVoice3 {component}: backend {backend!r} is not available (mlx only)")
+        if backend != "mlx" and not (component == "flow_estimator" and backend == "onnx"):
+            raise BackendUnavailableError(f"CosyVoice3 {component}: backend {backend!r} is not available "
+                                          "(flow_estimator: mlx or onnx; the rest: mlx)")
+    flow_backend = options.backend("flow_estimator")
     rnd = options.random_weights
     dtype = options.dtype or "float32"      # the LM's; the flow and HiFT run in float32 as upstream's do
     args = CosyVoice3Args() if rnd else read_args(checkpoint)
     lm = load_llm(checkpoint, args, dtype=dtype, random_weights=rnd)
     flow = load_flow(checkpoint, args, random_weights=rnd)
+    if flow_backend == "onnx":
+        from ttscli.codecs.s3gen import onnx_dit
+
+        onnx_dit.attach(flow, None if rnd else Path(checkpoint), getattr(spec, "id", None))
     hift = load_hift(checkpoint, args, random_weights=rnd)
     if rnd:
         tokenizer, encoder, voice = random_text_tokenizer(), None, random_voice(args.speech_token_size)
@@ -105,5 +111,5 @@ def load_pipeline(spec, checkpoint: Path | None, options):
     store = None if rnd else Path(checkpoint) / "spk2info.pt"
     speakers = load_speakers(store, args.speech_token_size) if store is not None and store.is_file() else {}
     return CosyVoice3Pipeline(spec, args, lm, flow, hift, tokenizer, encoder, voice,
-                              backends={"code_decoder": "mlx", "flow_estimator": "mlx", "vocoder": "mlx"},
+                              backends={"code_decoder": "mlx", "flow_estimator": flow_backend, "vocoder": "mlx"},
                               speakers=speakers)

@@ -66,12 +66,23 @@ def parity_checks(spec, checkpoint: Path | None, *, golden: Path | None = None, 
     checks.append(Check(f"LM greedy tokens equal (of {n})", same, n, "==", f"ours {ours}"))
 
     noise = mx.array(g["flow_noise"])
-    for key, streaming, finalize in (("flow_mel", False, True), ("flow_mel_stream", True, True),
-                                     ("flow_mel_chunk", True, False)):
-        tokens = g["flow_tokens"] if finalize else g["flow_tokens"][: int(g["flow_chunk_tokens"])]
-        mel = flow(mx.array(tokens), mx.array(g["flow_prompt_tokens"]), mx.array(g["flow_prompt_feat"]),
-                   mx.array(g["flow_embedding"]), noise, streaming=streaming, finalize=finalize)
-        checks.append(Check(f"{key} (max error / peak)", peak_error(np.array(mel), g[key]), 1e-4, "<="))
+    flows = [("", flow)]
+    from ttscli.backends.onnx.runtime import onnx_available
+
+    if onnx_available()[0]:
+        # the DiT on onnxruntime (--backend flow_estimator=onnx) against the same goldens
+        from ttscli.codecs.s3gen import onnx_dit
+
+        on_onnx = load_flow(checkpoint, args)
+        onnx_dit.attach(on_onnx, Path(checkpoint), getattr(spec, "id", None))
+        flows.append((", DiT on onnxruntime", on_onnx))
+    for label, f in flows:
+        for key, streaming, finalize in (("flow_mel", False, True), ("flow_mel_stream", True, True),
+                                         ("flow_mel_chunk", True, False)):
+            tokens = g["flow_tokens"] if finalize else g["flow_tokens"][: int(g["flow_chunk_tokens"])]
+            mel = f(mx.array(tokens), mx.array(g["flow_prompt_tokens"]), mx.array(g["flow_prompt_feat"]),
+                    mx.array(g["flow_embedding"]), noise, streaming=streaming, finalize=finalize)
+            checks.append(Check(f"{key}{label} (max error / peak)", peak_error(np.array(mel), g[key]), 1e-4, "<="))
 
     mel = mx.array(g["hift_mel"])
     wav, source = hift(mel, mx.array(g["hift_sine_noise"]))
