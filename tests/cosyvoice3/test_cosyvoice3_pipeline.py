@@ -13,13 +13,10 @@ GREEDY = {"do_sample": False}
 
 
 @pytest.fixture(scope="module")
-def pipe(tmp_path_factory):
+def pipe():
     from ttscli.api import load
 
-    mp = pytest.MonkeyPatch()
-    mp.setenv("TTSCLI_CACHE", str(tmp_path_factory.mktemp("cosyvoice3-cache")))   # the DiT's graph, on onnx
-    yield load("cosyvoice3", model_dir=TINY)
-    mp.undo()
+    return load("cosyvoice3", model_dir=TINY)
 
 
 def ref_wav(seconds: float = 1.0) -> np.ndarray:

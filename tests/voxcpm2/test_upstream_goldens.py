@@ -47,10 +47,26 @@ def test_prefill_hidden_matches_upstream(model, golden, mode):
     assert _cos(pre.residual_all, golden[f"{mode}_residual_hidden"]) >= 0.99999
 
 
+@pytest.fixture(scope="module")
+def onnx_model():
+    """The tiny model with its LocDiT on onnxruntime (the default flow_estimator on a Linux CPU)."""
+    pytest.importorskip("onnxruntime")
+    from ttscli.models.voxcpm2.load import load_model
+    from ttscli.models.voxcpm2.onnx_dit import OnnxLocDiT, attach
+
+    m = load_model(FIX / "tiny")
+    attach(m, FIX / "tiny", "tiny")
+    assert isinstance(m.feat_decoder.external_estimator, OnnxLocDiT)
+    return m
+
+
+@pytest.mark.parametrize("backend", ["mlx", "onnx"])
 @pytest.mark.parametrize("mode", MODES)
-def test_patches_and_stops_with_recorded_noise_match_upstream(model, golden, mode):
+def test_patches_and_stops_with_recorded_noise_match_upstream(model, golden, mode, backend, request):
     from ttscli.models.voxcpm2.generate import patches
 
+    if backend == "onnx":
+        model = request.getfixturevalue("onnx_model")
     noise = golden[f"{mode}_noise"]          # upstream's draws, [n, 1, D, P]
     out = list(patches(model, _prompt(golden, mode), lambda i: mx.array(noise[i].transpose(0, 2, 1)),
                        steps=10, cfg_value=2.0, max_len=12))

@@ -108,3 +108,21 @@ def test_bench_peer_refuses_before_running_upstream(monkeypatch):
     monkeypatch.setenv(bench.PEER_PATCHES, "many")
     with pytest.raises(UsageError, match="TTSCLI_VOXCPM_PEER_PATCHES must be a whole number"):
         bench.bench_peer(None, None, TEXT, 1)
+
+
+def test_flow_estimator_backend_choice():
+    """The LocDiT runs where --backend flow_estimator says (onnx by default on a Linux CPU with
+    onnxruntime); on onnx a bfloat16 model is refused with one line, before any generation."""
+    pytest.importorskip("onnxruntime")
+    import sys
+
+    from ttscli import api
+    from ttscli.models.base import LoadOptions
+
+    default = api.load("voxcpm2", model_dir=FIX / "tiny")
+    assert default.backends["flow_estimator"] == ("onnx" if sys.platform.startswith("linux") else "mlx")
+    on_mlx = api.load("voxcpm2", model_dir=FIX / "tiny", options=LoadOptions(backends={"flow_estimator": "mlx"}))
+    assert on_mlx.backends["flow_estimator"] == "mlx" and on_mlx.model.feat_decoder.external_estimator is None
+    with pytest.raises(UsageError, match="computes in float32, not bfloat16"):
+        api.load("voxcpm2", model_dir=FIX / "tiny",
+                 options=LoadOptions(dtype="bfloat16", backends={"flow_estimator": "onnx"}))

@@ -316,3 +316,76 @@ def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[
                               producer_name="ttscli")
     model.ir_version = 8
     return model
+
+
+def window_stack(b: Builder, args: LMArgs, weights: Mapping[str, np.ndarray], x: str, length: int, *,
+                 attention_scale: float, style: Style | None = None) -> str:
+    """A bidirectional pass of the stack over a window of ``length`` positions (0 .. length - 1)
+    with no cache: ``x [B, length, H]`` -> the post-norm hidden states ``[B, length, H]``.
+
+    For the short local stacks codec models run per patch (VoxCPM2's LocDiT): every position
+    sees every other. Rotate-half RoPE (the MLX stack's) is ``q * cos + (q @ R) * sin`` per head
+    on tables of the window; grouped k/v heads are repeated to the query heads for onnxruntime's
+    ``MultiHeadAttention``; ``attention_scale`` is the MLX layer's own (a RoPE's attention factor
+    included); each branch is multiplied by ``args.residual_scale`` (muP) before its add."""
+    style = style or Style()
+    if style.norm != "rms" or style.rope_interleaved or args.qk_norm:
+        raise UsageError("window_stack builds RMSNorm, rotate-half RoPE stacks without q/k norms")
+    need = style_shapes(args, style)
+    bad = [k for k in need if k not in weights or tuple(np.shape(weights[k])) != need[k]]
+    if bad:
+        raise CheckpointError(f"stack tensors missing or mis-shaped: {', '.join(bad[:8])}")
+    nh, kvh, hd = args.num_attention_heads, args.num_key_value_heads, args.head_dim
+    eps = float(args.rms_norm_eps)
+    rope = args.rope.type != "none"
+    if rope:
+        half = hd // 2
+        cos, sin = rope_cache(args, length)                      # [length, hd / 2]
+        b.const("win_cos", np.concatenate([cos, cos], -1)[:, None, :])     # [length, 1, hd]
+        b.const("win_sin", np.concatenate([sin, sin], -1)[:, None, :])
+        rot = np.zeros((hd, hd), np.float32)                     # x @ rot = [-x2, x1]
+        rot[half:, :half] = -np.eye(half, dtype=np.float32)
+        rot[:half, half:] = np.eye(half, dtype=np.float32)
+        b.const("win_rot", rot)
+    b.const("win_heads", np.array([0, 0, -1, hd], np.int64))
+    b.const("win_flat", np.array([0, 0, -1], np.int64))
+    rep = nh // kvh
+    if rep > 1:
+        b.const("win_kv5", np.array([0, 0, kvh, 1, hd], np.int64))
+        b.const("win_kv_rep", np.array([1, 1, 1, rep, 1], np.int64))
+    scale = None if args.residual_scale == 1.0 else b.const("win_residual_scale",
+                                                            np.array(args.residual_scale, np.float32))
+
+    def rotate(t: str) -> str:
+        t4 = b.node("Reshape", [t, "win_heads"])[0]                            # [B, L, heads, hd]
+        turned = b.node("MatMul", [t4, "win_rot"])[0]
+        t4 = b.node("Add", [b.node("Mul", [t4, "win_cos"])[0], b.node("Mul", [turned, "win_sin"])[0]])[0]
+        return b.node("Reshape", [t4, "win_flat"])[0]
+
+    def heads_of(t: str) -> str:
+        """``[B, L, kvh * hd]`` -> ``[B, L, nh * hd]``: each kv head repeated for its query heads."""
+        if rep == 1:
+            return t
+        t5 = b.node("Reshape", [t, "win_kv5"])[0]
+        return b.node("Reshape", [b.node("Tile", [t5, "win_kv_rep"])[0], "win_flat"])[0]
+
+    def branch(y: str) -> str:
+        return y if scale is None else b.node("Mul", [y, scale])[0]
+
+    resid, pending = x, None
+    for i in range(args.num_hidden_layers):
+        p = f"layers.{i}."
+        h, resid = _norm(b, style, weights, p + "input_layernorm", pending, resid, eps)
+        a = p + "self_attn."
+        wqkv = _cat(weights, [a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"])
+        bqkv = _cat(weights, [a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"])
+        q, k, v = b.node("Split", [b.linear(h, wqkv, bqkv, a + "qkv_proj"),
+                                   b.const(a + "split", np.array([nh * hd, kvh * hd, kvh * hd], np.int64))], 3, axis=-1)
+        if rope:
+            q, k = rotate(q), rotate(k)
+        y = b.node("MultiHeadAttention", [q, heads_of(k), heads_of(v)], domain=MS, num_heads=nh,
+                   scale=float(attention_scale))[0]
+        o = b.linear(y, weights[a + "o_proj.weight"], weights.get(a + "o_proj.bias"), a + "o_proj")
+        h, resid = _norm(b, style, weights, p + "post_attention_layernorm", branch(o), resid, eps)
+        pending = branch(_mlp(b, style, args, weights, h, p + "mlp."))
+    return _norm(b, style, weights, "norm", pending, resid, eps)[0]

@@ -33,6 +33,10 @@ FAMILY = Family(
     first_chunk_frames=1,
     components=(
         Component("lm", ("mlx",)),
+        # the LocDiT, called nine times a patch on CFG's two rows, ran faster on onnxruntime's
+        # GEMMs than on MLX on a Linux CPU (docs/benchmarks.md#voxcpm2-cpu-dit-onnx)
+        Component("flow_estimator", ("mlx", "onnx"), measured={("linux", ""): "onnx"}, on_gpu="mlx",
+                  why="onnxruntime ran the diffusion transformer faster than MLX on a Linux CPU"),
         Component("speech_decoder", ("mlx",)),
     ),
 )

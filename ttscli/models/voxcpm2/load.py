@@ -122,8 +122,14 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
     from .tokenizer import load_tokenizer
 
     for component, name in options.backends.items():
-        if name != "mlx":
-            raise BackendUnavailableError(f"{spec.id} {component}: backend {name!r} is not available (mlx only)")
+        if name != "mlx" and not (component == "flow_estimator" and name == "onnx"):
+            raise BackendUnavailableError(f"{spec.id} {component}: backend {name!r} is not available "
+                                          "(flow_estimator: mlx or onnx; the rest: mlx)")
+    dit_dtype = options.dtype or default_dtype()
+    if options.backend("flow_estimator") == "onnx" and dit_dtype != "float32":
+        # before any weight loads
+        raise UsageError(f"VoxCPM2's diffusion transformer on onnxruntime computes in float32, not {dit_dtype}; "
+                         "use --backend flow_estimator=mlx (or --dtype float32)")
     if options.prefill_mode == "sequential":
         raise UsageError(f"{spec.id}: --prefill-mode sequential is not offered (one prefill of the prompt)")
     if options.random_weights:
@@ -136,4 +142,8 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
         if tokenizer.vocab_size > vocab:
             raise CheckpointError(f"{checkpoint}/tokenizer.json has {tokenizer.vocab_size} tokens, more than the "
                                   f"LM's vocabulary of {vocab} (config.json lm_config.vocab_size)")
+    if options.backend("flow_estimator") == "onnx":
+        from .onnx_dit import attach
+
+        attach(model, None if options.random_weights else Path(checkpoint), getattr(spec, "id", None))
     return VoxCPM2Pipeline(spec, model, tokenizer)

@@ -81,6 +81,8 @@ class UnifiedCFM(nn.Module):
     def __init__(self, a: LMArgs, feat_dim: int):
         super().__init__()
         self.estimator = LocDiT(a, feat_dim)
+        # the same network on another runtime (onnx_dit.OnnxLocDiT), called in its place
+        self.external_estimator = None
 
     def __call__(self, mu: mx.array, cond: mx.array, noise: mx.array, steps: int,
                  cfg_value: float | mx.array) -> mx.array:
@@ -98,6 +100,7 @@ class UnifiedCFM(nn.Module):
         grid = [1.0 - i / steps for i in range(steps + 1)]
         grid = mx.array(grid, mx.float32)
         grid = grid + (mx.cos(math.pi / 2 * grid) - 1 + grid)
+        estimator = self.external_estimator or self.estimator
         x = noise
         t, dt = grid[0], grid[0] - grid[1]
         zero_steps = max(1, int((steps + 1) * 0.04))
@@ -106,7 +109,7 @@ class UnifiedCFM(nn.Module):
                 xs = mx.concatenate([x, x], axis=0)
                 mus = mx.concatenate([mu, mx.zeros_like(mu)], axis=0)
                 ts = mx.broadcast_to(t, (2 * n,))
-                v = self.estimator(xs, mus, ts, mx.concatenate([cond, cond], axis=0), mx.zeros((2 * n,)))
+                v = estimator(xs, mus, ts, mx.concatenate([cond, cond], axis=0), mx.zeros((2 * n,)))
                 pos, neg = v[:n], v[n:]
                 s = (pos * neg).sum((1, 2), keepdims=True) / ((neg * neg).sum((1, 2), keepdims=True) + 1e-8)
                 x = x - dt * (neg * s + cfg_value * (pos - neg * s))

@@ -138,4 +138,15 @@ def parity_checks(spec, checkpoint: Path | None, *, golden: Path | None = None, 
                         1, "==", f"ours {lengths}"))
     checks.append(Check("streamed waveform, max error / peak",
                         _err(np.concatenate(chunks), g["stream_audio"].reshape(-1)), 1e-4, "<="))
+    from ttscli.backends.onnx.runtime import onnx_available
+
+    if onnx_available()[0]:
+        # the LocDiT on onnxruntime (--backend flow_estimator=onnx) against the same goldens
+        pipe = load_pipeline(spec, Path(checkpoint), LoadOptions(dtype="float32", backends={"flow_estimator": "onnx"}))
+        for mode in MODES:
+            audio, got = replay(pipe, g, mode)
+            want = g[f"{mode}_patches"]
+            checks.append(Check(f"DiT on onnxruntime, {mode}: patches with upstream's noise, max error / peak",
+                                _err(np.stack(got), want) if len(got) == len(want) else float("inf"), 1e-4, "<=",
+                                f"{len(got)} patches, golden {len(want)}"))
     return checks

@@ -91,7 +91,8 @@ class VoxCPM2Pipeline(Pipeline):
         vae = model.args.vae
         self.sample_rate = vae.out_sample_rate
         self.ref_sample_rate = vae.sample_rate
-        self.backends = {"lm": "mlx", "speech_decoder": "mlx"}
+        onnx = getattr(model.feat_decoder, "external_estimator", None) is not None
+        self.backends = {"lm": "mlx", "flow_estimator": "onnx" if onnx else "mlx", "speech_decoder": "mlx"}
         self._voices: dict[str, VoicePrompt] = {}
 
     @property

@@ -1,0 +1,158 @@
+"""VoxCPM2's diffusion transformer (LocDiT, ``feat_decoder.estimator``) on onnxruntime.
+
+Only the network called once per Euler step moves; the steps, CFG-Zero*'s guidance and the
+noise stay in :class:`~ttscli.models.voxcpm2.local.UnifiedCFM`, which calls :class:`OnnxLocDiT`
+in its place when one is attached. The graph is built from the weights the loaded MLX LocDiT
+holds (names as below ``feat_decoder.estimator.`` in model.safetensors), float32, a dynamic
+row axis; the window is fixed by the config (2 condition tokens, the time token, the condition
+patch and the noisy patch: 3 + 2 x patch_size positions), so its RoPE tables are constants.
+The stack is :func:`ttscli.backends.onnx.graph.window_stack`.
+
+Why: a patch calls the 12-layer, 1024-wide LocDiT nine times on CFG's two rows of 11
+positions each, GEMMs too thin for MLX's CPU path (MKL's generic code on AMD); onnxruntime's
+prepacked GEMMs run them faster (docs/benchmarks.md#voxcpm2-cpu-dit-onnx).
+
+Which runs: ``--backend flow_estimator=mlx|onnx``; onnx by default on a Linux CPU, MLX on a GPU
+and on macOS (the family's declaration). The graph computes in float32: a LocDiT held in
+bfloat16 (``--dtype bfloat16``) is refused on onnx with one line.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ttscli.backends.onnx.component import GraphComponent
+from ttscli.backends.onnx.graph import MS, OPSET, Builder, Quant, window_stack
+from ttscli.errors import CheckpointError
+
+PREFIX = "feat_decoder.estimator."
+INPUTS = ("x", "mu", "t", "cond", "dt")
+OUTPUT = "velocity"
+GRAPH_LAYOUT = 1
+
+COMPONENT = GraphComponent(family="voxcpm2", name="flow_estimator", file="locdit.onnx", variant="onnx-locdit-float32",
+                           source_files=("model.safetensors",), prefix=PREFIX, output=OUTPUT,
+                           what="VoxCPM2's diffusion transformer")
+
+
+class _Source:
+    """The weight source seen below the prefix, one clear line for a missing tensor."""
+
+    def __init__(self, source):
+        self.src = source
+
+    def __contains__(self, key: str) -> bool:
+        return PREFIX + key in self.src
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if PREFIX + key not in self.src:
+            raise CheckpointError(f"{self.src.path}: no tensor {PREFIX}{key}")
+        return np.asarray(self.src.get(PREFIX + key), np.float32)
+
+    def get(self, key: str, default=None):
+        return self[key] if key in self else default
+
+
+class _Stack:
+    """The stack's tensors (``decoder.*``) as the window stack reads them (``layers.N...``)."""
+
+    def __init__(self, w: _Source):
+        self.w = w
+
+    def __contains__(self, key: str) -> bool:
+        return "decoder." + key in self.w
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self.w["decoder." + key]
+
+    def get(self, key: str, default=None):
+        return self[key] if key in self else default
+
+
+def build_graph(source, stack_args, feat_dim: int, patch: int, attention_scale: float, data=None,
+                data_name: str = ""):
+    """The ONNX model of the LocDiT from a weight source (``get``/``in``/``path``, names as in
+    model.safetensors); ``stack_args``: the DiT stack's :class:`~ttscli.lm.config.LMArgs`."""
+    from onnx import TensorProto, helper
+
+    b = Builder(Quant("float32"), data, data_name)
+    w = _Source(source)
+    H = stack_args.hidden_size
+
+    def op(name, *inputs, **attrs):
+        return b.node(name, list(inputs), **attrs)[0]
+
+    def linear(x, key):
+        return b.linear(x, w[key + ".weight"], w.get(key + ".bias"), key)
+
+    b.const("axis1", np.array([1], np.int64))
+    half = H // 2
+    b.const("time_freqs", 1000.0 * np.exp(np.arange(half, dtype=np.float32)
+                                           * np.float32(-(math.log(10000) / (half - 1))))[None])
+
+    def time_mlp(t, key):
+        ang = op("Mul", op("Unsqueeze", t, "axis1"), "time_freqs")
+        feats = op("Concat", op("Sin", ang), op("Cos", ang), axis=-1)
+        h = linear(feats, key + ".linear_1")
+        return linear(op("Mul", h, op("Sigmoid", h)), key + ".linear_2")
+
+    te = op("Add", time_mlp("t", "time_mlp"), time_mlp("dt", "delta_time_mlp"))
+    mu = op("Reshape", "mu", b.const("mu_tokens", np.array([0, -1, H], np.int64)))
+    seq = op("Concat", mu, op("Unsqueeze", te, "axis1"), linear("cond", "cond_proj"), linear("x", "in_proj"), axis=1)
+    length = 3 + 2 * patch
+    out = window_stack(b, stack_args, _Stack(w), seq, length, attention_scale=attention_scale)
+    tail = op("Slice", out, b.const("tail_start", np.array([length - patch], np.int64)),
+              b.const("tail_end", np.array([length], np.int64)), "axis1")
+    b.linear(tail, w["out_proj.weight"], w["out_proj.bias"], "out_proj", out=OUTPUT)
+    f = TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info("x", f, ["rows", patch, feat_dim]),
+              helper.make_tensor_value_info("mu", f, ["rows", 2 * H]),
+              helper.make_tensor_value_info("t", f, ["rows"]),
+              helper.make_tensor_value_info("cond", f, ["rows", patch, feat_dim]),
+              helper.make_tensor_value_info("dt", f, ["rows"])]
+    outputs = [helper.make_tensor_value_info(OUTPUT, f, ["rows", patch, feat_dim])]
+    graph = helper.make_graph(b.nodes, "voxcpm2_locdit", inputs, outputs, initializer=b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)],
+                              producer_name="ttscli")
+    model.ir_version = 8
+    return model
+
+
+class OnnxLocDiT:
+    """The LocDiT graph in a session, called as the MLX LocDiT is (MLX arrays in and out)."""
+
+    def __init__(self, folder: Path):
+        self.session = COMPONENT.session(folder)
+
+    def __call__(self, x, mu, t, cond, dt):
+        import mlx.core as mx
+
+        feeds = {n: np.asarray(v.astype(mx.float32) if isinstance(v, mx.array) else v, np.float32)
+                 for n, v in zip(INPUTS, (x, mu, t, cond, dt), strict=True)}
+        return mx.array(self.session.run([OUTPUT], feeds)[0])
+
+
+def attach(model, checkpoint: Path | None = None, model_id: str | None = None) -> None:
+    """Run ``model``'s LocDiT (a :class:`~ttscli.models.voxcpm2.model.VoxCPM2`) on onnxruntime
+    from now on: the graph of ``checkpoint``'s model.safetensors (or pytorch_model.bin) found
+    (or built once) in ttscli's cache by the file's hash, or, with ``checkpoint`` None, of the
+    in-memory weights."""
+    cfm = model.feat_decoder
+    est = cfm.estimator
+    COMPONENT.check_float32(est, "--backend flow_estimator=mlx (or --dtype float32)")
+    a = model.args
+    stack = a.local(a.dit)
+    scale = float(est.decoder.layers[0].self_attn.scale)
+    component = COMPONENT
+    if checkpoint is not None:
+        main = next((n for n in ("model.safetensors", "pytorch_model.bin") if (Path(checkpoint) / n).is_file()),
+                    COMPONENT.source_files[0])
+        component = dataclasses.replace(COMPONENT, source_files=(main,))
+    layout = (f"voxcpm2/flow_estimator/{GRAPH_LAYOUT}/{stack.num_attention_heads}x{stack.head_dim}/"
+              f"{stack.num_key_value_heads}/{a.patch_size}/{stack.rope.type}/{stack.residual_scale}/{scale}")
+    folder = component.find_or_build(est, checkpoint, model_id, layout, lambda src, data, name: build_graph(
+        src, stack, a.feat_dim, a.patch_size, scale, data, name), {"dit": a.dit})
+    cfm.external_estimator = OnnxLocDiT(folder)
