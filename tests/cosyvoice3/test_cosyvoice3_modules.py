@@ -36,6 +36,25 @@ def test_args_from_the_published_yaml(args):
     assert (args.sampling.top_p, args.sampling.top_k, args.sampling.win_size) == (0.8, 25, 10)
 
 
+def test_lm_on_onnxruntime_float32_matches_upstream(args, golden):
+    """The LM's float32 ONNX graph (the default code decoder on a Linux CPU): upstream's
+    log-probabilities and its 20 greedy tokens; an int8 graph runs and draws valid ids."""
+    pytest.importorskip("onnxruntime")
+    from ttscli.models.cosyvoice3.onnx_lm import attach
+
+    lm = load_llm(TINY, args)
+    assert attach(lm, "onnx-f32", TINY, "tiny") == "onnx-float32"
+    embeds = lm.prompt(golden["lm_text"].tolist(), golden["lm_prompt_speech"].tolist())
+    logits, _ = lm.decoder.prefill(embeds, lm.decoder.new_cache())
+    assert np.abs(np.array(lm.log_softmax(logits)[0]) - golden["lm_logp"]).max() < 1e-4
+    greedy = Draw(args.sampling, np.random.default_rng(0), greedy=True)
+    tokens = [t for _, t in zip(range(20), lm.generate(embeds, greedy, 0, 40))]
+    assert tokens == golden["lm_greedy"].tolist()
+    assert attach(lm, "onnx-int8", TINY, "tiny") == "onnx-int8"
+    tokens = [t for _, t in zip(range(20), lm.generate(embeds, greedy, 0, 40))]
+    assert len(tokens) >= 1 and all(0 <= t < args.speech_token_size for t in tokens)
+
+
 def test_lm_prefill_and_20_greedy_tokens(args, golden):
     lm = load_llm(TINY, args)
     embeds = lm.prompt(golden["lm_text"].tolist(), golden["lm_prompt_speech"].tolist())

@@ -104,3 +104,24 @@ def test_ras_sampling_repetition_fallback():
     d = Draw(SamplingArgs(top_p=0.8, top_k=25, win_size=10, tau_r=0.1), np.random.default_rng(0))
     assert ras_sample(logp.copy(), [], d) == 0                     # the nucleus is id 0 alone
     assert all(ras_sample(logp.copy(), [0], d) != 0 for _ in range(20))   # one repeat: redrawn elsewhere
+
+
+def test_backends_and_rows():
+    """On a Linux CPU with onnxruntime the LM runs as its float32 graph and the DiT on
+    onnxruntime; rows still batch (on the MLX LM, the same float32 arithmetic), except with a
+    quantized LM graph, whose numbers are its own."""
+    pytest.importorskip("onnxruntime")
+    import sys
+
+    from ttscli.api import load
+    from ttscli.models.base import LoadOptions
+
+    linux = sys.platform.startswith("linux")
+    pipe = load("cosyvoice3", model_dir=TINY)
+    assert pipe.backends["code_decoder"] == ("onnx-float32" if linux else "mlx")
+    assert pipe.backends["flow_estimator"] == ("onnx" if linux else "mlx")
+    assert pipe.rows() is not None
+    int8 = load("cosyvoice3", model_dir=TINY, options=LoadOptions(backends={"code_decoder": "onnx-int8"}))
+    assert int8.backends["code_decoder"] == "onnx-int8" and int8.rows() is None
+    with pytest.raises(UsageError, match="computes in float32"):
+        load("cosyvoice3", model_dir=TINY, options=LoadOptions(dtype="bfloat16", backends={"code_decoder": "onnx"}))

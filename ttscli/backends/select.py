@@ -156,11 +156,14 @@ def narrowed(component: Component, backends: tuple[str, ...]) -> Component:
     defaults to one it lacks)."""
     if backends == tuple(component.backends):
         return component
+    def listed(name: str | None) -> bool:      # a default may name a precision: onnx-f32 is onnx
+        return name is not None and split_backend(name)[0] in backends
+
     return replace(component, backends=backends,
-                   default=component.default if component.default in backends else backends[0],
-                   measured={k: v for k, v in component.measured.items() if v in backends},
-                   on_gpu=component.on_gpu if component.on_gpu in backends else None,
-                   random_weights=component.random_weights if component.random_weights in backends else None)
+                   default=component.default if listed(component.default) else backends[0],
+                   measured={k: v for k, v in component.measured.items() if listed(v)},
+                   on_gpu=component.on_gpu if listed(component.on_gpu) else None,
+                   random_weights=component.random_weights if listed(component.random_weights) else None)
 
 
 def check_asked(spec: ModelSpec, name: str, backend: str, label: str, components: Mapping[str, Component]) -> str:

@@ -76,6 +76,8 @@ class CosyVoice3LM(nn.Module):
         self.llm = _Qwen2Encoder(a)
         self.speech_embedding = nn.Embedding(n + 200, a.lm.hidden_size)
         self.llm_decoder = nn.Linear(a.lm.hidden_size, n + 200, bias=False)
+        # the stack and head converted to another runtime (onnx_lm.attach), run in their place
+        self.decoder = None
 
     @property
     def backbone(self) -> DecoderLM:
@@ -92,23 +94,35 @@ class CosyVoice3LM(nn.Module):
 
     def logp(self, hidden: mx.array) -> mx.array:
         """Log-probabilities over the ``speech_token_size + 200`` ids of the last position."""
-        logits = self.llm_decoder(hidden[:, -1]).astype(mx.float32)
+        return self.log_softmax(self.llm_decoder(hidden[:, -1]))
+
+    @staticmethod
+    def log_softmax(logits: mx.array) -> mx.array:
+        logits = logits.astype(mx.float32)
         return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
 
     def generate(self, embeds: mx.array, draw: Draw, min_len: int, max_len: int,
                  ignore_eos: bool = False) -> Iterator[int]:
         """Speech tokens until a stop id; past ``max_len`` tokens a LimitReached (never a cut).
         ``ignore_eos`` (benchmarks): stops are masked, ``max_len`` tokens come and no error."""
-        cache = self.backbone.make_cache()
-        h = self.backbone(input_embeddings=embeds, cache=cache)
+        if self.decoder is not None:
+            cache = self.decoder.new_cache()
+            logits, _ = self.decoder.prefill(embeds, cache)
+        else:
+            cache = self.backbone.make_cache()
+            h = self.backbone(input_embeddings=embeds, cache=cache)
         out: list[int] = []
         while True:
-            tok = self.choose(np.array(self.logp(h)[0]), out, draw, min_len, max_len, ignore_eos)
+            logp = self.log_softmax(logits) if self.decoder is not None else self.logp(h)
+            tok = self.choose(np.array(logp[0]), out, draw, min_len, max_len, ignore_eos)
             if tok is None:
                 return
             out.append(tok)
             yield tok
-            h = self.backbone(input_embeddings=self.embed(tok), cache=cache)
+            if self.decoder is not None:
+                logits, _ = self.decoder.step(self.embed(tok), cache)
+            else:
+                h = self.backbone(input_embeddings=self.embed(tok), cache=cache)
 
     def embed(self, tok: int) -> mx.array:
         """A drawn speech token as the next step's input ``[1, 1, H]``."""

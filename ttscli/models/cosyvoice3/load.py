@@ -86,15 +86,27 @@ def load_pipeline(spec, checkpoint: Path | None, options):
     )
     from ttscli.models.cosyvoice3.pipeline import CosyVoice3Pipeline
 
+    from ttscli.backends.select import split_backend
+
     for component, backend in options.backends.items():
-        if backend != "mlx" and not (component == "flow_estimator" and backend == "onnx"):
+        if backend != "mlx" and not (component == "flow_estimator" and backend == "onnx"
+                                     or component == "code_decoder" and split_backend(backend)[0] == "onnx"):
             raise BackendUnavailableError(f"CosyVoice3 {component}: backend {backend!r} is not available "
-                                          "(flow_estimator: mlx or onnx; the rest: mlx)")
-    flow_backend = options.backend("flow_estimator")
+                                          "(code_decoder: mlx or onnx[-f32|-int8|-int4]; flow_estimator: mlx or "
+                                          "onnx; the rest: mlx)")
+    flow_backend, code_backend = options.backend("flow_estimator"), options.backend("code_decoder")
+    if split_backend(code_backend)[0] == "onnx":      # before anything loads
+        from ttscli.models.cosyvoice3.onnx_lm import check_options
+
+        check_options(options)
     rnd = options.random_weights
     dtype = options.dtype or "float32"      # the LM's; the flow and HiFT run in float32 as upstream's do
     args = CosyVoice3Args() if rnd else read_args(checkpoint)
     lm = load_llm(checkpoint, args, dtype=dtype, random_weights=rnd)
+    if split_backend(code_backend)[0] == "onnx":
+        from ttscli.models.cosyvoice3.onnx_lm import attach as attach_lm
+
+        code_backend = attach_lm(lm, code_backend, None if rnd else Path(checkpoint), getattr(spec, "id", None))
     flow = load_flow(checkpoint, args, random_weights=rnd)
     if flow_backend == "onnx":
         from ttscli.codecs.s3gen import onnx_dit
@@ -111,5 +123,5 @@ def load_pipeline(spec, checkpoint: Path | None, options):
     store = None if rnd else Path(checkpoint) / "spk2info.pt"
     speakers = load_speakers(store, args.speech_token_size) if store is not None and store.is_file() else {}
     return CosyVoice3Pipeline(spec, args, lm, flow, hift, tokenizer, encoder, voice,
-                              backends={"code_decoder": "mlx", "flow_estimator": flow_backend, "vocoder": "mlx"},
+                              backends={"code_decoder": code_backend, "flow_estimator": flow_backend, "vocoder": "mlx"},
                               speakers=speakers)

@@ -64,6 +64,21 @@ def parity_checks(spec, checkpoint: Path | None, *, golden: Path | None = None, 
     ours = greedy_tokens(lm, embeds, n, args.sampling)
     same = sum(int(a == b) for a, b in zip(ours, g["lm_greedy"][:n].tolist()))
     checks.append(Check(f"LM greedy tokens equal (of {n})", same, n, "==", f"ours {ours}"))
+    from ttscli.backends.onnx.runtime import onnx_available
+
+    if onnx_available()[0]:
+        # the LM's float32 graph (--backend code_decoder=onnx-f32) against the same goldens
+        from ttscli.models.cosyvoice3.onnx_lm import attach
+
+        on_onnx = load_llm(checkpoint, args)
+        attach(on_onnx, "onnx-f32", Path(checkpoint), getattr(spec, "id", None))
+        logits, _ = on_onnx.decoder.prefill(embeds, on_onnx.decoder.new_cache())
+        err = float(np.abs(np.array(on_onnx.log_softmax(logits)[0]) - g["lm_logp"]).max())
+        checks.append(Check("LM last log-probs, onnxruntime float32 (max abs error)", err, 1e-4, "<="))
+        got = greedy_tokens(on_onnx, embeds, n, args.sampling)
+        checks.append(Check(f"LM greedy tokens equal, onnxruntime float32 (of {n})",
+                            sum(int(a == b) for a, b in zip(got, g["lm_greedy"][:n].tolist())), n, "==",
+                            f"ours {got}"))
 
     noise = mx.array(g["flow_noise"])
     flows = [("", flow)]

@@ -214,8 +214,13 @@ class CosyVoice3Pipeline(Pipeline):
         yield wav
 
     def rows(self):
-        """Requests as rows of one LM batch (ttscli.models.cosyvoice3.rows); every component of
-        this pipeline runs on MLX, so every load can batch."""
+        """Requests as rows of one LM batch (ttscli.models.cosyvoice3.rows). The rows run the
+        MLX LM: with the LM's float32 ONNX graph as the code decoder that is the same arithmetic
+        (the graph is built from these weights), and one batched MLX step reads the weights once
+        for every row; a quantized graph's numbers are its own, so an int8/int4 code decoder takes
+        one request at a time instead."""
+        if self.backends.get("code_decoder", "mlx") not in ("mlx", "onnx-float32"):
+            return None
         from ttscli.models.cosyvoice3.rows import CosyVoice3Rows
 
         return CosyVoice3Rows(self)
