@@ -33,7 +33,8 @@ Graph = tuple[str, str, Callable[[Path], dict]]
 def export_lm(args: LMArgs, weights: Mapping[str, np.ndarray], out_dir: Path, file_name: str, *,
               heads: Mapping[str, np.ndarray], max_positions: int, quant: Quant,
               in_proj: tuple[np.ndarray, np.ndarray] | None = None, cache_block: int = CACHE_BLOCK,
-              head_select: str | None = None, style: Style | None = None, tail: Tail | None = None) -> dict:
+              head_select: str | None = None, style: Style | None = None, tail: Tail | None = None,
+              all_positions: bool = False) -> dict:
     """Build and save ``out_dir/file_name`` (+ ``.data``); its manifest entry (kind ``lm_step``).
     ``head_select``: the heads become one ``logits`` output chosen by this int64 input;
     ``style`` and ``tail``: as :func:`~.graph.build_graph` takes them."""
@@ -45,7 +46,7 @@ def export_lm(args: LMArgs, weights: Mapping[str, np.ndarray], out_dir: Path, fi
     with open(out_dir / data, "wb") as f:
         model = build_graph(args, weights, heads, max_positions=max_positions, quant=quant, in_proj=in_proj,
                             name=Path(file_name).stem, data=f, data_name=data, head_select=head_select,
-                            style=style, tail=tail)
+                            style=style, tail=tail, all_positions=all_positions)
     onnx.save_model(model, str(out_dir / file_name))
     size = sum((out_dir / f).stat().st_size for f in (file_name, data) if (out_dir / f).exists())
     return {"path": file_name, "data_files": [data] if (out_dir / data).exists() else [], "kind": "lm_step",
@@ -57,6 +58,7 @@ def export_lm(args: LMArgs, weights: Mapping[str, np.ndarray], out_dir: Path, fi
             "heads": ["logits"] if head_select else list(heads),
             "head_select": {"input": head_select, "count": len(heads)} if head_select else None,
             "vocab_size": int(next(iter(heads.values())).shape[0]) if heads else None,
+            "all_positions": all_positions,
             "lm": json.loads(json.dumps(dataclasses.asdict(args))), "size_bytes": size,
             "build_seconds": round(time.perf_counter() - t0, 2)}
 

@@ -222,7 +222,7 @@ def _mlp(b: Builder, style: Style, args: LMArgs, weights: Mapping[str, np.ndarra
 def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[str, np.ndarray], *,
                 max_positions: int, quant: Quant | None = None, in_proj: tuple[np.ndarray, np.ndarray] | None = None,
                 name: str = "lm", data=None, data_name: str = "", head_select: str | None = None,
-                style: Style | None = None, tail: Tail | None = None):
+                style: Style | None = None, tail: Tail | None = None, all_positions: bool = False):
     """The ONNX model of the stack. ``heads``: output name -> head weight ``[V, H]`` (may be
     empty: hidden only). ``in_proj``: ``(weight [H, H_in], bias [H])`` applied to the input
     embeddings first (a predictor narrower than the LM feeding it). ``max_positions``: length
@@ -231,9 +231,15 @@ def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[
     file name next to the saved graph), else everything is held in the returned proto.
     ``head_select``: name of an int64 scalar input choosing one of ``heads`` (in their order)
     for a single ``logits`` output. ``style``: the block's flavour (:class:`Style`); ``tail``:
-    a family's own nodes on ``hidden`` (:data:`Tail`)."""
+    a family's own nodes on ``hidden`` (:data:`Tail`). ``all_positions``: ``hidden`` holds every
+    fed position's post-norm state ``[B, S, H]`` (a family that reads the whole prefill; no
+    heads then). A stack without RoPE (``rope.type == "none"``) attends without rotation;
+    ``args.residual_scale`` (muP) multiplies each branch before its add; the attention scale
+    takes the RoPE's attention factor, as the MLX layer's does."""
     from onnx import TensorProto, helper
 
+    if all_positions and (heads or tail or head_select):
+        raise UsageError("a graph with every position's hidden state has no heads or tail")
     quant = quant or Quant()
     style = style or Style()
     need = style_shapes(args, style)
@@ -251,9 +257,16 @@ def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[
               helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, [])]
     outputs = []
     kv_shape = ["batch", kvh, "cache", hd]
-    cos, sin = rope_cache(args, max_positions)
-    b.const("cos_cache", cos)
-    b.const("sin_cache", sin)
+    rotary = args.rope.type != "none"
+    if rotary:
+        cos, sin = rope_cache(args, max_positions)
+        b.const("cos_cache", cos)
+        b.const("sin_cache", sin)
+    scale = None if args.residual_scale == 1.0 else b.const("residual_scale", np.array(args.residual_scale, np.float32))
+
+    def branch(y: str) -> str:
+        return y if scale is None else b.node("Mul", [y, scale])[0]
+
     b.const("heads_shape", np.array([0, 0, -1, hd], np.int64))
     b.const("flat_shape", np.array([0, 0, -1], np.int64))
     b.const("last", np.array(-1, np.int64))
@@ -283,16 +296,21 @@ def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[
         outputs += [helper.make_tensor_value_info(f"present_key.{i}", TensorProto.FLOAT, kv_shape),
                     helper.make_tensor_value_info(f"present_value.{i}", TensorProto.FLOAT, kv_shape)]
         attn = b.node("GroupQueryAttention", [q, k, v, past_k, past_v, "seqlens_k", "total_sequence_length",
-                                              "cos_cache", "sin_cache"],
+                                              *(("cos_cache", "sin_cache") if rotary else ())],
                       [b.name(a + "attn"), f"present_key.{i}", f"present_value.{i}"], MS,
-                      num_heads=nh, kv_num_heads=kvh, do_rotary=1, rotary_interleaved=int(style.rope_interleaved),
-                      scale=float(hd ** -0.5))[0]
+                      num_heads=nh, kv_num_heads=kvh, do_rotary=int(rotary),
+                      rotary_interleaved=int(style.rope_interleaved),
+                      scale=float(hd ** -0.5) * float(args.rope.attention_factor()) ** 2)[0]
         o = b.linear(attn, weights[a + "o_proj.weight"], weights.get(a + "o_proj.bias"), a + "o_proj")
-        h, resid = _norm(b, style, weights, p + "post_attention_layernorm", o, resid, eps)
-        pending = _mlp(b, style, args, weights, h, p + "mlp.")
-    normed, _ = _norm(b, style, weights, "norm", pending, resid, eps)
-    hidden = b.node("Gather", [normed, "last"], ["hidden"], axis=1)[0]
-    outputs.insert(0, helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", H]))
+        h, resid = _norm(b, style, weights, p + "post_attention_layernorm", branch(o), resid, eps)
+        pending = branch(_mlp(b, style, args, weights, h, p + "mlp."))
+    if all_positions:
+        b.node("Identity", [_norm(b, style, weights, "norm", pending, resid, eps)[0]], ["hidden"])
+        outputs.insert(0, helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", "seq", H]))
+    else:
+        normed, _ = _norm(b, style, weights, "norm", pending, resid, eps)
+        hidden = b.node("Gather", [normed, "last"], ["hidden"], axis=1)[0]
+        outputs.insert(0, helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["batch", H]))
     vocab = {out_name: int(np.shape(w)[0]) for out_name, w in heads.items()}
     if head_select is not None:
         sizes = sorted(set(vocab.values()))

@@ -166,6 +166,9 @@ class OnnxLM:
         self.heads = list(entry.get("heads", []))
         self.head_input = (entry.get("head_select") or {}).get("input")
         self.block = int(entry.get("cache_block", 256))
+        # every position's hidden: its output's shape follows each run's length, so outputs are
+        # bound afresh per run (a kept binding holds the previous run's allocation)
+        self.all_positions = bool(entry.get("all_positions"))
 
     def new_cache(self, capacity: int | None = None) -> LMCache:
         cap = min(self.max_positions, capacity or self.block)
@@ -216,7 +219,7 @@ class OnnxLM:
             bind.bind_cpu_input(self.head_input, np.array(head or 0, np.int64))
         for name, value in (inputs or {}).items():
             bind.bind_cpu_input(name, np.ascontiguousarray(value))
-        if cache.binding is None or cache.bound_outputs != outputs:
+        if cache.binding is None or cache.bound_outputs != outputs or self.all_positions:
             self._bind_cache(bind, cache, outputs)
         self.session.run_with_iobinding(bind)
         cache.offset = total

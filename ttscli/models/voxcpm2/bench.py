@@ -29,14 +29,13 @@ def bench_components(pipe, req) -> dict[str, float]:
 
     from ttscli.codecs.audiovae import DecodeStream
 
-    from .generate import Prompt, prefill
+    from .generate import Prompt, prefill, step
 
     m, a = pipe.model, pipe.args
     n = int(getattr(req, "prompt_tokens", 200) or 200)
     P, D = a.patch_size, a.feat_dim
     tokens = mx.array((np.arange(n, dtype=np.int32) % 256)[None])
     pre = prefill(m, Prompt(tokens, mx.ones((1, n)), mx.zeros((1, n, P, D)), mx.zeros((1, n))))
-    base_cache, res_cache = pre.caches
     lm_hidden, res_hidden, cond = pre.lm_hidden, pre.residual_hidden, mx.zeros((1, P, D))
     stream = DecodeStream(m.audio_vae)
     lm_ms, dit_ms, vae_ms = [], [], []
@@ -46,10 +45,7 @@ def bench_components(pipe, req) -> dict[str, float]:
                                mx.random.normal((1, P, D), key=mx.random.key(i)), 10, 2.0)
         mx.eval(patch)
         t1 = time.perf_counter()
-        embed = m.embed_patches(patch[:, None])
-        lm_hidden = m.fsq_layer(m.base_lm(input_embeddings=embed, cache=base_cache)[:, -1])
-        fused = m.fusion_concat_proj(mx.concatenate([lm_hidden, embed[:, 0]], -1))
-        res_hidden = m.residual_lm(input_embeddings=fused[:, None], cache=res_cache)[:, -1]
+        lm_hidden, res_hidden = step(m, patch, pre.caches)
         mx.eval(lm_hidden, res_hidden)
         t2 = time.perf_counter()
         mx.eval(stream.push(patch.astype(mx.float32)))

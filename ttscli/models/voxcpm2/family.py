@@ -18,6 +18,7 @@ FAMILY = Family(
              "(upstream's ultimate cloning); off: continuation from the recording only.", default=True,
              commands=("clone",)),
     ),
+    convert={"onnx": hook("ttscli.models.voxcpm2.onnx_lm:convert_onnx")},
     bench_components=hook("ttscli.models.voxcpm2.bench:bench_components"),
     bench_rows=(("lm_step_ms", "LM + residual LM step, median (ms)", "{:.2f}"),
                 ("dit_patch_ms", "diffusion head per patch, median (ms)", "{:.2f}"),
@@ -32,7 +33,8 @@ FAMILY = Family(
     ref_text_optional=True,
     first_chunk_frames=1,
     components=(
-        Component("lm", ("mlx",)),
+        Component("lm", ("mlx", "onnx"), onnx_precision=True,
+                  why="the base and residual LMs as onnxruntime graphs built from the loaded weights"),
         # the LocDiT, called nine times a patch on CFG's two rows, ran faster on onnxruntime's
         # GEMMs than on MLX on a Linux CPU (docs/benchmarks.md#voxcpm2-cpu-dit-onnx)
         Component("flow_estimator", ("mlx", "onnx"), measured={("linux", ""): "onnx"}, on_gpu="mlx",

@@ -48,16 +48,34 @@ def prompt_patch_embeddings(model: VoxCPM2, p: Prompt) -> mx.array:
     return out
 
 
+def stacks(model: VoxCPM2) -> tuple:
+    """The base and residual LMs as the patch loop calls them (``(input_embeddings=, cache=)``
+    -> every position's post-norm hidden; ``make_cache()``): the MLX stacks, or their
+    onnxruntime graphs when attached (onnx_lm.attach)."""
+    return model.onnx_stacks or (model.base_lm, model.residual_lm)
+
+
 def prefill(model: VoxCPM2, p: Prompt) -> Prefill:
+    base_lm, residual_lm = stacks(model)
     text_embed = model.base_lm.embed_tokens(p.tokens) * model.args.scale_emb
     feat_embed = prompt_patch_embeddings(model, p)
     tm, fm = p.text_mask[..., None], p.feat_mask[..., None]
-    base_cache, res_cache = model.base_lm.make_cache(), model.residual_lm.make_cache()
-    base = model.base_lm(input_embeddings=tm * text_embed + fm * feat_embed, cache=base_cache)
+    base_cache, res_cache = base_lm.make_cache(), residual_lm.make_cache()
+    base = base_lm(input_embeddings=tm * text_embed + fm * feat_embed, cache=base_cache)
     enc = model.fsq_layer(base) * fm + base * tm
-    res = model.residual_lm(input_embeddings=model.fusion_concat_proj(mx.concatenate([enc, fm * feat_embed], -1)),
-                            cache=res_cache)
+    res = residual_lm(input_embeddings=model.fusion_concat_proj(mx.concatenate([enc, fm * feat_embed], -1)),
+                      cache=res_cache)
     return Prefill(enc[:, -1], res[:, -1], base, res, (base_cache, res_cache))
+
+
+def step(model: VoxCPM2, patch: mx.array, caches: tuple) -> tuple[mx.array, mx.array]:
+    """Both LMs one position on from a drawn ``patch [1, P, D]``: (LM hidden after FSQ, residual
+    hidden), each ``[1, H]``; ``caches`` (base, residual) advance in place."""
+    base_lm, residual_lm = stacks(model)
+    embed = model.embed_patches(patch[:, None])
+    lm_hidden = model.fsq_layer(base_lm(input_embeddings=embed, cache=caches[0])[:, -1])
+    fused = model.fusion_concat_proj(mx.concatenate([lm_hidden, embed[:, 0]], -1))
+    return lm_hidden, residual_lm(input_embeddings=fused[:, None], cache=caches[1])[:, -1]
 
 
 def patches(model: VoxCPM2, p: Prompt, noise: Callable[[int], mx.array], *, steps: int, cfg_value: float,
@@ -68,7 +86,6 @@ def patches(model: VoxCPM2, p: Prompt, noise: Callable[[int], mx.array], *, step
     reaching it is an error.  ``pre``: the prompt's prefill when the caller ran it (to time it
     apart); its caches are advanced in place."""
     pre = pre or prefill(model, p)
-    base_cache, res_cache = pre.caches
     lm_hidden, res_hidden = pre.lm_hidden, pre.residual_hidden
     cond = p.feats[:, -1]
     for i in range(max_len):
@@ -79,7 +96,4 @@ def patches(model: VoxCPM2, p: Prompt, noise: Callable[[int], mx.array], *, step
         if i > min_len and int(stop[0].argmax()) == 1:
             return
         cond = patch
-        embed = model.embed_patches(patch[:, None])
-        lm_hidden = model.fsq_layer(model.base_lm(input_embeddings=embed, cache=base_cache)[:, -1])
-        fused = model.fusion_concat_proj(mx.concatenate([lm_hidden, embed[:, 0]], -1))
-        res_hidden = model.residual_lm(input_embeddings=fused[:, None], cache=res_cache)[:, -1]
+        lm_hidden, res_hidden = step(model, patch, pre.caches)

@@ -121,10 +121,19 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
     from .pipeline import VoxCPM2Pipeline
     from .tokenizer import load_tokenizer
 
+    from ttscli.backends.select import split_backend
+
     for component, name in options.backends.items():
-        if name != "mlx" and not (component == "flow_estimator" and name == "onnx"):
-            raise BackendUnavailableError(f"{spec.id} {component}: backend {name!r} is not available "
-                                          "(flow_estimator: mlx or onnx; the rest: mlx)")
+        if name != "mlx" and not (component == "flow_estimator" and name == "onnx"
+                                  or component == "lm" and split_backend(name)[0] == "onnx"):
+            raise BackendUnavailableError(f"VoxCPM2 {component}: backend {name!r} is not available "
+                                          "(lm: mlx or onnx[-f32|-int8|-int4]; flow_estimator: mlx or onnx; "
+                                          "the rest: mlx)")
+    lm_backend = options.backend("lm")
+    if split_backend(lm_backend)[0] == "onnx":       # before any weight loads
+        from .onnx_lm import check_options
+
+        check_options(options)
     dit_dtype = options.dtype or default_dtype()
     if options.backend("flow_estimator") == "onnx" and dit_dtype != "float32":
         # before any weight loads
@@ -146,4 +155,9 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
         from .onnx_dit import attach
 
         attach(model, None if options.random_weights else Path(checkpoint), getattr(spec, "id", None))
-    return VoxCPM2Pipeline(spec, model, tokenizer)
+    if split_backend(lm_backend)[0] == "onnx":
+        from .onnx_lm import attach as attach_lms
+
+        lm_backend = attach_lms(model, lm_backend, None if options.random_weights else Path(checkpoint),
+                                getattr(spec, "id", None))
+    return VoxCPM2Pipeline(spec, model, tokenizer, lm_backend)

@@ -25,6 +25,10 @@ class ScalarQuantizationLayer(nn.Module):
 
 
 class VoxCPM2(nn.Module):
+    # the base and residual LMs' onnxruntime graphs (onnx_lm.attach), run in their place by the
+    # patch loop (generate.stacks)
+    onnx_stacks = None
+
     def __init__(self, a: ModelArgs):
         super().__init__()
         self.args = a

@@ -83,7 +83,7 @@ class VoxCPM2Pipeline(Pipeline):
     max_chunk_chars = 300
     independent_generations = True    # caches, key stream and decoder stream live in each generation
 
-    def __init__(self, spec: Any, model, tokenizer):
+    def __init__(self, spec: Any, model, tokenizer, lm_backend: str = "mlx"):
         super().__init__()
         self.spec = spec
         self.model = model
@@ -92,7 +92,7 @@ class VoxCPM2Pipeline(Pipeline):
         self.sample_rate = vae.out_sample_rate
         self.ref_sample_rate = vae.sample_rate
         onnx = getattr(model.feat_decoder, "external_estimator", None) is not None
-        self.backends = {"lm": "mlx", "flow_estimator": "onnx" if onnx else "mlx", "speech_decoder": "mlx"}
+        self.backends = {"lm": lm_backend, "flow_estimator": "onnx" if onnx else "mlx", "speech_decoder": "mlx"}
         self._voices: dict[str, VoicePrompt] = {}
 
     @property
@@ -265,7 +265,10 @@ class VoxCPM2Pipeline(Pipeline):
     def rows(self):
         """Requests as rows of one batch (ttscli.models.voxcpm2.rows): one forward of both LMs
         per patch for every row, the diffusion head over the rows, each row's own noise, stop
-        and AudioVAE stream."""
+        and AudioVAE stream. With the LMs on onnxruntime (their MLX layers freed) requests go
+        one at a time."""
+        if self.model.onnx_stacks is not None:
+            return None
         from .rows import VoxCPM2Rows
 
         return VoxCPM2Rows(self)
