@@ -38,10 +38,26 @@ def _cos(a, b):
     return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
 
 
+@pytest.fixture(scope="module")
+def onnx_lm_model():
+    """The tiny model with both LMs as float32 onnxruntime graphs (``--backend lm=onnx-f32``)."""
+    pytest.importorskip("onnxruntime")
+    from ttscli.models.voxcpm2.load import load_model
+    from ttscli.models.voxcpm2.onnx_lm import attach
+
+    m = load_model(FIX / "tiny")
+    assert attach(m, "onnx-f32", FIX / "tiny", "tiny") == "onnx-float32"
+    assert m.onnx_stacks is not None and not m.base_lm.layers      # the MLX layers are freed
+    return m
+
+
+@pytest.mark.parametrize("backend", ["mlx", "onnx-lm"])
 @pytest.mark.parametrize("mode", MODES)
-def test_prefill_hidden_matches_upstream(model, golden, mode):
+def test_prefill_hidden_matches_upstream(model, golden, mode, backend, request):
     from ttscli.models.voxcpm2.generate import prefill
 
+    if backend == "onnx-lm":
+        model = request.getfixturevalue("onnx_lm_model")
     pre = prefill(model, _prompt(golden, mode))
     assert _cos(pre.base_hidden, golden[f"{mode}_base_hidden"]) >= 0.99999
     assert _cos(pre.residual_all, golden[f"{mode}_residual_hidden"]) >= 0.99999
@@ -60,13 +76,13 @@ def onnx_model():
     return m
 
 
-@pytest.mark.parametrize("backend", ["mlx", "onnx"])
+@pytest.mark.parametrize("backend", ["mlx", "onnx", "onnx-lm"])
 @pytest.mark.parametrize("mode", MODES)
 def test_patches_and_stops_with_recorded_noise_match_upstream(model, golden, mode, backend, request):
     from ttscli.models.voxcpm2.generate import patches
 
-    if backend == "onnx":
-        model = request.getfixturevalue("onnx_model")
+    if backend != "mlx":
+        model = request.getfixturevalue({"onnx": "onnx_model", "onnx-lm": "onnx_lm_model"}[backend])
     noise = golden[f"{mode}_noise"]          # upstream's draws, [n, 1, D, P]
     out = list(patches(model, _prompt(golden, mode), lambda i: mx.array(noise[i].transpose(0, 2, 1)),
                        steps=10, cfg_value=2.0, max_len=12))

@@ -126,3 +126,8 @@ def test_flow_estimator_backend_choice():
     with pytest.raises(UsageError, match="computes in float32, not bfloat16"):
         api.load("voxcpm2", model_dir=FIX / "tiny",
                  options=LoadOptions(dtype="bfloat16", backends={"flow_estimator": "onnx"}))
+    assert default.backends["lm"] == "mlx" and default.rows() is not None
+    on_onnx = api.load("voxcpm2", model_dir=FIX / "tiny", options=LoadOptions(backends={"lm": "onnx-f32"}))
+    assert on_onnx.backends["lm"] == "onnx-float32" and on_onnx.rows() is None
+    with pytest.raises(UsageError, match="compute in float32"):
+        api.load("voxcpm2", model_dir=FIX / "tiny", options=LoadOptions(dtype="bfloat16", backends={"lm": "onnx"}))

@@ -131,10 +131,10 @@ def attach(model, backend: str, checkpoint: Path | None, model_id: str | None = 
     quant = Quant(split_backend(backend)[1])
     folder = find_or_build(model, None if checkpoint is None else Path(checkpoint), quant, model_id)
     manifest = read_manifest(folder)
-    graphs = tuple(OnnxStack(OnnxLM(folder, component(manifest, n, folder))) for n, _ in STACKS)
+    # freed before the sessions load the same weights, so both copies never sit in memory at once
     for name, _ in STACKS:
-        stack = getattr(model, name)
-        stack.layers = []           # the graphs hold these weights now (the text embedding stays)
-    object.__setattr__(model, "onnx_stacks", graphs)
+        getattr(model, name).layers = []     # the text embedding and final norms stay
     mx.clear_cache()
+    graphs = tuple(OnnxStack(OnnxLM(folder, component(manifest, n, folder))) for n, _ in STACKS)
+    object.__setattr__(model, "onnx_stacks", graphs)
     return f"onnx-{quant.precision}"

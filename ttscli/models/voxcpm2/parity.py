@@ -142,11 +142,14 @@ def parity_checks(spec, checkpoint: Path | None, *, golden: Path | None = None, 
 
     if onnx_available()[0]:
         # the LocDiT on onnxruntime (--backend flow_estimator=onnx) against the same goldens
-        pipe = load_pipeline(spec, Path(checkpoint), LoadOptions(dtype="float32", backends={"flow_estimator": "onnx"}))
-        for mode in MODES:
-            audio, got = replay(pipe, g, mode)
-            want = g[f"{mode}_patches"]
-            checks.append(Check(f"DiT on onnxruntime, {mode}: patches with upstream's noise, max error / peak",
-                                _err(np.stack(got), want) if len(got) == len(want) else float("inf"), 1e-4, "<=",
-                                f"{len(got)} patches, golden {len(want)}"))
+        # and the LMs' float32 graphs (--backend lm=onnx-f32) with it
+        for label, backends in (("DiT on onnxruntime", {"flow_estimator": "onnx", "lm": "mlx"}),
+                                ("LMs and DiT on onnxruntime", {"flow_estimator": "onnx", "lm": "onnx-f32"})):
+            pipe = load_pipeline(spec, Path(checkpoint), LoadOptions(dtype="float32", backends=backends))
+            for mode in MODES:
+                audio, got = replay(pipe, g, mode)
+                want = g[f"{mode}_patches"]
+                checks.append(Check(f"{label}, {mode}: patches with upstream's noise, max error / peak",
+                                    _err(np.stack(got), want) if len(got) == len(want) else float("inf"), 1e-4,
+                                    "<=", f"{len(got)} patches, golden {len(want)}"))
     return checks
