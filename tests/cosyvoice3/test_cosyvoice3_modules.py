@@ -95,6 +95,26 @@ def test_flow_mel_within_1e4_of_peak(args, golden, key, streaming, finalize, bac
     assert np.abs(mel - ref).max() <= 1e-4 * np.abs(ref).max()
 
 
+def test_dit_on_onnxruntime_int8_and_int4(args, golden):
+    """The DiT's quantized graphs (``--backend flow_estimator=onnx-int8|onnx-int4``, opt-in):
+    their own cache entries, and a mel near upstream's (int8 within 2% of peak, int4 within 20%
+    on the tiny checkpoint); float32 is the test above."""
+    pytest.importorskip("onnxruntime")
+    from ttscli.codecs.s3gen import onnx_dit
+
+    mels = {}
+    for precision, bound in (("int8", 0.02), ("int4", 0.2)):
+        flow = load_flow(TINY, args)
+        onnx_dit.attach(flow, TINY, "tiny", precision)
+        mel = np.array(flow(mx.array(golden["flow_tokens"]), mx.array(golden["flow_prompt_tokens"]),
+                            mx.array(golden["flow_prompt_feat"]), mx.array(golden["flow_embedding"]),
+                            mx.array(golden["flow_noise"])))
+        err = np.abs(mel - golden["flow_mel"]).max() / np.abs(golden["flow_mel"]).max()
+        assert 1e-4 < err <= bound, (precision, err)      # quantized: near, and not the float32 graph
+        mels[precision] = mel
+    assert not np.array_equal(mels["int8"], mels["int4"])
+
+
 def test_hift_f0_source_and_waveform(args, golden):
     hift = load_hift(TINY, args)
     mel = mx.array(golden["hift_mel"])

@@ -119,7 +119,7 @@ def test_backends_and_rows():
     linux = sys.platform.startswith("linux")
     pipe = load("cosyvoice3", model_dir=TINY)
     assert pipe.backends["code_decoder"] == ("onnx-float32" if linux else "mlx")
-    assert pipe.backends["flow_estimator"] == ("onnx" if linux else "mlx")
+    assert pipe.backends["flow_estimator"] == ("onnx-float32" if linux else "mlx")
     assert pipe.rows() is not None
     int8 = load("cosyvoice3", model_dir=TINY, options=LoadOptions(backends={"code_decoder": "onnx-int8"}))
     assert int8.backends["code_decoder"] == "onnx-int8" and int8.rows() is None

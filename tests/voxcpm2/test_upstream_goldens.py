@@ -108,3 +108,23 @@ def test_audiovae_decode_stream_and_encode_match_upstream(model, golden):
     feats = np.array(model.audio_vae.encode(mx.array(golden["ref_wav"][None])))[0]
     ref = golden["ref_feat"]
     assert np.abs(feats - ref.reshape(-1, ref.shape[-1])).max() <= 1e-4 * np.abs(ref).max()
+
+
+def test_locdit_int8_graph_is_near_the_float32_one(model):
+    """``--backend flow_estimator=onnx-int8`` (opt-in): one LocDiT call within 5% of the MLX
+    LocDiT's peak on the tiny checkpoint (float32: the patch tests above)."""
+    pytest.importorskip("onnxruntime")
+    from ttscli.models.voxcpm2.load import load_model
+    from ttscli.models.voxcpm2.onnx_dit import attach
+
+    m = load_model(FIX / "tiny")
+    a = m.args
+    rng = np.random.default_rng(0)
+    x, cond = (mx.array(rng.standard_normal((2, a.patch_size, a.feat_dim)).astype(np.float32)) for _ in range(2))
+    mu = mx.array(rng.standard_normal((2, 2 * a.dit.hidden_dim)).astype(np.float32))
+    t, dt = mx.array([0.7, 0.7]), mx.zeros((2,))
+    ref = np.array(m.feat_decoder.estimator(x, mu, t, cond, dt))
+    attach(m, FIX / "tiny", "tiny", "int8")
+    got = np.array(m.feat_decoder.external_estimator(x, mu, t, cond, dt))
+    err = np.abs(got - ref).max() / np.abs(ref).max()
+    assert 1e-4 < err <= 0.05, err

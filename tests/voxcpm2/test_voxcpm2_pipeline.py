@@ -120,7 +120,7 @@ def test_flow_estimator_backend_choice():
     from ttscli.models.base import LoadOptions
 
     default = api.load("voxcpm2", model_dir=FIX / "tiny")
-    assert default.backends["flow_estimator"] == ("onnx" if sys.platform.startswith("linux") else "mlx")
+    assert default.backends["flow_estimator"] == ("onnx-float32" if sys.platform.startswith("linux") else "mlx")
     on_mlx = api.load("voxcpm2", model_dir=FIX / "tiny", options=LoadOptions(backends={"flow_estimator": "mlx"}))
     assert on_mlx.backends["flow_estimator"] == "mlx" and on_mlx.model.feat_decoder.external_estimator is None
     with pytest.raises(UsageError, match="computes in float32, not bfloat16"):

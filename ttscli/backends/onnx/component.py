@@ -9,7 +9,9 @@ came from a checkpoint, the graph is cached under ``paths.converted_dir(model, v
 found again by the sha256 of ``source_files``; from random or in-memory weights, under a
 fingerprint of those weights (:mod:`ttscli.backends.onnx.convert`). A ``layout`` string holds
 what no tensor shape says (a head split, a chunk size): a cached graph of another layout is
-rebuilt.
+rebuilt. A graph is float32 unless a :class:`~.graph.Quant` asks for int8 / int4 linear weights
+(``--backend NAME=onnx-int8``, where the family offers it): its cache variant and layout then
+name the precision.
 
 Used by S3Gen's flow estimator and HiFT decode (Chatterbox) and CosyVoice3's DiT.
 """
@@ -27,7 +29,7 @@ from ttscli.errors import UsageError
 from .graph import Quant
 
 FLOAT32 = Quant("float32")
-# build(source, data_file, data_name) -> onnx.ModelProto; ``data_file`` None: weights inline
+# build(source, data_file, data_name, quant) -> onnx.ModelProto; ``data_file`` None: weights inline
 Build = Callable[..., object]
 
 
@@ -36,7 +38,7 @@ class GraphComponent:
     family: str                    # the manifest's family (part of a cached graph's key)
     name: str                      # the component, as ``--backend NAME=onnx`` names it
     file: str                      # the graph's file name in the converted folder
-    variant: str                   # the cache folder's variant (paths.converted_dir)
+    variant: str                   # the cache folder's variant (paths.converted_dir) in float32
     source_files: tuple[str, ...]  # the checkpoint files the weights come from (hashed)
     prefix: str                    # the module's parameter names get this prefix
     output: str                    # the graph's output
@@ -59,8 +61,16 @@ class GraphComponent:
             raise UsageError(f"{self.what} on onnxruntime computes in float32, not "
                              f"{', '.join(sorted(str(d).split('.')[-1] for d in dtypes))}; use {backend_option}")
 
+    def variant_of(self, quant: Quant) -> str:
+        return self.variant if quant.precision == "float32" else self.variant.replace("float32", quant.precision)
+
+    @staticmethod
+    def layout_of(layout: str, quant: Quant) -> str:
+        # float32 layouts stay as they were, so graphs cached before precisions existed stay valid
+        return layout if quant.precision == "float32" else f"{layout}/{quant.precision}-{quant.block_size}"
+
     def export(self, source, out_dir: Path, build: Build, *, model_id: str, source_record: dict, layout: str,
-               info: dict | None = None) -> dict:
+               info: dict | None = None, quant: Quant = FLOAT32) -> dict:
         """The graph (and its ``.data``) and the manifest into ``out_dir``."""
         import onnx
 
@@ -73,20 +83,22 @@ class GraphComponent:
         if self.external_data:
             data = self.file + ".data"
             with open(out_dir / data, "wb") as f:
-                model = build(source, f, data)
+                model = build(source, f, data, quant)
             data_files = [data]
         else:
-            model = build(source, None, "")
+            model = build(source, None, "", quant)
         onnx.save_model(model, str(out_dir / self.file))
-        entry = {"path": self.file, "data_files": data_files, "kind": self.name, "precision": "float32",
-                 "block_size": None, **{k: dataclasses.asdict(v) for k, v in (info or {}).items()},
+        entry = {"path": self.file, "data_files": data_files, "kind": self.name, "precision": quant.precision,
+                 "block_size": quant.block_size if quant.bits else None,
+                 **{k: dataclasses.asdict(v) for k, v in (info or {}).items()},
                  "size_bytes": sum((out_dir / n).stat().st_size for n in [self.file, *data_files]),
                  "build_seconds": round(time.perf_counter() - t0, 2)}
-        return write_manifest(out_dir, model=model_id, family=self.family, precision="float32",
-                              components={self.name: entry}, source={**source_record, "graph_layout": layout})
+        return write_manifest(out_dir, model=model_id, family=self.family, precision=quant.precision,
+                              components={self.name: entry},
+                              source={**source_record, "graph_layout": self.layout_of(layout, quant)})
 
     def find_or_build(self, module, checkpoint: Path | None, model_id: str | None, layout: str, build: Build,
-                      info: dict | None = None) -> Path:
+                      info: dict | None = None, quant: Quant = FLOAT32) -> Path:
         """The folder of the graph of ``module``'s weights: by the hashes of ``checkpoint``'s
         source files when the module was loaded from it, else by the weights' fingerprint."""
         from ttscli.backends.coreml.weights import ArrayWeights
@@ -97,22 +109,24 @@ class GraphComponent:
 
         params = self.params(module)
         if checkpoint is None:
-            return build_from_params(params, FLOAT32, layout, lambda src, tmp: self.export(
-                src, tmp, build, model_id="MLX model weights", source_record=RANDOM_SOURCE, layout=layout, info=info))
+            return build_from_params(params, quant, layout, lambda src, tmp: self.export(
+                src, tmp, build, model_id="MLX model weights", source_record=RANDOM_SOURCE, layout=layout, info=info,
+                quant=quant))
         checkpoint = Path(checkpoint)
         record = {"checkpoint": str(checkpoint.resolve()), "files": source_files(checkpoint, self.source_files)}
 
         def export(_folder, out_dir, quant, *, model_id, progress=None):
             return self.export(ArrayWeights(params, "MLX model"), out_dir, build, model_id=model_id,
-                               source_record=record, layout=layout, info=info)
+                               source_record=record, layout=layout, info=info, quant=quant)
 
         def accept(m: dict) -> bool:
             return m.get("family") == self.family and self.name in m.get("components", {}) \
-                and m.get("source", {}).get("graph_layout") == layout
+                and m.get("source", {}).get("graph_layout") == self.layout_of(layout, quant)
 
         # a build on first use of the default backend is announced at a terminal only: piped
         # stderr keeps its one line per error
-        return shared_find_or_build(checkpoint, FLOAT32, export, model_id, accept=accept, variant_name=self.variant,
+        return shared_find_or_build(checkpoint, quant, export, model_id, accept=accept,
+                                    variant_name=self.variant_of(quant),
                                     notice=sys.stderr.isatty())
 
     def session(self, folder: Path):

@@ -154,12 +154,12 @@ class _Net:
                  out=OUTPUT)
 
 
-def build_graph(source, a: DiTFlowArgs, data=None, data_name: str = ""):
+def build_graph(source, a: DiTFlowArgs, data=None, data_name: str = "", quant: Quant | None = None):
     """The ONNX model of the DiT from a weight source (``get``/``in``/``path``, float32 numpy,
-    names as in flow.pt)."""
+    names as in flow.pt); ``quant``: the linear layers' weights (float32 unless int8 / int4)."""
     from onnx import TensorProto, helper
 
-    b = Builder(Quant("float32"), data, data_name)
+    b = Builder(quant or Quant("float32"), data, data_name)
     _Net(b, source, a).build()
     mel, f = a.output_size, TensorProto.FLOAT
     inputs = [helper.make_tensor_value_info("x", f, ["batch", "time", mel]),
@@ -209,12 +209,14 @@ class OnnxDiT:
         return mx.array(self.session.run([OUTPUT], feeds)[0])
 
 
-def attach(flow, checkpoint=None, model_id: str | None = None) -> None:
+def attach(flow, checkpoint=None, model_id: str | None = None, precision: str = "float32") -> None:
     """Run ``flow``'s DiT (a :class:`~ttscli.codecs.s3gen.dit.CausalMaskedDiffWithDiT`) on
     onnxruntime from now on: the graph of ``checkpoint``'s flow.pt found (or built once) in
-    ttscli's cache by the file's hash, or, with ``checkpoint`` None, of the in-memory weights."""
+    ttscli's cache by the file's hash, or, with ``checkpoint`` None, of the in-memory weights;
+    ``precision``: its linear weights, float32 (the goldens' arithmetic) or int8 / int4."""
     a = flow.a
     COMPONENT.check_float32(flow.decoder.estimator, "--backend flow_estimator=mlx")
     folder = COMPONENT.find_or_build(flow.decoder.estimator, checkpoint, model_id, layout(a),
-                                     lambda src, data, name: build_graph(src, a, data, name), {"flow": a})
+                                     lambda src, data, name, quant: build_graph(src, a, data, name, quant),
+                                     {"flow": a}, quant=Quant(precision))
     flow.decoder.external_estimator = OnnxDiT(folder, a)

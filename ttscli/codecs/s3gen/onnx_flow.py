@@ -177,7 +177,7 @@ def _layout(a: FlowArgs) -> str:
 
 
 def _build(a: FlowArgs):
-    return lambda source, data, data_name: build_estimator(source, a, data=data, data_name=data_name)
+    return lambda source, data, data_name, quant: build_estimator(source, a, data=data, data_name=data_name)
 
 
 def export_estimator(source, a: FlowArgs, out_dir: Path, *, model_id: str, source_record: dict) -> dict:

@@ -122,7 +122,7 @@ def _layout(a: HiFTArgs) -> str:
 
 
 def _build(a: HiFTArgs):
-    return lambda source, data, data_name: build_decode(source, a)
+    return lambda source, data, data_name, quant: build_decode(source, a)
 
 
 def export_decode(source, a: HiFTArgs, out_dir: Path, *, model_id: str, source_record: dict) -> dict:

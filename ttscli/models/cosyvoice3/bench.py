@@ -24,7 +24,7 @@ def bench_components(pipe, req) -> dict[str, float]:
     s = pipe.stats
     steps = sum(s.frame_s)
     audio_s = s.decoder_frames / pipe.args.token_frame_rate
-    return {"flow_onnx": float(pipe.backends.get("flow_estimator") == "onnx"),
+    return {"flow_onnx": float(str(pipe.backends.get("flow_estimator", "mlx")).startswith("onnx")),
             "lm_prefill_s": s.prefill_s,
             "lm_tokens_per_s": (len(s.frame_s) / steps) if steps else None,
             "token2wav_s_per_audio_s": (s.decoder_s / audio_s) if audio_s and s.decoder_s else None}

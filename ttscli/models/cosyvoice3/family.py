@@ -44,7 +44,8 @@ FAMILY = Family(
                   on_gpu="mlx", why="onnxruntime's float32 graph ran the LM faster than MLX on a Linux CPU"),
         # the DiT, called 10 times per utterance on CFG's two rows, ran faster on onnxruntime's
         # GEMMs than on MLX on a Linux CPU (docs/benchmarks.md#cv3-cpu-dit-onnx)
-        Component("flow_estimator", ("mlx", "onnx"), measured={("linux", ""): "onnx"}, on_gpu="mlx",
+        Component("flow_estimator", ("mlx", "onnx"), onnx_precision=True, measured={("linux", ""): "onnx-f32"},
+                  on_gpu="mlx",
                   why="onnxruntime ran the DiT flow faster than MLX on a Linux CPU"),
     ),
 )

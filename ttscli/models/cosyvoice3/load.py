@@ -89,11 +89,11 @@ def load_pipeline(spec, checkpoint: Path | None, options):
     from ttscli.backends.select import split_backend
 
     for component, backend in options.backends.items():
-        if backend != "mlx" and not (component == "flow_estimator" and backend == "onnx"
-                                     or component == "code_decoder" and split_backend(backend)[0] == "onnx"):
+        if backend != "mlx" and not (component in ("flow_estimator", "code_decoder")
+                                     and split_backend(backend)[0] == "onnx"):
             raise BackendUnavailableError(f"CosyVoice3 {component}: backend {backend!r} is not available "
-                                          "(code_decoder: mlx or onnx[-f32|-int8|-int4]; flow_estimator: mlx or "
-                                          "onnx; the rest: mlx)")
+                                          "(code_decoder and flow_estimator: mlx or onnx[-f32|-int8|-int4]; "
+                                          "the rest: mlx)")
     flow_backend, code_backend = options.backend("flow_estimator"), options.backend("code_decoder")
     if split_backend(code_backend)[0] == "onnx":      # before anything loads
         from ttscli.models.cosyvoice3.onnx_lm import check_options
@@ -108,10 +108,12 @@ def load_pipeline(spec, checkpoint: Path | None, options):
 
         code_backend = attach_lm(lm, code_backend, None if rnd else Path(checkpoint), getattr(spec, "id", None))
     flow = load_flow(checkpoint, args, random_weights=rnd)
-    if flow_backend == "onnx":
+    if split_backend(flow_backend)[0] == "onnx":
         from ttscli.codecs.s3gen import onnx_dit
 
-        onnx_dit.attach(flow, None if rnd else Path(checkpoint), getattr(spec, "id", None))
+        precision = split_backend(flow_backend)[1]
+        onnx_dit.attach(flow, None if rnd else Path(checkpoint), getattr(spec, "id", None), precision)
+        flow_backend = f"onnx-{precision}"
     hift = load_hift(checkpoint, args, random_weights=rnd)
     if rnd:
         tokenizer, encoder, voice = random_text_tokenizer(), None, random_voice(args.speech_token_size)

@@ -37,7 +37,8 @@ FAMILY = Family(
                   why="the base and residual LMs as onnxruntime graphs built from the loaded weights"),
         # the LocDiT, called nine times a patch on CFG's two rows, ran faster on onnxruntime's
         # GEMMs than on MLX on a Linux CPU (docs/benchmarks.md#voxcpm2-cpu-dit-onnx)
-        Component("flow_estimator", ("mlx", "onnx"), measured={("linux", ""): "onnx"}, on_gpu="mlx",
+        Component("flow_estimator", ("mlx", "onnx"), onnx_precision=True, measured={("linux", ""): "onnx-f32"},
+                  on_gpu="mlx",
                   why="onnxruntime ran the diffusion transformer faster than MLX on a Linux CPU"),
         Component("speech_decoder", ("mlx",)),
     ),

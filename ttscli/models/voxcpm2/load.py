@@ -124,18 +124,17 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
     from ttscli.backends.select import split_backend
 
     for component, name in options.backends.items():
-        if name != "mlx" and not (component == "flow_estimator" and name == "onnx"
-                                  or component == "lm" and split_backend(name)[0] == "onnx"):
+        if name != "mlx" and not (component in ("flow_estimator", "lm") and split_backend(name)[0] == "onnx"):
             raise BackendUnavailableError(f"VoxCPM2 {component}: backend {name!r} is not available "
-                                          "(lm: mlx or onnx[-f32|-int8|-int4]; flow_estimator: mlx or onnx; "
-                                          "the rest: mlx)")
+                                          "(lm and flow_estimator: mlx or onnx[-f32|-int8|-int4]; the rest: mlx)")
     lm_backend = options.backend("lm")
     if split_backend(lm_backend)[0] == "onnx":       # before any weight loads
         from .onnx_lm import check_options
 
         check_options(options)
     dit_dtype = options.dtype or default_dtype()
-    if options.backend("flow_estimator") == "onnx" and dit_dtype != "float32":
+    dit_backend = options.backend("flow_estimator")
+    if split_backend(dit_backend)[0] == "onnx" and dit_dtype != "float32":
         # before any weight loads
         raise UsageError(f"VoxCPM2's diffusion transformer on onnxruntime computes in float32, not {dit_dtype}; "
                          "use --backend flow_estimator=mlx (or --dtype float32)")
@@ -151,13 +150,15 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
         if tokenizer.vocab_size > vocab:
             raise CheckpointError(f"{checkpoint}/tokenizer.json has {tokenizer.vocab_size} tokens, more than the "
                                   f"LM's vocabulary of {vocab} (config.json lm_config.vocab_size)")
-    if options.backend("flow_estimator") == "onnx":
+    if split_backend(dit_backend)[0] == "onnx":
         from .onnx_dit import attach
 
-        attach(model, None if options.random_weights else Path(checkpoint), getattr(spec, "id", None))
+        dit_backend = f"onnx-{split_backend(dit_backend)[1]}"
+        attach(model, None if options.random_weights else Path(checkpoint), getattr(spec, "id", None),
+               split_backend(dit_backend)[1])
     if split_backend(lm_backend)[0] == "onnx":
         from .onnx_lm import attach as attach_lms
 
         lm_backend = attach_lms(model, lm_backend, None if options.random_weights else Path(checkpoint),
                                 getattr(spec, "id", None))
-    return VoxCPM2Pipeline(spec, model, tokenizer, lm_backend)
+    return VoxCPM2Pipeline(spec, model, tokenizer, lm_backend, dit_backend)

@@ -73,12 +73,13 @@ class _Stack:
 
 
 def build_graph(source, stack_args, feat_dim: int, patch: int, attention_scale: float, data=None,
-                data_name: str = ""):
+                data_name: str = "", quant: Quant | None = None):
     """The ONNX model of the LocDiT from a weight source (``get``/``in``/``path``, names as in
-    model.safetensors); ``stack_args``: the DiT stack's :class:`~ttscli.lm.config.LMArgs`."""
+    model.safetensors); ``stack_args``: the DiT stack's :class:`~ttscli.lm.config.LMArgs`;
+    ``quant``: the linear layers' weights (float32 unless int8 / int4)."""
     from onnx import TensorProto, helper
 
-    b = Builder(Quant("float32"), data, data_name)
+    b = Builder(quant or Quant("float32"), data, data_name)
     w = _Source(source)
     H = stack_args.hidden_size
 
@@ -135,7 +136,7 @@ class OnnxLocDiT:
         return mx.array(self.session.run([OUTPUT], feeds)[0])
 
 
-def attach(model, checkpoint: Path | None = None, model_id: str | None = None) -> None:
+def attach(model, checkpoint: Path | None = None, model_id: str | None = None, precision: str = "float32") -> None:
     """Run ``model``'s LocDiT (a :class:`~ttscli.models.voxcpm2.model.VoxCPM2`) on onnxruntime
     from now on: the graph of ``checkpoint``'s model.safetensors (or pytorch_model.bin) found
     (or built once) in ttscli's cache by the file's hash, or, with ``checkpoint`` None, of the
@@ -153,6 +154,6 @@ def attach(model, checkpoint: Path | None = None, model_id: str | None = None) -
         component = dataclasses.replace(COMPONENT, source_files=(main,))
     layout = (f"voxcpm2/flow_estimator/{GRAPH_LAYOUT}/{stack.num_attention_heads}x{stack.head_dim}/"
               f"{stack.num_key_value_heads}/{a.patch_size}/{stack.rope.type}/{stack.residual_scale}/{scale}")
-    folder = component.find_or_build(est, checkpoint, model_id, layout, lambda src, data, name: build_graph(
-        src, stack, a.feat_dim, a.patch_size, scale, data, name), {"dit": a.dit})
+    folder = component.find_or_build(est, checkpoint, model_id, layout, lambda src, data, name, quant: build_graph(
+        src, stack, a.feat_dim, a.patch_size, scale, data, name, quant), {"dit": a.dit}, quant=Quant(precision))
     cfm.external_estimator = OnnxLocDiT(folder)
