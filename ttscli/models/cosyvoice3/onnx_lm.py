@@ -19,6 +19,7 @@ under a fingerprint of the weights.
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -95,7 +96,10 @@ def find_or_build(lm, checkpoint: Path | None, quant: Quant, model_id: str | Non
         return export_lm_graph(lm, out_dir, q, model_id=model_id, source_record=checkpoint_record(ck, SOURCE_FILES),
                                progress=progress)
 
-    return shared_find_or_build(Path(checkpoint), quant, export, model_id, accept=layout_is(FAMILY, GRAPH_LAYOUT))
+    # a build on first use of a default backend is announced at a terminal only: piped stderr
+    # keeps its one line per error
+    return shared_find_or_build(Path(checkpoint), quant, export, model_id, accept=layout_is(FAMILY, GRAPH_LAYOUT),
+                                notice=sys.stderr.isatty())
 
 
 def check_options(options) -> None:

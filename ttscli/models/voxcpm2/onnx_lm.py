@@ -20,6 +20,7 @@ Requests then go one at a time (the rows of serve/batch batch the MLX stacks).
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -91,7 +92,10 @@ def find_or_build(model, checkpoint: Path | None, quant: Quant, model_id: str | 
         return export_stacks(model, out_dir, q, model_id=model_id,
                              source_record=checkpoint_record(ck, (_source_file(ck),)), progress=progress)
 
-    return shared_find_or_build(checkpoint, quant, export, model_id, accept=layout_is(FAMILY, GRAPH_LAYOUT))
+    # a build on first use of a default backend is announced at a terminal only: piped stderr
+    # keeps its one line per error
+    return shared_find_or_build(checkpoint, quant, export, model_id, accept=layout_is(FAMILY, GRAPH_LAYOUT),
+                                notice=sys.stderr.isatty())
 
 
 class OnnxStack:
