@@ -127,6 +127,10 @@ def test_flow_estimator_backend_choice():
         api.load("voxcpm2", model_dir=FIX / "tiny",
                  options=LoadOptions(dtype="bfloat16", backends={"flow_estimator": "onnx"}))
     assert default.backends["lm"] == "mlx" and default.rows() is not None
+    plain = api.load("voxcpm2", model_dir=FIX / "tiny", options=LoadOptions(backends={"flow_estimator": "onnx"}))
+    assert plain.backends["flow_estimator"] == "onnx-float32"        # a flow's plain "onnx" is float32
+    int8 = api.load("voxcpm2", model_dir=FIX / "tiny", options=LoadOptions(backends={"flow_estimator": "onnx-int8"}))
+    assert int8.backends["flow_estimator"] == "onnx-int8"
     on_onnx = api.load("voxcpm2", model_dir=FIX / "tiny", options=LoadOptions(backends={"lm": "onnx-f32"}))
     assert on_onnx.backends["lm"] == "onnx-float32" and on_onnx.rows() is None
     with pytest.raises(UsageError, match="compute in float32"):

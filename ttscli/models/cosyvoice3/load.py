@@ -111,7 +111,8 @@ def load_pipeline(spec, checkpoint: Path | None, options):
     if split_backend(flow_backend)[0] == "onnx":
         from ttscli.codecs.s3gen import onnx_dit
 
-        precision = split_backend(flow_backend)[1]
+        # a flow integrates its error over its steps: plain "onnx" is float32 here (int8 only by name)
+        precision = "float32" if flow_backend.lower() == "onnx" else split_backend(flow_backend)[1]
         onnx_dit.attach(flow, None if rnd else Path(checkpoint), getattr(spec, "id", None), precision)
         flow_backend = f"onnx-{precision}"
     hift = load_hift(checkpoint, args, random_weights=rnd)

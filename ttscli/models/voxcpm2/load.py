@@ -153,9 +153,10 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
     if split_backend(dit_backend)[0] == "onnx":
         from .onnx_dit import attach
 
-        dit_backend = f"onnx-{split_backend(dit_backend)[1]}"
-        attach(model, None if options.random_weights else Path(checkpoint), getattr(spec, "id", None),
-               split_backend(dit_backend)[1])
+        # a flow integrates its error over its steps: plain "onnx" is float32 here (int8 only by name)
+        precision = "float32" if dit_backend.lower() == "onnx" else split_backend(dit_backend)[1]
+        dit_backend = f"onnx-{precision}"
+        attach(model, None if options.random_weights else Path(checkpoint), getattr(spec, "id", None), precision)
     if split_backend(lm_backend)[0] == "onnx":
         from .onnx_lm import attach as attach_lms
 

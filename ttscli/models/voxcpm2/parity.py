@@ -143,8 +143,8 @@ def parity_checks(spec, checkpoint: Path | None, *, golden: Path | None = None, 
     if onnx_available()[0]:
         # the LocDiT on onnxruntime (--backend flow_estimator=onnx) against the same goldens
         # and the LMs' float32 graphs (--backend lm=onnx-f32) with it
-        for label, backends in (("DiT on onnxruntime", {"flow_estimator": "onnx", "lm": "mlx"}),
-                                ("LMs and DiT on onnxruntime", {"flow_estimator": "onnx", "lm": "onnx-f32"})):
+        for label, backends in (("DiT on onnxruntime", {"flow_estimator": "onnx-f32", "lm": "mlx"}),
+                                ("LMs and DiT on onnxruntime", {"flow_estimator": "onnx-f32", "lm": "onnx-f32"})):
             pipe = load_pipeline(spec, Path(checkpoint), LoadOptions(dtype="float32", backends=backends))
             for mode in MODES:
                 audio, got = replay(pipe, g, mode)
