@@ -68,7 +68,7 @@ def onnx_model():
     """The tiny model with its LocDiT on onnxruntime (the default flow_estimator on a Linux CPU)."""
     pytest.importorskip("onnxruntime")
     from ttscli.models.voxcpm2.load import load_model
-    from ttscli.models.voxcpm2.onnx_dit import OnnxLocDiT, attach
+    from ttscli.models.voxcpm2.onnx_local import OnnxLocDiT, attach
 
     m = load_model(FIX / "tiny")
     attach(m, FIX / "tiny", "tiny")
@@ -115,7 +115,7 @@ def test_locdit_int8_graph_is_near_the_float32_one(model):
     LocDiT's peak on the tiny checkpoint (float32: the patch tests above)."""
     pytest.importorskip("onnxruntime")
     from ttscli.models.voxcpm2.load import load_model
-    from ttscli.models.voxcpm2.onnx_dit import attach
+    from ttscli.models.voxcpm2.onnx_local import attach
 
     m = load_model(FIX / "tiny")
     a = m.args
@@ -128,3 +128,24 @@ def test_locdit_int8_graph_is_near_the_float32_one(model):
     got = np.array(m.feat_decoder.external_estimator(x, mu, t, cond, dt))
     err = np.abs(got - ref).max() / np.abs(ref).max()
     assert 1e-4 < err <= 0.05, err
+
+
+def test_patch_encoder_on_onnxruntime_matches_upstream(golden):
+    """LocEnc's graph (``--backend patch_encoder=onnx``, the Linux CPU default): the reference's
+    and the continuation's patches encoded as upstream's prefill took them (its hidden states
+    equal within the prefill's cosine), and the MLX encoder's output within 1e-5 of its peak."""
+    pytest.importorskip("onnxruntime")
+    from ttscli.models.voxcpm2.generate import prefill
+    from ttscli.models.voxcpm2.load import load_model
+    from ttscli.models.voxcpm2.onnx_local import OnnxLocEnc, attach_encoder
+
+    m = load_model(FIX / "tiny")
+    feats = mx.array(golden["clone_continuation_feat"])
+    ref = np.array(m.embed_patches(feats))
+    attach_encoder(m, FIX / "tiny", "tiny")
+    assert isinstance(m.feat_encoder.external, OnnxLocEnc)
+    got = np.array(m.embed_patches(feats))
+    assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
+    for mode in MODES:
+        pre = prefill(m, _prompt(golden, mode))
+        assert _cos(pre.base_hidden, golden[f"{mode}_base_hidden"]) >= 0.99999

@@ -127,6 +127,7 @@ def test_flow_estimator_backend_choice():
         api.load("voxcpm2", model_dir=FIX / "tiny",
                  options=LoadOptions(dtype="bfloat16", backends={"flow_estimator": "onnx"}))
     assert default.backends["lm"] == "mlx" and default.rows() is not None
+    assert default.backends["patch_encoder"] == ("onnx" if sys.platform.startswith("linux") else "mlx")
     plain = api.load("voxcpm2", model_dir=FIX / "tiny", options=LoadOptions(backends={"flow_estimator": "onnx"}))
     assert plain.backends["flow_estimator"] == "onnx-float32"        # a flow's plain "onnx" is float32
     int8 = api.load("voxcpm2", model_dir=FIX / "tiny", options=LoadOptions(backends={"flow_estimator": "onnx-int8"}))

@@ -40,6 +40,10 @@ FAMILY = Family(
         Component("flow_estimator", ("mlx", "onnx"), onnx_precision=True, measured={("linux", ""): "onnx-f32"},
                   on_gpu="mlx",
                   why="onnxruntime ran the diffusion transformer faster than MLX on a Linux CPU"),
+        # LocEnc, run on each generated patch: the float32 graph took a fraction of MLX's time on
+        # a Linux CPU (docs/benchmarks.md#voxcpm2-cpu-locenc-onnx)
+        Component("patch_encoder", ("mlx", "onnx"), measured={("linux", ""): "onnx"}, on_gpu="mlx",
+                  why="onnxruntime ran the patch encoder faster than MLX on a Linux CPU"),
         Component("speech_decoder", ("mlx",)),
     ),
 )

@@ -124,20 +124,25 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
     from ttscli.backends.select import split_backend
 
     for component, name in options.backends.items():
-        if name != "mlx" and not (component in ("flow_estimator", "lm") and split_backend(name)[0] == "onnx"):
+        if name != "mlx" and not (component in ("flow_estimator", "lm") and split_backend(name)[0] == "onnx"
+                                  or component == "patch_encoder" and name == "onnx"):
             raise BackendUnavailableError(f"VoxCPM2 {component}: backend {name!r} is not available "
-                                          "(lm and flow_estimator: mlx or onnx[-f32|-int8|-int4]; the rest: mlx)")
+                                          "(lm and flow_estimator: mlx or onnx[-f32|-int8|-int4]; patch_encoder: "
+                                          "mlx or onnx; the rest: mlx)")
     lm_backend = options.backend("lm")
     if split_backend(lm_backend)[0] == "onnx":       # before any weight loads
         from .onnx_lm import check_options
 
         check_options(options)
     dit_dtype = options.dtype or default_dtype()
-    dit_backend = options.backend("flow_estimator")
+    dit_backend, enc_backend = options.backend("flow_estimator"), options.backend("patch_encoder")
     if split_backend(dit_backend)[0] == "onnx" and dit_dtype != "float32":
         # before any weight loads
         raise UsageError(f"VoxCPM2's diffusion transformer on onnxruntime computes in float32, not {dit_dtype}; "
                          "use --backend flow_estimator=mlx (or --dtype float32)")
+    if enc_backend == "onnx" and dit_dtype != "float32":
+        raise UsageError(f"VoxCPM2's patch encoder on onnxruntime computes in float32, not {dit_dtype}; "
+                         "use --backend patch_encoder=mlx (or --dtype float32)")
     if options.prefill_mode == "sequential":
         raise UsageError(f"{spec.id}: --prefill-mode sequential is not offered (one prefill of the prompt)")
     if options.random_weights:
@@ -151,15 +156,19 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
             raise CheckpointError(f"{checkpoint}/tokenizer.json has {tokenizer.vocab_size} tokens, more than the "
                                   f"LM's vocabulary of {vocab} (config.json lm_config.vocab_size)")
     if split_backend(dit_backend)[0] == "onnx":
-        from .onnx_dit import attach
+        from .onnx_local import attach
 
         # a flow integrates its error over its steps: plain "onnx" is float32 here (int8 only by name)
         precision = "float32" if dit_backend.lower() == "onnx" else split_backend(dit_backend)[1]
         dit_backend = f"onnx-{precision}"
         attach(model, None if options.random_weights else Path(checkpoint), getattr(spec, "id", None), precision)
+    if enc_backend == "onnx":
+        from .onnx_local import attach_encoder
+
+        attach_encoder(model, None if options.random_weights else Path(checkpoint), getattr(spec, "id", None))
     if split_backend(lm_backend)[0] == "onnx":
         from .onnx_lm import attach as attach_lms
 
         lm_backend = attach_lms(model, lm_backend, None if options.random_weights else Path(checkpoint),
                                 getattr(spec, "id", None))
-    return VoxCPM2Pipeline(spec, model, tokenizer, lm_backend, dit_backend)
+    return VoxCPM2Pipeline(spec, model, tokenizer, lm_backend, dit_backend, enc_backend)

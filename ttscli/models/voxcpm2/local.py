@@ -21,8 +21,12 @@ class LocEnc(nn.Module):
         self.special_token = mx.zeros((1, 1, 1, a.hidden_size))
         self.in_proj = nn.Linear(feat_dim, a.hidden_size)
         self.encoder = DecoderLM(a, embed_tokens=False)
+        # the same network on another runtime (onnx_local.OnnxLocEnc), called in its place
+        self.external = None
 
     def __call__(self, x: mx.array) -> mx.array:
+        if self.external is not None:
+            return self.external(x)
         B, T, P, _ = x.shape
         h = self.in_proj(x)
         special = mx.broadcast_to(self.special_token, (B, T, 1, h.shape[-1]))
@@ -81,7 +85,7 @@ class UnifiedCFM(nn.Module):
     def __init__(self, a: LMArgs, feat_dim: int):
         super().__init__()
         self.estimator = LocDiT(a, feat_dim)
-        # the same network on another runtime (onnx_dit.OnnxLocDiT), called in its place
+        # the same network on another runtime (onnx_local.OnnxLocDiT), called in its place
         self.external_estimator = None
 
     def __call__(self, mu: mx.array, cond: mx.array, noise: mx.array, steps: int,

@@ -141,10 +141,11 @@ def parity_checks(spec, checkpoint: Path | None, *, golden: Path | None = None, 
     from ttscli.backends.onnx.runtime import onnx_available
 
     if onnx_available()[0]:
-        # the LocDiT on onnxruntime (--backend flow_estimator=onnx) against the same goldens
-        # and the LMs' float32 graphs (--backend lm=onnx-f32) with it
-        for label, backends in (("DiT on onnxruntime", {"flow_estimator": "onnx-f32", "lm": "mlx"}),
-                                ("LMs and DiT on onnxruntime", {"flow_estimator": "onnx-f32", "lm": "onnx-f32"})):
+        # the LocDiT and LocEnc on onnxruntime (--backend flow_estimator=onnx --backend
+        # patch_encoder=onnx) against the same goldens, and the LMs' float32 graphs with them
+        local = {"flow_estimator": "onnx-f32", "patch_encoder": "onnx"}     # the Linux CPU defaults
+        for label, backends in (("DiT and patch encoder on onnxruntime", {**local, "lm": "mlx"}),
+                                ("LMs, DiT and patch encoder on onnxruntime", {**local, "lm": "onnx-f32"})):
             pipe = load_pipeline(spec, Path(checkpoint), LoadOptions(dtype="float32", backends=backends))
             for mode in MODES:
                 audio, got = replay(pipe, g, mode)

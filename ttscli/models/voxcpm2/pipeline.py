@@ -83,7 +83,8 @@ class VoxCPM2Pipeline(Pipeline):
     max_chunk_chars = 300
     independent_generations = True    # caches, key stream and decoder stream live in each generation
 
-    def __init__(self, spec: Any, model, tokenizer, lm_backend: str = "mlx", dit_backend: str = "mlx"):
+    def __init__(self, spec: Any, model, tokenizer, lm_backend: str = "mlx", dit_backend: str = "mlx",
+                 encoder_backend: str = "mlx"):
         super().__init__()
         self.spec = spec
         self.model = model
@@ -91,7 +92,8 @@ class VoxCPM2Pipeline(Pipeline):
         vae = model.args.vae
         self.sample_rate = vae.out_sample_rate
         self.ref_sample_rate = vae.sample_rate
-        self.backends = {"lm": lm_backend, "flow_estimator": dit_backend, "speech_decoder": "mlx"}
+        self.backends = {"lm": lm_backend, "flow_estimator": dit_backend, "patch_encoder": encoder_backend,
+                         "speech_decoder": "mlx"}
         self._voices: dict[str, VoicePrompt] = {}
 
     @property

@@ -1,6 +1,7 @@
-"""VoxCPM2's diffusion transformer (LocDiT, ``feat_decoder.estimator``) on onnxruntime.
+"""VoxCPM2's local stacks on onnxruntime: the diffusion transformer (LocDiT,
+``feat_decoder.estimator``) and the patch encoder (LocEnc, ``feat_encoder``).
 
-Only the network called once per Euler step moves; the steps, CFG-Zero*'s guidance and the
+LocDiT: only the network called once per Euler step moves; the steps, CFG-Zero*'s guidance and the
 noise stay in :class:`~ttscli.models.voxcpm2.local.UnifiedCFM`, which calls :class:`OnnxLocDiT`
 in its place when one is attached. The graph is built from the weights the loaded MLX LocDiT
 holds (names as below ``feat_decoder.estimator.`` in model.safetensors), float32, a dynamic
@@ -15,6 +16,13 @@ prepacked GEMMs run them faster (docs/benchmarks.md#voxcpm2-cpu-dit-onnx).
 Which runs: ``--backend flow_estimator=mlx|onnx``; onnx by default on a Linux CPU, MLX on a GPU
 and on macOS (the family's declaration). The graph computes in float32: a LocDiT held in
 bfloat16 (``--dtype bfloat16``) is refused on onnx with one line.
+
+LocEnc (``--backend patch_encoder=mlx|onnx``, the same defaults): each generated patch is encoded
+back for the LMs' next step, and the reference's patches for the prompt: a learnt token in front
+of the projected frames through a 12-layer bidirectional stack over ``1 + patch_size`` positions,
+read at that token. MLX took about 115 ms a patch for it on the project's CPU (0.8 GB of weights
+read for 5 positions); the float32 graph takes a fraction of that
+(docs/benchmarks.md#voxcpm2-cpu-locenc-onnx).
 """
 from __future__ import annotations
 
@@ -32,41 +40,30 @@ PREFIX = "feat_decoder.estimator."
 INPUTS = ("x", "mu", "t", "cond", "dt")
 OUTPUT = "velocity"
 GRAPH_LAYOUT = 1
+ENC_PREFIX = "feat_encoder."
 
 COMPONENT = GraphComponent(family="voxcpm2", name="flow_estimator", file="locdit.onnx", variant="onnx-locdit-float32",
                            source_files=("model.safetensors",), prefix=PREFIX, output=OUTPUT,
                            what="VoxCPM2's diffusion transformer")
+ENCODER = GraphComponent(family="voxcpm2", name="patch_encoder", file="locenc.onnx", variant="onnx-locenc-float32",
+                         source_files=("model.safetensors",), prefix=ENC_PREFIX, output="hidden",
+                         what="VoxCPM2's patch encoder")
 
 
 class _Source:
-    """The weight source seen below the prefix, one clear line for a missing tensor."""
+    """The weight source seen below ``prefix`` (then below ``sub``, e.g. a stack's ``decoder.``),
+    one clear line for a missing tensor."""
 
-    def __init__(self, source):
-        self.src = source
-
-    def __contains__(self, key: str) -> bool:
-        return PREFIX + key in self.src
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        if PREFIX + key not in self.src:
-            raise CheckpointError(f"{self.src.path}: no tensor {PREFIX}{key}")
-        return np.asarray(self.src.get(PREFIX + key), np.float32)
-
-    def get(self, key: str, default=None):
-        return self[key] if key in self else default
-
-
-class _Stack:
-    """The stack's tensors (``decoder.*``) as the window stack reads them (``layers.N...``)."""
-
-    def __init__(self, w: _Source):
-        self.w = w
+    def __init__(self, source, prefix: str = PREFIX, sub: str = ""):
+        self.src, self.prefix = source, prefix + sub
 
     def __contains__(self, key: str) -> bool:
-        return "decoder." + key in self.w
+        return self.prefix + key in self.src
 
     def __getitem__(self, key: str) -> np.ndarray:
-        return self.w["decoder." + key]
+        if self.prefix + key not in self.src:
+            raise CheckpointError(f"{self.src.path}: no tensor {self.prefix}{key}")
+        return np.asarray(self.src.get(self.prefix + key), np.float32)
 
     def get(self, key: str, default=None):
         return self[key] if key in self else default
@@ -104,7 +101,7 @@ def build_graph(source, stack_args, feat_dim: int, patch: int, attention_scale: 
     mu = op("Reshape", "mu", b.const("mu_tokens", np.array([0, -1, H], np.int64)))
     seq = op("Concat", mu, op("Unsqueeze", te, "axis1"), linear("cond", "cond_proj"), linear("x", "in_proj"), axis=1)
     length = 3 + 2 * patch
-    out = window_stack(b, stack_args, _Stack(w), seq, length, attention_scale=attention_scale)
+    out = window_stack(b, stack_args, _Source(source, PREFIX, "decoder."), seq, length, attention_scale=attention_scale)
     tail = op("Slice", out, b.const("tail_start", np.array([length - patch], np.int64)),
               b.const("tail_end", np.array([length], np.int64)), "axis1")
     b.linear(tail, w["out_proj.weight"], w["out_proj.bias"], "out_proj", out=OUTPUT)
@@ -157,3 +154,66 @@ def attach(model, checkpoint: Path | None = None, model_id: str | None = None, p
     folder = component.find_or_build(est, checkpoint, model_id, layout, lambda src, data, name, quant: build_graph(
         src, stack, a.feat_dim, a.patch_size, scale, data, name, quant), {"dit": a.dit}, quant=Quant(precision))
     cfm.external_estimator = OnnxLocDiT(folder)
+
+
+def build_encoder_graph(source, stack_args, feat_dim: int, patch: int, attention_scale: float, data=None,
+                        data_name: str = ""):
+    """The ONNX model of LocEnc: patches ``[N, P, D]`` -> the stack's output at the learnt token ``[N, H]``."""
+    from onnx import TensorProto, helper
+
+    b = Builder(Quant("float32"), data, data_name)
+    w = _Source(source, ENC_PREFIX)
+    H = stack_args.hidden_size
+    b.const("axis1", np.array([1], np.int64))
+    h = b.linear("patches", w["in_proj.weight"], w["in_proj.bias"], "in_proj")                # [N, P, H]
+    rows = b.node("Slice", [b.node("Shape", ["patches"])[0], b.const("s0", np.array([0], np.int64)),
+                            b.const("s1", np.array([1], np.int64))])[0]
+    shape = b.node("Concat", [rows, b.const("one_width", np.array([1, H], np.int64))], axis=0)[0]
+    special = b.node("Expand", [b.const("special", w["special_token"].reshape(1, 1, H)), shape])[0]
+    seq = b.node("Concat", [special, h], axis=1)[0]
+    out = window_stack(b, stack_args, _Source(source, ENC_PREFIX, "encoder."), seq, patch + 1,
+                       attention_scale=attention_scale)
+    b.node("Gather", [out, b.const("first", np.array(0, np.int64))], ["hidden"], axis=1)
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(b.nodes, "voxcpm2_locenc", [helper.make_tensor_value_info("patches", f,
+                                                                                        ["rows", patch, feat_dim])],
+                              [helper.make_tensor_value_info("hidden", f, ["rows", H])], initializer=b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)],
+                              producer_name="ttscli")
+    model.ir_version = 8
+    return model
+
+
+class OnnxLocEnc:
+    """The LocEnc graph in a session, called as the MLX LocEnc is: ``[B, T, P, D]`` -> ``[B, T, H]``."""
+
+    def __init__(self, folder: Path):
+        self.session = ENCODER.session(folder)
+
+    def __call__(self, x):
+        import mlx.core as mx
+
+        B, T, P, D = x.shape
+        feed = np.asarray(x.astype(mx.float32)).reshape(B * T, P, D)
+        out = self.session.run(["hidden"], {"patches": feed})[0]
+        return mx.array(out.reshape(B, T, -1))
+
+
+def attach_encoder(model, checkpoint: Path | None = None, model_id: str | None = None) -> None:
+    """Run ``model``'s LocEnc on onnxruntime from now on (its float32 graph, cached as the LocDiT's is)."""
+    enc = model.feat_encoder
+    ENCODER.check_float32(enc, "--backend patch_encoder=mlx (or --dtype float32)")
+    a = model.args
+    stack = a.local(a.encoder)
+    scale = float(enc.encoder.layers[0].self_attn.scale)
+    component = ENCODER
+    if checkpoint is not None:
+        main = next((n for n in ("model.safetensors", "pytorch_model.bin") if (Path(checkpoint) / n).is_file()),
+                    ENCODER.source_files[0])
+        component = dataclasses.replace(ENCODER, source_files=(main,))
+    layout = (f"voxcpm2/patch_encoder/{GRAPH_LAYOUT}/{stack.num_attention_heads}x{stack.head_dim}/"
+              f"{stack.num_key_value_heads}/{a.patch_size}/{stack.rope.type}/{stack.residual_scale}/{scale}")
+    folder = component.find_or_build(enc, checkpoint, model_id, layout, lambda src, data, name, quant:
+                                      build_encoder_graph(src, stack, a.feat_dim, a.patch_size, scale, data, name),
+                                      {"encoder": a.encoder})
+    enc.external = OnnxLocEnc(folder)
