@@ -157,6 +157,55 @@ class Builder:
                          block_size=self.quant.block_size, accuracy_level=self.quant.accuracy_level)[0]
 
 
+class Prefixed:
+    """A weight source (``get``/``in``/``path``) seen below ``prefix`` as a mapping of float32
+    numpy arrays: ``w[key]`` is one clear line for a missing tensor, ``w.get(key)`` gives
+    ``default`` instead (an optional bias)."""
+
+    def __init__(self, source, prefix: str):
+        self.src, self.prefix = source, prefix
+
+    def __contains__(self, key: str) -> bool:
+        return self.prefix + key in self.src
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if self.prefix + key not in self.src:
+            raise CheckpointError(f"{getattr(self.src, 'path', 'weights')}: no tensor {self.prefix}{key}")
+        return np.asarray(self.src.get(self.prefix + key), np.float32)
+
+    def get(self, key: str, default=None):
+        return self[key] if key in self else default
+
+
+def finish(b: "Builder", name: str, inputs: list, outputs: list, contrib: bool = True):
+    """The ONNX model of what ``b`` holds: the graph ``name`` over these value infos, the
+    standard opset (and onnxruntime's contrib ops unless ``contrib`` is False), IR version 8."""
+    from onnx import helper
+
+    graph = helper.make_graph(b.nodes, name, inputs, outputs, initializer=b.inits)
+    opsets = [helper.make_opsetid("", OPSET)] + ([helper.make_opsetid(MS, 1)] if contrib else [])
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="ttscli")
+    model.ir_version = 8
+    return model
+
+
+def _qkv(b: "Builder", weights: Mapping[str, np.ndarray], h: str, a: str, args: LMArgs) -> list[str]:
+    """q, k, v of a block's attention ``a`` (``layers.N.self_attn.``) from one fused projection of ``h``."""
+    nh, kvh, hd = args.num_attention_heads, args.num_key_value_heads, args.head_dim
+    wqkv = _cat(weights, [a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"])
+    bqkv = _cat(weights, [a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"])
+    split = b.const(a + "split", np.array([nh * hd, kvh * hd, kvh * hd], np.int64))
+    return b.node("Split", [b.linear(h, wqkv, bqkv, a + "qkv_proj"), split], 3, axis=-1)
+
+
+def _branch_scale(b: "Builder", args: LMArgs):
+    """``y -> y * residual_scale`` (muP's branch scale), or the identity for a stack without one."""
+    if args.residual_scale == 1.0:
+        return lambda y: y
+    scale = b.const("residual_scale", np.array(args.residual_scale, np.float32))
+    return lambda y: b.node("Mul", [y, scale])[0]
+
+
 def _cat(w: Mapping[str, np.ndarray], keys: list[str]) -> np.ndarray | None:
     if not all(k in w for k in keys):
         return None
@@ -262,11 +311,7 @@ def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[
         cos, sin = rope_cache(args, max_positions)
         b.const("cos_cache", cos)
         b.const("sin_cache", sin)
-    scale = None if args.residual_scale == 1.0 else b.const("residual_scale", np.array(args.residual_scale, np.float32))
-
-    def branch(y: str) -> str:
-        return y if scale is None else b.node("Mul", [y, scale])[0]
-
+    branch = _branch_scale(b, args)
     b.const("heads_shape", np.array([0, 0, -1, hd], np.int64))
     b.const("flat_shape", np.array([0, 0, -1], np.int64))
     b.const("last", np.array(-1, np.int64))
@@ -278,11 +323,7 @@ def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[
         p = f"layers.{i}."
         h, resid = _norm(b, style, weights, p + "input_layernorm", pending, resid, eps)
         a = p + "self_attn."
-        wqkv = _cat(weights, [a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"])
-        bqkv = _cat(weights, [a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"])
-        qkv = b.linear(h, wqkv, bqkv, a + "qkv_proj")
-        b.const(a + "split", np.array([nh * hd, kvh * hd, kvh * hd], np.int64))
-        q, k, v = b.node("Split", [qkv, a + "split"], 3, axis=-1)
+        q, k, v = _qkv(b, weights, h, a, args)
         if args.qk_norm:
             def norm(t: str, key: str, a: str = a) -> str:
                 g = b.const(a + key + ".weight", np.asarray(weights[a + key + ".weight"], np.float32))
@@ -329,11 +370,7 @@ def build_graph(args: LMArgs, weights: Mapping[str, np.ndarray], heads: Mapping[
         more_in, more_out = tail(b, hidden)
         inputs += more_in
         outputs[len(outputs) - 2 * args.num_hidden_layers:len(outputs) - 2 * args.num_hidden_layers] = more_out
-    graph = helper.make_graph(b.nodes, name, inputs, outputs, initializer=b.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)],
-                              producer_name="ttscli")
-    model.ir_version = 8
-    return model
+    return finish(b, name, inputs, outputs)
 
 
 def window_stack(b: Builder, args: LMArgs, weights: Mapping[str, np.ndarray], x: str, length: int, *,
@@ -371,8 +408,7 @@ def window_stack(b: Builder, args: LMArgs, weights: Mapping[str, np.ndarray], x:
     if rep > 1:
         b.const("win_kv5", np.array([0, 0, kvh, 1, hd], np.int64))
         b.const("win_kv_rep", np.array([1, 1, 1, rep, 1], np.int64))
-    scale = None if args.residual_scale == 1.0 else b.const("win_residual_scale",
-                                                            np.array(args.residual_scale, np.float32))
+    branch = _branch_scale(b, args)
 
     def rotate(t: str) -> str:
         t4 = b.node("Reshape", [t, "win_heads"])[0]                            # [B, L, heads, hd]
@@ -387,18 +423,12 @@ def window_stack(b: Builder, args: LMArgs, weights: Mapping[str, np.ndarray], x:
         t5 = b.node("Reshape", [t, "win_kv5"])[0]
         return b.node("Reshape", [b.node("Tile", [t5, "win_kv_rep"])[0], "win_flat"])[0]
 
-    def branch(y: str) -> str:
-        return y if scale is None else b.node("Mul", [y, scale])[0]
-
     resid, pending = x, None
     for i in range(args.num_hidden_layers):
         p = f"layers.{i}."
         h, resid = _norm(b, style, weights, p + "input_layernorm", pending, resid, eps)
         a = p + "self_attn."
-        wqkv = _cat(weights, [a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"])
-        bqkv = _cat(weights, [a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"])
-        q, k, v = b.node("Split", [b.linear(h, wqkv, bqkv, a + "qkv_proj"),
-                                   b.const(a + "split", np.array([nh * hd, kvh * hd, kvh * hd], np.int64))], 3, axis=-1)
+        q, k, v = _qkv(b, weights, h, a, args)
         if rope:
             q, k = rotate(q), rotate(k)
         y = b.node("MultiHeadAttention", [q, heads_of(k), heads_of(v)], domain=MS, num_heads=nh,

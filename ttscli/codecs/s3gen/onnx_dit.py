@@ -26,8 +26,7 @@ import math
 import numpy as np
 
 from ttscli.backends.onnx.component import GraphComponent
-from ttscli.backends.onnx.graph import MS, OPSET, Builder, Quant
-from ttscli.errors import CheckpointError
+from ttscli.backends.onnx.graph import MS, Builder, Prefixed, Quant, finish
 
 from .dit import DiTFlowArgs
 
@@ -41,12 +40,10 @@ MASKED = -1e9
 
 class _Net:
     def __init__(self, b: Builder, source, a: DiTFlowArgs):
-        self.b, self.src, self.a = b, source, a
+        self.b, self.w, self.a = b, Prefixed(source, PREFIX), a
 
     def p(self, key: str) -> np.ndarray:
-        if PREFIX + key not in self.src:
-            raise CheckpointError(f"{self.src.path}: no tensor {PREFIX}{key}")
-        return np.asarray(self.src.get(PREFIX + key), np.float32)
+        return self.w[key]
 
     def op(self, name: str, *inputs: str, **attrs) -> str:
         return self.b.node(name, list(inputs), **attrs)[0]
@@ -169,11 +166,7 @@ def build_graph(source, a: DiTFlowArgs, data=None, data_name: str = "", quant: Q
               helper.make_tensor_value_info("cond", f, ["batch", "time", mel]),
               helper.make_tensor_value_info("attn_bias", f, [1, 1, "time", "time"])]
     outputs = [helper.make_tensor_value_info(OUTPUT, f, ["batch", "time", mel])]
-    graph = helper.make_graph(b.nodes, "cosyvoice3_dit", inputs, outputs, initializer=b.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)],
-                              producer_name="ttscli")
-    model.ir_version = 8
-    return model
+    return finish(b, "cosyvoice3_dit", inputs, outputs)
 
 
 def attn_bias(frames: int, a: DiTFlowArgs, streaming: bool) -> np.ndarray:

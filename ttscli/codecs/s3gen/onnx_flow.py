@@ -32,9 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ttscli.backends.onnx.component import FLOAT32, GraphComponent
-from ttscli.backends.onnx.graph import MS, OPSET
-from ttscli.backends.onnx.graph import Builder
-from ttscli.errors import CheckpointError
+from ttscli.backends.onnx.graph import MS, Builder, Prefixed, finish
 
 from .flow import FlowArgs
 
@@ -53,12 +51,10 @@ class _Net:
     """Emits the estimator's nodes into a :class:`Builder` from weights named as flow.py's modules."""
 
     def __init__(self, b: Builder, source, a: FlowArgs):
-        self.b, self.src, self.a = b, source, a
+        self.b, self.w, self.a = b, Prefixed(source, PREFIX), a
 
     def p(self, key: str) -> np.ndarray:
-        if PREFIX + key not in self.src:
-            raise CheckpointError(f"{self.src.path}: no tensor {PREFIX}{key}")
-        return np.asarray(self.src.get(PREFIX + key), np.float32)
+        return self.w[key]
 
     def linear(self, x: str, key: str, bias: bool = True) -> str:
         return self.b.linear(x, self.p(key + ".weight"), self.p(key + ".bias") if bias else None, key)
@@ -161,11 +157,7 @@ def build_estimator(source, a: FlowArgs, *, data=None, data_name: str = ""):
               helper.make_tensor_value_info("spks", f, ["batch", mel]),
               helper.make_tensor_value_info("cond", f, ["batch", "time", mel])]
     outputs = [helper.make_tensor_value_info(OUTPUT, f, ["batch", "time", mel])]
-    graph = helper.make_graph(b.nodes, "s3gen_flow_estimator", inputs, outputs, initializer=b.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)],
-                              producer_name="ttscli")
-    model.ir_version = 8
-    return model
+    return finish(b, "s3gen_flow_estimator", inputs, outputs)
 
 
 # ----------------------------------------------------------------------------- export and cache

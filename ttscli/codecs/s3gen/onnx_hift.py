@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ttscli.backends.onnx.component import FLOAT32, GraphComponent
-from ttscli.backends.onnx.graph import OPSET, Builder
+from ttscli.backends.onnx.graph import Builder, finish
 from ttscli.backends.onnx.vocoder import ConvNet, istft, stft
 from ttscli.errors import CheckpointError
 
@@ -99,13 +99,9 @@ def build_decode(source, a: HiFTArgs):
     y = op("Clip", istft(b, mag, phase, a.n_fft, a.hop_len), net.f32(-a.audio_limit), net.f32(a.audio_limit))
     b.node("Reshape", [y, i64([-1], "flat")], [OUTPUT])
     f = TensorProto.FLOAT
-    graph = helper.make_graph(b.nodes, "s3gen_hift_decode",
-                              [helper.make_tensor_value_info("mel", f, ["frames", a.in_channels]),
-                               helper.make_tensor_value_info("source", f, ["samples"])],
-                              [helper.make_tensor_value_info(OUTPUT, f, ["samples"])], initializer=b.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="ttscli")
-    model.ir_version = 8
-    return model
+    return finish(b, "s3gen_hift_decode", [helper.make_tensor_value_info("mel", f, ["frames", a.in_channels]),
+                                           helper.make_tensor_value_info("source", f, ["samples"])],
+                  [helper.make_tensor_value_info(OUTPUT, f, ["samples"])], contrib=False)
 
 
 def _alpha(block: str, stage: int, j: int) -> str:

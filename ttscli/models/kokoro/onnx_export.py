@@ -34,7 +34,7 @@ from ttscli.backends.coreml.weights import ArrayWeights
 from ttscli.backends.onnx.convert import RANDOM_SOURCE, build_from_params, convert_hook, mlx_params
 from ttscli.backends.onnx.convert import find_or_build as shared_find_or_build
 from ttscli.backends.onnx.export import checkpoint_record, export_components, layout_is
-from ttscli.backends.onnx.graph import OPSET, Builder, Quant
+from ttscli.backends.onnx.graph import Builder, Quant, finish
 from ttscli.backends.onnx.vocoder import ConvNet, istft, stft
 from ttscli.errors import UsageError
 
@@ -101,12 +101,7 @@ def _value(name: str, dims: list) -> object:
 
 
 def _model(b: Builder, name: str, inputs: list, outputs: list):
-    from onnx import helper
-
-    graph = helper.make_graph(b.nodes, name, inputs, outputs, initializer=b.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="ttscli")
-    model.ir_version = 8
-    return model
+    return finish(b, name, inputs, outputs, contrib=False)
 
 
 def source_graph(w, args):

@@ -26,6 +26,14 @@ def _first(folder: Path, names: tuple[str, ...]) -> Path:
     raise CheckpointError(f"{folder}: none of {', '.join(names)} found")
 
 
+MAIN_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def main_file(folder: Path) -> str:
+    """The name of the checkpoint's main weights file (model.safetensors or pytorch_model.bin)."""
+    return _first(Path(folder), MAIN_FILES).name
+
+
 def _read(path: Path) -> dict:
     if path.suffix == ".safetensors":
         return read_safetensors(path)
@@ -54,7 +62,7 @@ def load_model(folder: Path, dtype=None) -> VoxCPM2:
     args = ModelArgs.read(json.loads((folder / "config.json").read_text()), source=str(folder / "config.json"))
     model = VoxCPM2(args)
     params = shapes(dict(tree_flatten(model.parameters())))
-    main = _first(folder, ("model.safetensors", "pytorch_model.bin"))
+    main = _first(folder, MAIN_FILES)
     vae_file = _first(folder, ("audiovae.safetensors", "audiovae.pth"))
     weights = _read(main)
     vae = _read(vae_file)

@@ -35,11 +35,6 @@ STACKS = (("base_lm", "base_lm.onnx"), ("residual_lm", "residual_lm.onnx"))
 KEEP = ("layers.", "norm.")
 
 
-def _source_file(checkpoint: Path) -> str:
-    return next((n for n in ("model.safetensors", "pytorch_model.bin") if (Path(checkpoint) / n).is_file()),
-                "model.safetensors")
-
-
 def export_stacks(model, out_dir: Path, quant: Quant, *, model_id: str, source_record: dict,
                   progress: Callable[..., None] | None = None) -> dict:
     """Both graphs (+ ``.data``) and the manifest into ``out_dir`` from the loaded model's stacks."""
@@ -66,13 +61,13 @@ def convert_onnx(spec, checkpoint: Path, out_dir: Path, *, quantize: bool = Fals
     from ttscli.backends.onnx.convert import quant_for
     from ttscli.backends.onnx.export import checkpoint_record
 
-    from .load import load_model
+    from .load import load_model, main_file
 
     if dtype not in (None, "float32"):
         raise UsageError("ONNX graphs compute in float32 (weights float32, int8 or int4); drop --dtype")
     checkpoint = Path(checkpoint)
     export_stacks(load_model(checkpoint, dtype="float32"), out_dir, quant_for(quantize, q_bits, q_group_size),
-                  model_id=spec.id, source_record=checkpoint_record(checkpoint, (_source_file(checkpoint),)),
+                  model_id=spec.id, source_record=checkpoint_record(checkpoint, (main_file(checkpoint),)),
                   progress=progress)
 
 
@@ -80,6 +75,8 @@ def find_or_build(model, checkpoint: Path | None, quant: Quant, model_id: str | 
     from ttscli.backends.onnx.convert import RANDOM_SOURCE, build_from_params, mlx_params
     from ttscli.backends.onnx.convert import find_or_build as shared_find_or_build
     from ttscli.backends.onnx.export import checkpoint_record, layout_is
+
+    from .load import main_file
 
     if checkpoint is None:
         params = {f"{n}.{k}": v for n, _ in STACKS
@@ -90,7 +87,7 @@ def find_or_build(model, checkpoint: Path | None, quant: Quant, model_id: str | 
 
     def export(ck, out_dir, q, *, model_id, progress=None):
         return export_stacks(model, out_dir, q, model_id=model_id,
-                             source_record=checkpoint_record(ck, (_source_file(ck),)), progress=progress)
+                             source_record=checkpoint_record(ck, (main_file(ck),)), progress=progress)
 
     # a build on first use of a default backend is announced at a terminal only: piped stderr
     # keeps its one line per error

@@ -33,8 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from ttscli.backends.onnx.component import GraphComponent
-from ttscli.backends.onnx.graph import MS, OPSET, Builder, Quant, window_stack
-from ttscli.errors import CheckpointError
+from ttscli.backends.onnx.graph import Builder, Prefixed, Quant, finish, window_stack
 
 PREFIX = "feat_decoder.estimator."
 INPUTS = ("x", "mu", "t", "cond", "dt")
@@ -50,25 +49,6 @@ ENCODER = GraphComponent(family="voxcpm2", name="patch_encoder", file="locenc.on
                          what="VoxCPM2's patch encoder")
 
 
-class _Source:
-    """The weight source seen below ``prefix`` (then below ``sub``, e.g. a stack's ``decoder.``),
-    one clear line for a missing tensor."""
-
-    def __init__(self, source, prefix: str = PREFIX, sub: str = ""):
-        self.src, self.prefix = source, prefix + sub
-
-    def __contains__(self, key: str) -> bool:
-        return self.prefix + key in self.src
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        if self.prefix + key not in self.src:
-            raise CheckpointError(f"{self.src.path}: no tensor {self.prefix}{key}")
-        return np.asarray(self.src.get(self.prefix + key), np.float32)
-
-    def get(self, key: str, default=None):
-        return self[key] if key in self else default
-
-
 def build_graph(source, stack_args, feat_dim: int, patch: int, attention_scale: float, data=None,
                 data_name: str = "", quant: Quant | None = None):
     """The ONNX model of the LocDiT from a weight source (``get``/``in``/``path``, names as in
@@ -77,7 +57,7 @@ def build_graph(source, stack_args, feat_dim: int, patch: int, attention_scale: 
     from onnx import TensorProto, helper
 
     b = Builder(quant or Quant("float32"), data, data_name)
-    w = _Source(source)
+    w = Prefixed(source, PREFIX)
     H = stack_args.hidden_size
 
     def op(name, *inputs, **attrs):
@@ -101,7 +81,8 @@ def build_graph(source, stack_args, feat_dim: int, patch: int, attention_scale: 
     mu = op("Reshape", "mu", b.const("mu_tokens", np.array([0, -1, H], np.int64)))
     seq = op("Concat", mu, op("Unsqueeze", te, "axis1"), linear("cond", "cond_proj"), linear("x", "in_proj"), axis=1)
     length = 3 + 2 * patch
-    out = window_stack(b, stack_args, _Source(source, PREFIX, "decoder."), seq, length, attention_scale=attention_scale)
+    out = window_stack(b, stack_args, Prefixed(source, PREFIX + "decoder."), seq, length,
+                       attention_scale=attention_scale)
     tail = op("Slice", out, b.const("tail_start", np.array([length - patch], np.int64)),
               b.const("tail_end", np.array([length], np.int64)), "axis1")
     b.linear(tail, w["out_proj.weight"], w["out_proj.bias"], "out_proj", out=OUTPUT)
@@ -112,11 +93,7 @@ def build_graph(source, stack_args, feat_dim: int, patch: int, attention_scale: 
               helper.make_tensor_value_info("cond", f, ["rows", patch, feat_dim]),
               helper.make_tensor_value_info("dt", f, ["rows"])]
     outputs = [helper.make_tensor_value_info(OUTPUT, f, ["rows", patch, feat_dim])]
-    graph = helper.make_graph(b.nodes, "voxcpm2_locdit", inputs, outputs, initializer=b.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)],
-                              producer_name="ttscli")
-    model.ir_version = 8
-    return model
+    return finish(b, "voxcpm2_locdit", inputs, outputs)
 
 
 class OnnxLocDiT:
@@ -138,31 +115,37 @@ def attach(model, checkpoint: Path | None = None, model_id: str | None = None, p
     from now on: the graph of ``checkpoint``'s model.safetensors (or pytorch_model.bin) found
     (or built once) in ttscli's cache by the file's hash, or, with ``checkpoint`` None, of the
     in-memory weights."""
-    cfm = model.feat_decoder
-    est = cfm.estimator
-    COMPONENT.check_float32(est, "--backend flow_estimator=mlx (or --dtype float32)")
-    a = model.args
-    stack = a.local(a.dit)
-    scale = float(est.decoder.layers[0].self_attn.scale)
-    component = COMPONENT
-    if checkpoint is not None:
-        main = next((n for n in ("model.safetensors", "pytorch_model.bin") if (Path(checkpoint) / n).is_file()),
-                    COMPONENT.source_files[0])
-        component = dataclasses.replace(COMPONENT, source_files=(main,))
-    layout = (f"voxcpm2/flow_estimator/{GRAPH_LAYOUT}/{stack.num_attention_heads}x{stack.head_dim}/"
-              f"{stack.num_key_value_heads}/{a.patch_size}/{stack.rope.type}/{stack.residual_scale}/{scale}")
-    folder = component.find_or_build(est, checkpoint, model_id, layout, lambda src, data, name, quant: build_graph(
-        src, stack, a.feat_dim, a.patch_size, scale, data, name, quant), {"dit": a.dit}, quant=Quant(precision))
+    cfm, a = model.feat_decoder, model.args
+    COMPONENT.check_float32(cfm.estimator, "--backend flow_estimator=mlx (or --dtype float32)")
+    folder = _find_or_build(COMPONENT, cfm.estimator, cfm.estimator.decoder, a.local(a.dit), a.patch_size,
+                            checkpoint, model_id, build_graph, {"dit": a.dit}, a.feat_dim, Quant(precision))
     cfm.external_estimator = OnnxLocDiT(folder)
 
 
+def _find_or_build(component: GraphComponent, module, stack, stack_args, patch: int, checkpoint: Path | None,
+                   model_id: str | None, build, info: dict, feat_dim: int, quant: Quant) -> Path:
+    """The graph of a local stack's ``module`` (its MLX ``stack`` gives the attention scale) by
+    the checkpoint's main file or the weights' fingerprint; ``build(source, stack_args, feat_dim,
+    patch, scale, data, data_name, quant)``."""
+    from .load import main_file
+
+    scale = float(stack.layers[0].self_attn.scale)
+    if checkpoint is not None:
+        component = dataclasses.replace(component, source_files=(main_file(Path(checkpoint)),))
+    layout = (f"voxcpm2/{component.name}/{GRAPH_LAYOUT}/{stack_args.num_attention_heads}x{stack_args.head_dim}/"
+              f"{stack_args.num_key_value_heads}/{patch}/{stack_args.rope.type}/{stack_args.residual_scale}/{scale}")
+    return component.find_or_build(module, checkpoint, model_id, layout, lambda src, data, name, q: build(
+        src, stack_args, feat_dim, patch, scale, data, name, q), info, quant=quant)
+
+
 def build_encoder_graph(source, stack_args, feat_dim: int, patch: int, attention_scale: float, data=None,
-                        data_name: str = ""):
-    """The ONNX model of LocEnc: patches ``[N, P, D]`` -> the stack's output at the learnt token ``[N, H]``."""
+                        data_name: str = "", quant: Quant | None = None):
+    """The ONNX model of LocEnc: patches ``[N, P, D]`` -> the stack's output at the learnt token
+    ``[N, H]`` (float32: the encoder is offered in float32 only)."""
     from onnx import TensorProto, helper
 
-    b = Builder(Quant("float32"), data, data_name)
-    w = _Source(source, ENC_PREFIX)
+    b = Builder(quant or Quant("float32"), data, data_name)
+    w = Prefixed(source, ENC_PREFIX)
     H = stack_args.hidden_size
     b.const("axis1", np.array([1], np.int64))
     h = b.linear("patches", w["in_proj.weight"], w["in_proj.bias"], "in_proj")                # [N, P, H]
@@ -171,17 +154,12 @@ def build_encoder_graph(source, stack_args, feat_dim: int, patch: int, attention
     shape = b.node("Concat", [rows, b.const("one_width", np.array([1, H], np.int64))], axis=0)[0]
     special = b.node("Expand", [b.const("special", w["special_token"].reshape(1, 1, H)), shape])[0]
     seq = b.node("Concat", [special, h], axis=1)[0]
-    out = window_stack(b, stack_args, _Source(source, ENC_PREFIX, "encoder."), seq, patch + 1,
+    out = window_stack(b, stack_args, Prefixed(source, ENC_PREFIX + "encoder."), seq, patch + 1,
                        attention_scale=attention_scale)
     b.node("Gather", [out, b.const("first", np.array(0, np.int64))], ["hidden"], axis=1)
     f = TensorProto.FLOAT
-    graph = helper.make_graph(b.nodes, "voxcpm2_locenc", [helper.make_tensor_value_info("patches", f,
-                                                                                        ["rows", patch, feat_dim])],
-                              [helper.make_tensor_value_info("hidden", f, ["rows", H])], initializer=b.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)],
-                              producer_name="ttscli")
-    model.ir_version = 8
-    return model
+    return finish(b, "voxcpm2_locenc", [helper.make_tensor_value_info("patches", f, ["rows", patch, feat_dim])],
+                  [helper.make_tensor_value_info("hidden", f, ["rows", H])])
 
 
 class OnnxLocEnc:
@@ -201,19 +179,8 @@ class OnnxLocEnc:
 
 def attach_encoder(model, checkpoint: Path | None = None, model_id: str | None = None) -> None:
     """Run ``model``'s LocEnc on onnxruntime from now on (its float32 graph, cached as the LocDiT's is)."""
-    enc = model.feat_encoder
+    enc, a = model.feat_encoder, model.args
     ENCODER.check_float32(enc, "--backend patch_encoder=mlx (or --dtype float32)")
-    a = model.args
-    stack = a.local(a.encoder)
-    scale = float(enc.encoder.layers[0].self_attn.scale)
-    component = ENCODER
-    if checkpoint is not None:
-        main = next((n for n in ("model.safetensors", "pytorch_model.bin") if (Path(checkpoint) / n).is_file()),
-                    ENCODER.source_files[0])
-        component = dataclasses.replace(ENCODER, source_files=(main,))
-    layout = (f"voxcpm2/patch_encoder/{GRAPH_LAYOUT}/{stack.num_attention_heads}x{stack.head_dim}/"
-              f"{stack.num_key_value_heads}/{a.patch_size}/{stack.rope.type}/{stack.residual_scale}/{scale}")
-    folder = component.find_or_build(enc, checkpoint, model_id, layout, lambda src, data, name, quant:
-                                      build_encoder_graph(src, stack, a.feat_dim, a.patch_size, scale, data, name),
-                                      {"encoder": a.encoder})
+    folder = _find_or_build(ENCODER, enc, enc.encoder, a.local(a.encoder), a.patch_size, checkpoint, model_id,
+                            build_encoder_graph, {"encoder": a.encoder}, a.feat_dim, Quant("float32"))
     enc.external = OnnxLocEnc(folder)
