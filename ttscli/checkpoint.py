@@ -7,6 +7,35 @@ from typing import Callable, Mapping, Sequence
 from ttscli.dtypes import to_dtype
 from ttscli.errors import CheckpointError
 
+# the two spellings of a weight-normed tensor's (g, v): torch.nn.utils.weight_norm's and
+# torch.nn.utils.parametrizations.weight_norm's
+_WEIGHT_NORM = ((".weight_g", ".weight_v"),
+                (".parametrizations.weight.original0", ".parametrizations.weight.original1"))
+
+
+def fold_weight_norm(weights: Mapping) -> dict:
+    """Every weight-normed pair ``X.weight_g``/``X.weight_v`` (or the parametrization's
+    ``original0``/``original1``) becomes ``X.weight = g v / ||v||``, the norm over every dim but
+    the first (``weight_norm(dim=0)``, convs, transposed convs and linears alike); other tensors
+    are kept. Folded once at load, so inference pays nothing for the reparametrisation. The
+    result keeps ``v``'s dtype; numpy and MLX arrays are both accepted."""
+    import mlx.core as mx
+
+    gs = {g for g, _ in _WEIGHT_NORM}
+    out = {}
+    for k, v in weights.items():
+        pair = next(((g, vs) for g, vs in _WEIGHT_NORM if k.endswith(vs)), None)
+        if pair is not None:
+            base = k[: -len(pair[1])]
+            g = mx.array(weights[base + pair[0]]).astype(mx.float32)
+            v = mx.array(v)
+            v32 = v.astype(mx.float32)
+            norm = mx.sqrt(mx.sum(v32 * v32, axis=tuple(range(1, v.ndim)), keepdims=True))
+            out[base + ".weight"] = (g * v32 / norm).astype(v.dtype)
+        elif not k.endswith(tuple(gs)):
+            out[k] = v
+    return out
+
 
 def weight_problems(expected: Mapping[str, Sequence[int]], got: Mapping[str, Sequence[int]],
                     prefix: str = "", limit: int = 4) -> list[str]:

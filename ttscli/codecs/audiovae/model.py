@@ -13,25 +13,12 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from ttscli.checkpoint import fold_weight_norm  # noqa: F401  (re-exported)
 from ttscli.codecs.audiovae.config import AudioVAEArgs
 from ttscli.nn.conv import Conv1d, ConvState, ConvTranspose1d, DepthwiseConv1d
 from ttscli.nn.spectral import snake
 
 States = dict[int, ConvState]
-
-
-def fold_weight_norm(weights: dict[str, Any]) -> dict[str, Any]:
-    """``X.weight_g``, ``X.weight_v`` -> ``X.weight = g * v / |v|`` (norm over all but dim 0,
-    PyTorch's ``weight_norm`` default); other tensors unchanged."""
-    out = {k: v for k, v in weights.items() if not k.endswith(("weight_g", "weight_v"))}
-    for k in weights:
-        if k.endswith(".weight_v"):
-            base = k[: -len("_v")]
-            v = np.asarray(weights[k], np.float64)
-            g = np.asarray(weights[base + "_g"], np.float64)
-            norm = np.sqrt((v * v).sum(axis=tuple(range(1, v.ndim)), keepdims=True))
-            out[base] = mx.array((g * v / norm).astype(np.float32))
-    return out
 
 
 def _run(conv, x: mx.array, states: States | None) -> mx.array:

@@ -17,6 +17,7 @@ import mlx.core as mx
 import numpy as np
 from mlx import nn
 
+from ttscli.checkpoint import fold_weight_norm  # noqa: F401  (re-exported)
 from ttscli.nn.spectral import istft, snake, stft_basis
 from ttscli.nn.conv import Conv1d, ConvTranspose1d, pad_time
 
@@ -322,19 +323,3 @@ class CausalHiFTGenerator(nn.Module):
         one frame of iSTFT overlap held back)."""
         held = 3 + self.a.conv_pre_look_right + 1
         return max(frames - held, 0) * self.a.upsample_scale
-
-
-def fold_weight_norm(weights: dict) -> dict:
-    """``X.parametrizations.weight.original0/1`` (g, v) -> ``X.weight = g v / ||v||`` (norm over
-    every dim but the first, as ``weight_norm(dim=0)``, for convs and transposed convs alike)."""
-    out = {}
-    for k, v in weights.items():
-        if k.endswith(".parametrizations.weight.original1"):
-            base = k[: -len(".parametrizations.weight.original1")]
-            g = weights[base + ".parametrizations.weight.original0"]
-            v32 = v.astype(mx.float32)
-            norm = mx.sqrt(mx.sum(v32 * v32, axis=tuple(range(1, v.ndim)), keepdims=True))
-            out[base + ".weight"] = (g.astype(mx.float32) * v32 / norm).astype(v.dtype)
-        elif not k.endswith(".parametrizations.weight.original0"):
-            out[k] = v
-    return out
