@@ -29,7 +29,7 @@ git --git-dir="$git_dir" archive "$PIN" indextts/gpt indextts/s2mel indextts/cod
     indextts/utils/maskgct/models/codec/amphion_codec indextts/utils/maskgct/models/codec/__init__.py \
     indextts/__init__.py indextts/utils/__init__.py indextts/utils/arch_util.py indextts/utils/checkpoint.py \
     indextts/utils/common.py indextts/utils/typical_sampling.py indextts/utils/xtransformers.py \
-    indextts/utils/front.py | tar -x -C "$dest"
+    indextts/utils/front.py indextts/infer_v2.py indextts/utils/model_download.py webui.py | tar -x -C "$dest"
 git --git-dir="$git_dir" show "$CONFIG_COMMIT:checkpoints/config.yaml" > "$dest/checkpoints/config.yaml"
 # upstream pins transformers 4.52.1: its vendored GPT-2 and generation code import names 4.57 removed
 "$python" -m pip install -q --no-deps --target "$deps" transformers==4.52.1 tokenizers==0.21.0 munch==4.0.0
