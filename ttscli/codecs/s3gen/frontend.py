@@ -4,7 +4,8 @@
   rolloff 0.99), which upstream's ``embed_ref`` uses for 24 kHz -> 16 kHz.
 - :func:`s3_log_mel`: the S3 tokenizer's Whisper-style log-mel (16 kHz, n_fft 400, hop 160,
   128 librosa mels, log10, 8-decade floor, last frame dropped).
-- :func:`prompt_mel`: Matcha's mel of the 24 kHz reference (n_fft 1920, hop 480, reflect pad
+- :func:`matcha_mel`: Matcha-TTS's log-mel at any rate and size (IndexTTS2's reference mel: 22.05 kHz,
+  n_fft 1024, hop 256); :func:`prompt_mel`: Matcha's mel of the 24 kHz reference (n_fft 1920, hop 480, reflect pad
   720, magnitude, 80 librosa mels up to 8 kHz, natural log) = ``prompt_feat``.
 - :func:`mel_filters`: librosa's Slaney mel filterbank (librosa itself is not a dependency).
 
@@ -86,11 +87,21 @@ def s3_log_mel(wav16: np.ndarray, n_mels: int = 128) -> np.ndarray:
     return ((log + 4.0) / 4.0).astype(np.float32)
 
 
+def matcha_mel(wav: np.ndarray, sr: int, n_fft: int, hop: int, n_mels: int = 80, fmin: float = 0.0,
+               fmax: float | None = None) -> np.ndarray:
+    """Matcha-TTS's ``mel_spectrogram`` (the one the CosyVoice lineage and Seed-VC / IndexTTS2's
+    S2Mel train on): reflect padding of ``(n_fft - hop) / 2`` each side, no centring, a periodic
+    Hann window as long as the FFT, magnitude with a 1e-9 floor under the root, librosa's Slaney
+    mel bands, natural log of the energies clamped at 1e-5. ``[T, n_mels]``."""
+    x = np.asarray(wav, np.float32)
+    pad = (n_fft - hop) // 2
+    spec = _stft(np.pad(x, (pad, pad), mode="reflect"), n_fft, hop)
+    mag = np.sqrt((spec.real ** 2 + spec.imag ** 2).astype(np.float32) + np.float32(1e-9))
+    mel = mag @ mel_filters(sr, n_fft, n_mels, fmin, fmax).T
+    return np.log(np.maximum(mel, 1e-5)).astype(np.float32)
+
+
 def prompt_mel(wav24: np.ndarray, fmax: float | None = 8000.0) -> np.ndarray:
     """Matcha's log-mel ``[T, 80]`` of a 24 kHz signal (50 frames/s) = S3Gen's ``prompt_feat``;
     ``fmax`` the top mel band edge (Chatterbox 8 kHz; CosyVoice3 None: Nyquist)."""
-    x = np.asarray(wav24, np.float32)
-    spec = _stft(np.pad(x, (720, 720), mode="reflect"), 1920, 480)
-    mag = np.sqrt((spec.real ** 2 + spec.imag ** 2).astype(np.float32) + np.float32(1e-9))
-    mel = mag @ mel_filters(24000, 1920, 80, 0.0, fmax).T
-    return np.log(np.maximum(mel, 1e-5)).astype(np.float32)
+    return matcha_mel(wav24, 24000, 1920, 480, 80, 0.0, fmax)
