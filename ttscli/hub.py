@@ -84,6 +84,27 @@ def from_hf(spec: ModelSpec, download: bool = True) -> Path:
     )
 
 
+def part(spec: ModelSpec, checkpoint: Path, name: str, download: bool = True) -> Path:
+    """The folder of a model's part published in another repository (``source.parts.NAME`` in the
+    registry: ``hf_repo``, ``files`` and ``dir``, the subfolder of the model's own folder where a
+    ``--model-dir`` copy keeps it). The model's folder wins when it holds the part's files; else
+    the part's repository, from the Hugging Face cache or downloaded as the model itself is."""
+    parts = spec.source.get("parts", {})
+    if name not in parts:
+        raise ModelNotFoundError(f"{spec.id}: the registry entry names no part {name!r}")
+    p = parts[name]
+    files = list(p.get("files", []))
+    local = Path(checkpoint) / p.get("dir", ".")
+    if not _missing(local, files):
+        return local
+    sub = ModelSpec(id=f"{spec.id} ({name})", name=name, family=spec.family, sample_rate=spec.sample_rate,
+                    source={"hf_repo": p["hf_repo"], "files": files})
+    try:
+        return from_hf(sub, download=download)
+    except ModelNotFoundError as e:
+        raise ModelNotFoundError(f"{e} (or put {', '.join(files)} under {local})") from None
+
+
 def is_local(spec: ModelSpec) -> bool:
     """Weights present on this machine without any download."""
     try:
