@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from itertools import pairwise
 
 import mlx.core as mx
@@ -21,9 +20,9 @@ import numpy as np
 from mlx import nn
 
 from ttscli.nn.compiled import compile_bounded
+from ttscli.nn.conformer import ConformerEncoderLayer, rel_pos_emb, silu
 from ttscli.nn.conv import Conv1d, pad_time
-from ttscli.nn.fastmath import fast_exp, fast_sigmoid, on_cpu
-from ttscli.nn.fastmath import softmax as fast_softmax
+from ttscli.nn.fastmath import fast_exp, on_cpu
 from ttscli.nn.layers import attention
 
 # ----------------------------------------------------------------------------- config
@@ -86,28 +85,7 @@ def mish(x: mx.array) -> mx.array:
     return _mish_cpu(x) if on_cpu() else x * mx.tanh(nn.softplus(x))
 
 
-@compile_bounded
-def _silu_cpu(x: mx.array) -> mx.array:
-    return x * fast_sigmoid(x)
-
-
-def silu(x: mx.array) -> mx.array:
-    return _silu_cpu(x) if on_cpu() else nn.silu(x)
-
-
 # ----------------------------------------------------------------------------- encoder
-
-
-@lru_cache(maxsize=32)
-def rel_pos_emb(t: int, d: int) -> mx.array:
-    """ESPnet relative positional encoding ``[2t-1, d]``: positions t-1 .. -(t-1)."""
-    pos = np.arange(t, dtype=np.float32)[:, None]
-    div = np.exp(np.arange(0, d, 2, dtype=np.float32) * np.float32(-(math.log(10000.0) / d)))
-    pe = np.zeros((2 * t - 1, d), np.float32)
-    ang = np.concatenate([pos[::-1] * div, -pos[1:] * div])
-    pe[:, 0::2] = np.sin(ang)
-    pe[:, 1::2] = np.cos(ang)
-    return mx.array(pe)
 
 
 class LinearEmbed(nn.Module):
@@ -121,65 +99,6 @@ class LinearEmbed(nn.Module):
     def __call__(self, x: mx.array) -> tuple[mx.array, mx.array]:
         x = self.out[1](self.out[0](x)) * self.scale
         return x, rel_pos_emb(x.shape[-2], x.shape[-1])
-
-
-class RelPositionMultiHeadedAttention(nn.Module):
-    def __init__(self, heads: int, dim: int):
-        super().__init__()
-        self.h, self.d_k = heads, dim // heads
-        self.linear_q = nn.Linear(dim, dim)
-        self.linear_k = nn.Linear(dim, dim)
-        self.linear_v = nn.Linear(dim, dim)
-        self.linear_out = nn.Linear(dim, dim)
-        self.linear_pos = nn.Linear(dim, dim, bias=False)
-        self.pos_bias_u = mx.zeros((heads, self.d_k))
-        self.pos_bias_v = mx.zeros((heads, self.d_k))
-
-    def __call__(self, x: mx.array, pos: mx.array) -> mx.array:
-        b, t, _ = x.shape
-        h, dk = self.h, self.d_k
-
-        def heads(y):
-            return y.reshape(b, -1, h, dk)
-
-        q = heads(self.linear_q(x))
-        k = heads(self.linear_k(x)).transpose(0, 2, 3, 1)           # [b, h, dk, t]
-        v = heads(self.linear_v(x)).transpose(0, 2, 1, 3)
-        p = self.linear_pos(pos).reshape(-1, h, dk).transpose(1, 2, 0)   # [h, dk, 2t-1]
-        ac = (q + self.pos_bias_u).transpose(0, 2, 1, 3) @ k           # [b, h, t, t]
-        bd = (q + self.pos_bias_v).transpose(0, 2, 1, 3) @ p           # [b, h, t, 2t-1]
-        # relative shift: query i, key j reads relative position j - i, stored at t-1-i+j
-        idx = (t - 1) - mx.arange(t)[:, None] + mx.arange(t)[None, :]
-        bd = mx.take_along_axis(bd, mx.broadcast_to(idx, (b, h, t, t)), axis=-1)
-        scores = (ac + bd) * (1.0 / math.sqrt(dk))
-        attn = fast_softmax(scores) if on_cpu() else mx.softmax(scores, axis=-1, precise=True)
-        y = (attn @ v).transpose(0, 2, 1, 3).reshape(b, t, h * dk)
-        return self.linear_out(y)
-
-
-class PositionwiseFeedForward(nn.Module):
-    def __init__(self, dim: int, hidden: int):
-        super().__init__()
-        self.w_1 = nn.Linear(dim, hidden)
-        self.w_2 = nn.Linear(hidden, dim)
-
-    def __call__(self, x: mx.array) -> mx.array:
-        return self.w_2(silu(self.w_1(x)))
-
-
-class ConformerEncoderLayer(nn.Module):
-    """Pre-norm attention + feed-forward (no macaron, no conv module in S3Gen)."""
-
-    def __init__(self, dim: int, heads: int, hidden: int):
-        super().__init__()
-        self.self_attn = RelPositionMultiHeadedAttention(heads, dim)
-        self.feed_forward = PositionwiseFeedForward(dim, hidden)
-        self.norm_mha = nn.LayerNorm(dim, eps=1e-12)
-        self.norm_ff = nn.LayerNorm(dim, eps=1e-12)
-
-    def __call__(self, x: mx.array, pos: mx.array) -> mx.array:
-        x = x + self.self_attn(self.norm_mha(x), pos)
-        return x + self.feed_forward(self.norm_ff(x))
 
 
 class PreLookaheadLayer(nn.Module):
@@ -214,10 +133,11 @@ class UpsampleConformerEncoder(nn.Module):
         d = a.input_size
         self.embed = LinearEmbed(d, d)
         self.pre_lookahead_layer = PreLookaheadLayer(d, a.pre_lookahead_len)
-        self.encoders = [ConformerEncoderLayer(d, a.attention_heads, a.linear_units) for _ in range(a.num_blocks)]
+        self.encoders = [ConformerEncoderLayer(d, a.attention_heads, a.linear_units, eps=1e-12)
+                         for _ in range(a.num_blocks)]
         self.up_layer = Upsample1D(d, a.token_mel_ratio)
         self.up_embed = LinearEmbed(d, d)
-        self.up_encoders = [ConformerEncoderLayer(d, a.attention_heads, a.linear_units)
+        self.up_encoders = [ConformerEncoderLayer(d, a.attention_heads, a.linear_units, eps=1e-12)
                             for _ in range(a.num_up_blocks)]
         self.after_norm = nn.LayerNorm(d, eps=1e-5)
 
