@@ -25,7 +25,7 @@ Writes tests/fixtures/indextts2/:
   64 x 8 codebook; DiT width 32 x 3 layers, WaveNet 2 layers, regulator width 32) and
   ``tiny/s2mel.pth`` (``{"net": {"cfm", "length_regulator", "gpt_layer"}}`` of upstream's
   ``MyModel``, its hard-coded ``gpt_layer`` widths rebuilt as :data:`GPT_LAYER`),
-  ``tiny/semantic_codec.safetensors`` (``RepCodec``, written by ``safetensors.torch.save_model``
+  ``tiny/semantic_codec/model.safetensors`` (``RepCodec``, MaskGCT's path, written by ``safetensors.torch.save_model``
   as MaskGCT's file is read) and ``tiny/bigvgan/`` (``config.json`` = :data:`VOCODER`, four
   x4 stages, and ``bigvgan_generator.pt`` = ``{"generator": state_dict}`` with weight norm).
 - ``goldens.npz``: the inputs (``spk_feat`` / ``emo_feat``: normalised w2v-BERT features,
@@ -321,7 +321,8 @@ def main() -> None:
     # saved before any call: BigVGAN's weight norm is removed for inference, as upstream does
     torch.save({"net": {k: {n: t.contiguous() for n, t in m.state_dict().items()} for k, m in s2mel.models.items()}},
                tiny / "s2mel.pth")
-    safetensors.torch.save_model(codec, str(tiny / "semantic_codec.safetensors"))
+    (tiny / "semantic_codec").mkdir(exist_ok=True)
+    safetensors.torch.save_model(codec, str(tiny / "semantic_codec" / "model.safetensors"))
     torch.save({"generator": vocoder.state_dict()}, tiny / "bigvgan" / "bigvgan_generator.pt")
     (tiny / "bigvgan" / "config.json").write_text(json.dumps(VOCODER, indent=1) + "\n")
     goldens = gpt_goldens(gpt, gen)
@@ -354,7 +355,7 @@ def check() -> None:
     s2mel, codec, _ = build_s2mel(cfg)
     load_checkpoint2(s2mel, None, str(tiny / "s2mel.pth"), load_only_params=True, ignore_modules=[],
                      is_distributed=False)
-    safetensors.torch.load_model(codec, str(tiny / "semantic_codec.safetensors"))
+    safetensors.torch.load_model(codec, str(tiny / "semantic_codec" / "model.safetensors"))
     vocoder = BigVGAN.from_pretrained(str(tiny / "bigvgan")).eval()
     spk, emo = (torch.from_numpy(g[k])[None] for k in ("spk_feat", "emo_feat"))
     spk_len, emo_len = torch.tensor([spk.shape[1]]), torch.tensor([emo.shape[1]])
@@ -375,7 +376,7 @@ def check() -> None:
     assert np.array_equal(codes[0].numpy(), g["greedy"])
     for name, ours in (("emovec", emovec[0]), ("s2mel_mel", mel[0, :, ref_mel.shape[-1]:]), ("wav", wav[0, 0])):
         err = float(np.abs(ours.numpy() - g[name]).max())
-        assert err < 1e-6, (name, err)
+        assert err < 1e-5, (name, err)     # summation order varies with the CPU and its threads
         print(f"{name:10s} max error {err:.2e}")
     print("greedy     equal")
 

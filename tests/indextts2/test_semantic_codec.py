@@ -1,6 +1,6 @@
 """MaskGCT's semantic codec (RepCodec) against upstream index-tts goldens.
 
-Fixtures from scripts/goldens/indextts2_upstream.py: ``tiny/semantic_codec.safetensors`` (upstream's
+Fixtures from scripts/goldens/indextts2_upstream.py: ``tiny/semantic_codec/model.safetensors`` (upstream's
 ``RepCodec`` from the tiny yaml's ``semantic_codec`` section, saved as MaskGCT's file is) and, in
 ``goldens.npz``, upstream ``quantize(spk_feat)`` (``codec_ids``, ``codec_quantized``) and
 ``quantizer.vq2emb(greedy) + gpt_layer(gpt_latent)`` (``codec_vq2emb``, with ``gpt_layer``'s
@@ -25,7 +25,7 @@ from ttscli.errors import CheckpointError
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "indextts2"
 TINY = FIX / "tiny"
-CODEC = TINY / "semantic_codec.safetensors"
+CODEC = TINY / "semantic_codec" / "model.safetensors"
 
 
 @pytest.fixture(scope="module")
