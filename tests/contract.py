@@ -35,6 +35,7 @@ class Case:
     golden: Path | None = None
     against: str | None = None
     parity_model_dir: Path | None = None
+    bench_ref: Path | None = None        # a reference recording the bench clones (a model with no voice of its own)
     registry: object = None              # a Registry; None: the built-in one
     notes: list[str] = field(default_factory=list)
 
@@ -162,7 +163,7 @@ def run_contract(case: Case) -> list[str]:
             pass
     bench = run_bench(BenchRequest(model=spec.id, model_dir=case.model_dir, random_weights=case.random_weights,
                                    text=case.request.text, repeats=1, warmup=0, max_frames=case.bench_max_frames,
-                                   ignore_eos=case.bench_max_frames is not None), reg)
+                                   ignore_eos=case.bench_max_frames is not None, ref=case.bench_ref), reg)
     fig = next(iter(bench["variants"].values()))
     for key in ("rtf", "audio_s", "load_s", "total_s"):
         if not isinstance(fig.get(key), float) or not fig[key] > 0:

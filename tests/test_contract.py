@@ -26,6 +26,19 @@ FIX = Path(__file__).resolve().parent / "fixtures"
 
 
 
+def _indextts2_case(tmp: Path) -> Case:
+    # IndexTTS2 speaks only in a cloned voice: the request and the bench clone the front end
+    # goldens' reference recording
+    import soundfile as sf
+
+    ref = np.load(FIX / "indextts2" / "frontend.npz")["ref22"]
+    sf.write(tmp / "ref.wav", ref, 22050)
+    return Case("indextts2", Request(text="Hello there. A second sentence.", seed=0, max_frames=8, ignore_eos=True,
+                                     ref_audio=ref, ref_sample_rate=22050),
+                model_dir=FIX / "indextts2" / "tiny", bench_max_frames=4, bench_ref=tmp / "ref.wav",
+                golden=FIX / "indextts2" / "goldens.npz", parity_model_dir=FIX / "indextts2" / "tiny")
+
+
 def _qwen3_case(tmp: Path) -> Case:
     # speak/bench need a folder whose speech decoder reads every code the talker emits (the
     # e2e fixture); parity runs on the upstream-built tiny folder its goldens came from
@@ -73,6 +86,7 @@ CASES = {
                                    parity_model_dir=FIX / "pocket_tts" / "tiny"),
     # the tiny checkpoint in the published layout; parity on the voxcpm 2.0.3 goldens (every
     # prompt mode with recorded diffusion noise, stop decisions, waveform, streamed chunks)
+    "indextts2": _indextts2_case,
     "voxcpm2": lambda tmp: Case("voxcpm2", Request(text="Hello there. A second sentence.", seed=0, max_frames=6,
                                                    ignore_eos=True),
                                 model_dir=FIX / "voxcpm2" / "tiny", bench_max_frames=4,

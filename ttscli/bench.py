@@ -63,7 +63,7 @@ class Reference:
 
     audio: np.ndarray
     sample_rate: int
-    text: str
+    text: str | None
 
 
 def environment() -> dict:
@@ -277,7 +277,10 @@ def reference(spec, req: BenchRequest) -> Reference | None:
         return None
     if not spec.can("clone"):
         raise UsageError(f"{spec.id} cannot clone voices; drop --ref")
-    if req.ref_text is None:
+    from ttscli.generate import needs_ref_text
+    from ttscli.models import family_of
+
+    if req.ref_text is None and needs_ref_text(family_of(spec), {}):
         raise UsageError("give --ref-text (the reference transcript) with --ref")
     if req.peer or req.batch:
         raise UsageError(f"--ref is for our own runs; {'--peer' if req.peer else '--batch'} would time rows "
@@ -285,7 +288,7 @@ def reference(spec, req: BenchRequest) -> Reference | None:
     from ttscli.audio import read_reference
     from ttscli.text import check_text
 
-    text = check_text(req.ref_text, "--ref-text")
+    text = None if req.ref_text is None else check_text(req.ref_text, "--ref-text")
     audio, rate = read_reference(req.ref, max_seconds=float(spec.defaults.get("max_ref_seconds", 30.0)))
     return Reference(audio, rate, text)
 

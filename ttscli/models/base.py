@@ -232,6 +232,9 @@ class Knob:
     max: float | None = None
     choices: tuple[str, ...] | None = None
     commands: tuple[str, ...] = COMMANDS     # which CLI commands offer it
+    # the value names a file on this machine: the CLI and the library take it, the server refuses it
+    # (a client must never make the server read its files)
+    local_file: bool = False
 
     @property
     def flag(self) -> str:

@@ -897,6 +897,10 @@ async def build_request(cfg: ServeConfig, data: dict, upload, text: str | None =
         raise UsageError(f"normalize_text must be true or false, not {shown(normalize_text)}")
     sentence_silence = _number(data, "sentence_silence", float, 0.0, MAX_PAUSE_S) or 0.0
     knobs = {k: v for k, v in data.items() if k not in FIELDS}
+    local = [k for k in knobs if (kn := family.knob(k)) is not None and kn.local_file]
+    if local:
+        raise UsageError(f"{local[0]} names a file on the server's machine, which the server never reads; "
+                         "use it from the command line or the library")
     ref_text = data.get("ref_text")
     if ref_text is not None:
         if not isinstance(ref_text, str):

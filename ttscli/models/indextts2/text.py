@@ -145,3 +145,24 @@ def split_segments(pieces: list[str], max_tokens: int = MAX_SEGMENT_TOKENS, quic
         else:
             merged.append(seg)
     return merged
+
+
+class RandomTokenizer:
+    """Stand-in for ``bpe.model`` with random weights (which ship no tokenizer): one piece per
+    upper-cased word and per punctuation mark, ids from a stable hash, so a prompt has about the
+    length the real BPE gives English and segments cut where upstream's would."""
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+        self.unk_id = 2
+
+    def pieces(self, text: str) -> list[str]:
+        out = []
+        for w in re.findall(r"\w+|[^\w\s]", cjk_split(punctuate(text))):
+            out.append(w if re.fullmatch(r"[^\w\s]", w) else "▁" + w)
+        return out
+
+    def ids(self, pieces: list[str]) -> list[int]:
+        import zlib
+
+        return [3 + zlib.crc32(p.encode()) % (self.vocab_size - 3) for p in pieces]
