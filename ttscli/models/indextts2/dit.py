@@ -16,6 +16,10 @@ style: all but the noisy ``x``), and :meth:`DiT.velocity` runs one step from it.
 depends on the flow time alone (the two embeddings, every adaptive norm's scale and shift) is
 computed for one row and broadcast over the batch (the CFG pair shares it).
 
+On the CPU the attention softmax and the SwiGLU run in numpy (:func:`host_attention`,
+:func:`host_swiglu`), as the WaveNet's gates do: MLX's CPU elementwise kernels are scalar on
+x86-64 while numpy's float32 ``exp``/``tanh`` are SIMD; all matrix products stay MLX's.
+
 Upstream's unused tensors (``x_embedder``, ``cond_embedder``, ``content_mask_embedder``: they
 belong to training and discrete-content variants) are loaded so the file is checked strictly.
 ``input_pos`` (positions 0..16383, a saved buffer) is loaded too; rotary positions are computed

@@ -13,6 +13,8 @@ state dicts of upstream ``MyModel``'s three children (``indextts/s2mel/modules/c
   :mod:`ttscli.models.indextts2.dit`: Euler steps on a linear time grid; the prompt frames of
   ``x`` are held at zero and the reference mel is given beside them as ``prompt_x``;
   classifier-free guidance as a batch of two, the second row seeing zero prompt, content and style.
+  Only the target frames' velocity is computed (``DiT.velocity(start=)``): upstream zeroes the
+  prompt frames after every step, so theirs is never used.
 
 Configuration: the ``s2mel`` section of the model's ``config.yaml`` (:class:`S2MelArgs`); fields
 the yaml leaves out take upstream's defaults, or the published ``config.yaml``'s values where
@@ -243,8 +245,8 @@ class CFM(nn.Module):
         ``mu [B, T, content]``: the regulated content of prompt and target frames;
         ``ref_mel [B, P, 80]``: the reference mel (the first P frames are the prompt);
         ``style [B, style_dim]``; ``noise [B, T, 80]``: the starting point (upstream draws it with
-        ``torch.randn``). Returns ``[B, T, 80]`` with the P prompt frames zero; the caller keeps
-        ``[:, P:]``. ``cfg_rate`` 0 runs the conditional row alone.
+        ``torch.randn``; its first P frames are not used). Returns ``[B, T, 80]`` with the P prompt
+        frames zero; the caller keeps ``[:, P:]``. ``cfg_rate`` 0 runs the conditional row alone.
         """
         B, T, _ = mu.shape
         P = ref_mel.shape[1]

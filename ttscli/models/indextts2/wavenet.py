@@ -36,7 +36,7 @@ def _gate_host(a: mx.array) -> mx.array:
 def gate(a: mx.array, g: mx.array) -> mx.array:
     """``tanh(first half) * sigmoid(second half)`` of ``a + g`` over the last axis (upstream's
     ``fused_add_tanh_sigmoid_multiply``). On the CPU by numpy, whose float32 ``tanh`` is SIMD where
-    MLX's CPU kernels are scalar on x86-64 (several times faster for these ``[T, 2 hidden]``
+    MLX's CPU kernels are scalar on x86-64 (two to three times faster for these ``[T, 2 hidden]``
     activations, at one host sync per layer)."""
     a = a + g
     if on_cpu() and a.dtype == mx.float32:
