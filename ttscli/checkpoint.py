@@ -27,6 +27,8 @@ def fold_weight_norm(weights: Mapping) -> dict:
         pair = next(((g, vs) for g, vs in _WEIGHT_NORM if k.endswith(vs)), None)
         if pair is not None:
             base = k[: -len(pair[1])]
+            if base + pair[0] not in weights:
+                raise CheckpointError(f"{k} has no {base + pair[0]} (a weight-normed tensor needs both halves)")
             g = mx.array(weights[base + pair[0]]).astype(mx.float32)
             v = mx.array(v)
             v32 = v.astype(mx.float32)
@@ -34,6 +36,11 @@ def fold_weight_norm(weights: Mapping) -> dict:
             out[base + ".weight"] = (g * v32 / norm).astype(v.dtype)
         elif not k.endswith(tuple(gs)):
             out[k] = v
+        else:
+            g = next(g for g in gs if k.endswith(g))
+            if k[: -len(g)] + dict(_WEIGHT_NORM)[g] not in weights:
+                raise CheckpointError(f"{k} has no {k[: -len(g)] + dict(_WEIGHT_NORM)[g]} (a weight-normed tensor "
+                                      "needs both halves)")
     return out
 
 
