@@ -11,7 +11,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from ttscli.codecs.bigvgan import BigVGANArgs, load_bigvgan, random_bigvgan
+from ttscli.codecs.bigvgan import V2_22KHZ_80BAND_256X, BigVGANArgs, load_bigvgan, random_bigvgan
 from ttscli.codecs.bigvgan import model as bigvgan_model
 from ttscli.errors import CheckpointError
 
@@ -82,7 +82,7 @@ def _reference_activation(x: np.ndarray, f_up: np.ndarray, f_down: np.ndarray, a
 
 
 @pytest.mark.parametrize("activation,logscale", [("snakebeta", True), ("snake", False)])
-@pytest.mark.parametrize("frames", [1, 2, 7, 40])
+@pytest.mark.parametrize("frames", [1, 2, 7, 11, 12, 40])
 def test_activation_matches_upstream_formula(activation, logscale, frames):
     rng = np.random.default_rng(frames)
     args = BigVGANArgs(activation=activation, snake_logscale=logscale)
@@ -99,6 +99,11 @@ def test_activation_matches_upstream_formula(activation, logscale, frames):
     want = _reference_activation(x.astype(np.float64), f.astype(np.float64), f_down.astype(np.float64), a, inv_b)
     assert got.shape == x.shape
     assert np.abs(got - want).max() <= 2e-6 * np.abs(want).max()
+    # the following conv's zero padding, written by the activation
+    padded = np.array(act(mx.array(x), pad=(2, 3)))
+    assert padded.shape == (2, frames + 5, 5)
+    assert not padded[:, :2].any() and not padded[:, -3:].any()
+    assert np.array_equal(padded[:, 2: 2 + frames], got)
 
 
 def test_filter_is_upstreams(tiny):
@@ -149,6 +154,10 @@ def test_published_size_builds(published):
     # the filters are the fixed Kaiser-sinc taps, not random
     f = np.array(params["resblocks.3.activations.2.upsample.filter"]).reshape(-1)
     assert np.abs(f - bigvgan_model.kaiser_sinc_filter(0.25, 0.3, 12)).max() == 0
+
+
+def test_published_constant_is_the_spec():
+    assert BigVGANArgs.from_dict(V2_22KHZ_80BAND_256X) == BigVGANArgs.from_dict(PUBLISHED)
 
 
 def test_published_size_maps_frames_to_samples(published):

@@ -13,6 +13,10 @@ from ttscli.errors import CheckpointError
 
 @dataclass
 class BigVGANArgs(BaseArgs):
+    """The generator's fields of ``config.json``. Defaults are upstream's for absent keys (tanh
+    and a final bias on), not any published model's: build a real-size model from
+    :data:`V2_22KHZ_80BAND_256X` (``BigVGANArgs.from_dict``) when no checkpoint is at hand."""
+
     resblock: str = "1"                     # "1": AMPBlock1 (convs1 + convs2), "2": AMPBlock2 (convs only)
     upsample_rates: list[int] = field(default_factory=lambda: [4, 4, 2, 2, 2, 2])
     upsample_kernel_sizes: list[int] = field(default_factory=lambda: [8, 8, 4, 4, 4, 4])
@@ -49,3 +53,13 @@ class BigVGANArgs(BaseArgs):
         for r in self.upsample_rates:
             n *= r
         return n
+
+
+# nvidia/bigvgan_v2_22khz_80band_256x, IndexTTS2's vocoder: the generator's fields of its config.json
+V2_22KHZ_80BAND_256X = {
+    "resblock": "1", "upsample_rates": [4, 4, 2, 2, 2, 2], "upsample_kernel_sizes": [8, 8, 4, 4, 4, 4],
+    "upsample_initial_channel": 1536, "resblock_kernel_sizes": [3, 7, 11],
+    "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]], "activation": "snakebeta", "snake_logscale": True,
+    "use_tanh_at_final": False, "use_bias_at_final": False, "num_mels": 80, "sampling_rate": 22050,
+    "hop_size": 256, "n_fft": 1024, "win_size": 1024, "fmin": 0, "fmax": None,
+}

@@ -17,21 +17,19 @@ sample of its stage), so it is computed without building the upsampled signal:
 Each phase's filter and Snake are one compiled kernel, the low-pass two more (half its taps
 each); the filter taps are baked into them as constants (read once from the checkpoint).
 Replicate padding of the interleaved signal becomes, per phase, copies of its first sample (the
-even phase's) on the left and its last (the odd phase's) on the right. MLX compiles these
-kernels without vector-ISA flags and vectorises a loop only when every input is a dense array
-of the output's shape and there are few of them; the kernels are shaped accordingly (see
-:func:`_filter_kernel` and :func:`_activation`).
+even phase's) on the left and its last (the odd phase's) on the right. MLX's JIT-compiled CPU
+kernels (on x86-64, built without AVX flags) vectorise only when every input is a dense array
+of the output's shape and there are at most nine of them; the kernels are shaped accordingly
+(see :func:`_filter_kernel` and :func:`_activation`).
 
-Convolutions are :mod:`ttscli.nn.conv` GEMM forms on the checkpoint's own ``[out, in, k]``
-weights (folded from weight norm at load).
+Convolutions are :mod:`ttscli.nn.conv` GEMMs on the checkpoint's own ``[out, in, k]`` weights
+(folded from weight norm at load): one GEMM per tap accumulated in place, which beat one GEMM
+over stacked taps at every stage size measured; each activation writes the zero padding of the
+conv after it, so its output is copied once.
 """
 from __future__ import annotations
 
 import math
-import os
-import queue
-import threading
-from concurrent.futures import Future
 from functools import cache
 from pathlib import Path
 
@@ -39,10 +37,10 @@ import mlx.core as mx
 import numpy as np
 from mlx import nn
 
-from ttscli import _blas, torchfile
+from ttscli import torchfile
 from ttscli.checkpoint import fold_weight_norm, load_strict
 from ttscli.nn.compiled import compile_bounded
-from ttscli.nn.conv import Conv1d, ConvTranspose1d, conv1d_output_side
+from ttscli.nn.conv import Conv1d, ConvTranspose1d, conv1d_accumulate
 from ttscli.nn.init import random_weights
 
 from .config import BigVGANArgs
@@ -160,12 +158,16 @@ def _activation_plan(up: tuple[float, ...], down: tuple[float, ...]):
     return reach, (up0, up1), tuple(halves)
 
 
-def _activation(x: mx.array, alpha: mx.array, inv_beta: mx.array, up: tuple, down: tuple) -> mx.array:
-    """``x [B, T, C]`` -> ``[B, T, C]``, rows one at a time (each row's shifted views are then
-    contiguous blocks of memory, which the compiled kernels need to vectorise)."""
+def _activation(x: mx.array, alpha: mx.array, inv_beta: mx.array, up: tuple, down: tuple,
+                pad: tuple[int, int] = (0, 0)) -> mx.array:
+    """``x [B, T, C]`` -> ``[B, pad[0] + T + pad[1], C]``: the activation with ``pad`` zero frames
+    around it, the padding of the conv that follows, so the output is copied once, not twice."""
     if x.shape[0] > 1:
-        return mx.concatenate([_activation(x[i: i + 1], alpha, inv_beta, up, down) for i in range(x.shape[0])])
+        # row by row: each row's shifted views are then contiguous blocks of memory
+        return mx.concatenate([_activation(x[i: i + 1], alpha, inv_beta, up, down, pad)
+                               for i in range(x.shape[0])])
     reach, phases, halves = _activation_plan(up, down)
+    t = x.shape[-2]
     xq = _replicate(x, reach, reach)
     # per-channel factors as dense arrays of the output's shape: a broadcast [C] input would
     # send the whole kernel down MLX's strided path, which does not vectorise (~2.5x slower);
@@ -176,10 +178,35 @@ def _activation(x: mx.array, alpha: mx.array, inv_beta: mx.array, up: tuple, dow
     # the interleaved signal's replicate padding: its first sample (even[0]) on the left, its
     # last (odd[-1]) on the right, for either phase
     first, last = even[..., :1, :], odd[..., -1:, :]
+    lo = max(left for _, left, _ in halves)
+    hi = max(right for _, _, right in halves)
+    if t < 2 * (lo + hi):
+        parts = [_lowpass(even, odd, first, last, halves, 0, t)]
+    else:
+        # outputs lo .. t - hi read only real samples: no padded copy of even / odd; the few
+        # outputs at either end read the replicated samples from small padded windows
+        parts = [_lowpass(even[..., : lo + hi, :], odd[..., : lo + hi, :], first, None, halves, 0, lo),
+                 _lowpass(even, odd, None, None, halves, lo, t - hi),
+                 _lowpass(even[..., t - lo - hi:, :], odd[..., t - lo - hi:, :], None, last, halves, lo, lo + hi)]
+    zeros = [[mx.zeros((1, n, x.shape[-1]), x.dtype)] if n else [] for n in pad]
+    return mx.concatenate(zeros[0] + parts + zeros[1], axis=-2)
+
+
+def _lowpass(even: mx.array, odd: mx.array, first: mx.array | None, last: mx.array | None, halves: tuple,
+             start: int, stop: int) -> mx.array:
+    """Low-pass outputs ``start:stop`` of the window ``even``/``odd``; ``first`` / ``last`` (or None:
+    the window has real samples there) replicate the signal's ends before / after it."""
     y = None
     for z, (taps, left, right) in zip((even, odd), halves):
-        z = mx.concatenate([first] * left + [z] + [last] * right, axis=-2)
+        n = z.shape[-2]
+        lpad = max(0, left - start) if first is not None else 0
+        rpad = max(0, stop + right - n) if last is not None else 0
+        if lpad or rpad:
+            z = mx.concatenate([first] * lpad + [z] + [last] * rpad, axis=-2)
+        # the kernel reads z[p + left + d] for output p: shift the window so output ``start`` is at p = 0
+        lo, hi = start - left + lpad, stop + right + lpad
         kernel = _filter_kernel(taps, left, right, False, y is not None)
+        z = z[..., lo: hi, :]
         y = kernel(z) if y is None else kernel(z, y)
     return y
 
@@ -218,18 +245,24 @@ class SnakeBeta(Snake):
 
 
 class UpSample1d(nn.Module):
+    """Holds the x2 upsampling filter (``filter [1, 1, 12]``); :class:`Activation1d` applies it."""
+
     def __init__(self, kernel_size: int = FILTER_TAPS):
         super().__init__()
         self.filter = mx.array(kaiser_sinc_filter(0.5 / RATIO, 0.6 / RATIO, kernel_size)).reshape(1, 1, -1)
 
 
 class LowPassFilter1d(nn.Module):
+    """Holds the anti-aliasing low-pass (``filter [1, 1, 12]``) applied before decimating by 2."""
+
     def __init__(self, kernel_size: int = FILTER_TAPS):
         super().__init__()
         self.filter = mx.array(kaiser_sinc_filter(0.5 / RATIO, 0.6 / RATIO, kernel_size)).reshape(1, 1, -1)
 
 
 class DownSample1d(nn.Module):
+    """``lowpass``: the low-pass decimation's filter holder (upstream's nesting, hence its name)."""
+
     def __init__(self, kernel_size: int = FILTER_TAPS):
         super().__init__()
         self.lowpass = LowPassFilter1d(kernel_size)
@@ -259,8 +292,9 @@ class Activation1d(nn.Module):
             hit = self.__dict__["_derived"] = (arrays, alpha, inv_beta, up, down)
         return hit[1:]
 
-    def __call__(self, x: mx.array) -> mx.array:
-        return _activation(x, *self._prepared())
+    def __call__(self, x: mx.array, pad: tuple[int, int] = (0, 0)) -> mx.array:
+        """``x [B, T, C]`` -> ``[B, T, C]``; ``pad`` zero frames added on (left, right)."""
+        return _activation(x, *self._prepared(), pad=pad)
 
 
 def _padding(kernel_size: int, dilation: int) -> int:
@@ -281,7 +315,7 @@ class AMPBlock1(nn.Module):
     def __call__(self, x: mx.array) -> mx.array:
         acts = self.activations
         for c1, c2, a1, a2 in zip(self.convs1, self.convs2, acts[::2], acts[1::2]):
-            x = _conv(c2, a2(_conv(c1, a1(x))), residual=x)
+            x = _act_conv(a2, c2, _act_conv(a1, c1, x), residual=x)
         return x
 
 
@@ -298,7 +332,7 @@ class AMPBlock2(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         for c, a in zip(self.convs, self.activations):
-            x = _conv(c, a(x), residual=x)
+            x = _act_conv(a, c, x, residual=x)
         return x
 
 
@@ -307,16 +341,12 @@ def _snake(args: BigVGANArgs, channels: int) -> Snake:
     return cls(channels, args.snake_logscale)
 
 
-# below this many output channels a long input runs faster as one GEMM into every tap's
-# contribution and a compiled shifted sum than as a GEMM per tap (narrow GEMMs waste BLAS)
-OUTPUT_SIDE_MAX_CHANNELS = 0
-
-
-def _conv(conv: Conv1d, x: mx.array, residual: mx.array | None = None) -> mx.array:
-    if conv.weight.shape[0] <= OUTPUT_SIDE_MAX_CHANNELS and x.shape[-2] > 512:
-        return conv1d_output_side(conv.pad(x), conv.weight_output_side(), conv.get("bias"), conv.kernel_size,
-                                  conv.dilation, residual)
-    return conv(x, residual=residual)
+def _act_conv(act: Activation1d, conv: Conv1d, x: mx.array, residual: mx.array | None = None) -> mx.array:
+    """``conv(act(x)) (+ residual)``, the activation writing the conv's zero padding, the conv as
+    one GEMM per tap accumulated in place (faster here than one GEMM over stacked taps at every
+    stage size, short inputs included)."""
+    xp = act(x, pad=(conv.pad_left, conv.pad_right))
+    return conv1d_accumulate(xp, conv.taps(), conv.get("bias"), conv.dilation, 1, residual)
 
 
 class BigVGAN(nn.Module):
@@ -336,17 +366,14 @@ class BigVGAN(nn.Module):
         ch = ch0 // 2 ** len(self.ups)
         self.activation_post = Activation1d(_snake(args, ch))
         self.conv_post = Conv1d(ch, 1, 7, padding=3, bias=args.use_bias_at_final)
-        self.parallel = False          # evaluate each stage's AMP blocks on two threads
 
     @property
     def hop(self) -> int:
         return self.args.upsample_factor
 
     def __call__(self, mel: mx.array) -> mx.array:
-        if self.parallel and (os.cpu_count() or 1) > 1:
-            return self._two_threads(mel)
         n = len(self.args.resblock_kernel_sizes)
-        x = self.conv_pre(mel)
+        x = self.conv_pre.accumulate(mel)
         for i, (up,) in enumerate(self.ups):
             x = up(x)
             xs = None
@@ -354,88 +381,8 @@ class BigVGAN(nn.Module):
                 y = block(x)
                 xs = y if xs is None else xs + y
             x = xs * (1.0 / n)
-        return self._post(x)
-
-    def _post(self, x: mx.array) -> mx.array:
-        x = self.conv_post(self.activation_post(x))[..., 0]
+        x = _act_conv(self.activation_post, self.conv_post, x)[..., 0]
         return mx.tanh(x) if self.args.use_tanh_at_final else mx.clip(x, -1.0, 1.0)
-
-    def _two_threads(self, mel: mx.array) -> mx.array:
-        """The same computation with each stage's AMP blocks split over two threads: the widest
-        kernel's block on a worker, the others here, the BLAS on one thread meanwhile.
-
-        MLX's CPU elementwise kernels (the anti-aliased activations) run on the evaluating
-        thread only, so one graph leaves a core idle through them; two graphs evaluated on two
-        threads keep both cores busy, each with a single-threaded BLAS instead of one BLAS
-        competing for both cores. Conv work grows with the kernel size, so the widest kernel's
-        block alone balances the others' (11 against 3 + 7 taps at the published sizes)."""
-        n = len(self.args.resblock_kernel_sizes)
-        worker = _Worker.get()
-        with _blas.one_thread():
-            with _Worker.build_lock:
-                x = self.conv_pre(mel)
-            for i, (up,) in enumerate(self.ups):
-                with _Worker.build_lock:
-                    x = up(x)
-                mx.eval(x)           # both graphs read it: evaluated before either starts
-                blocks = self.resblocks[i * n: (i + 1) * n]
-                widest = max(range(n), key=lambda j: self.args.resblock_kernel_sizes[j])
-                far = worker.submit(lambda b=blocks[widest], x=x: b(x))
-                with _Worker.build_lock:
-                    xs = None
-                    for j, block in enumerate(blocks):
-                        if j != widest:
-                            y = block(x)
-                            xs = y if xs is None else xs + y
-                if xs is not None:
-                    mx.eval(xs)
-                y = far.result()
-                with _Worker.build_lock:
-                    x = (y if xs is None else xs + y) * (1.0 / n)
-            with _Worker.build_lock:
-                out = self._post(x)
-            mx.eval(out)
-        return out
-
-
-class _Worker:
-    """A long-lived daemon thread with its own MLX CPU stream, evaluating one graph while the
-    caller evaluates another. Graphs are built under :attr:`build_lock` (compiled functions
-    trace into a process-wide cache) and evaluated outside it; arrays both graphs read are
-    evaluated before the second graph starts."""
-
-    _instance: _Worker | None = None
-    _lock = threading.Lock()
-    build_lock = threading.Lock()
-
-    def __init__(self):
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._loop, daemon=True, name="ttscli-bigvgan").start()
-
-    @classmethod
-    def get(cls) -> _Worker:
-        with cls._lock:
-            if cls._instance is None:
-                cls._instance = cls()
-            return cls._instance
-
-    def _loop(self) -> None:
-        stream = mx.new_stream(mx.cpu)
-        while True:
-            fn, fut = self._jobs.get()
-            try:
-                with mx.stream(stream):
-                    with self.build_lock:
-                        out = fn()
-                    mx.eval(out)
-                fut.set_result(out)
-            except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
-                fut.set_exception(err)
-
-    def submit(self, fn) -> Future:
-        fut: Future = Future()
-        self._jobs.put((fn, fut))
-        return fut
 
 
 # ----------------------------------------------------------------------------- loading

@@ -17,12 +17,6 @@ from ttscli.errors import CheckpointError
 RELEASE = Path(__file__).with_name("release_config.yaml")
 EMOTIONS = ("happy", "angry", "sad", "afraid", "disgusted", "melancholic", "surprised", "calm")
 EMO_NUM = (3, 17, 2, 8, 4, 5, 10, 24)     # rows per emotion in feat1.pt / feat2.pt
-# the generator's part of nvidia/bigvgan_v2_22khz_80band_256x's config.json (random weights)
-BIGVGAN_22K = {"resblock": "1", "upsample_rates": [4, 4, 2, 2, 2, 2], "upsample_kernel_sizes": [8, 8, 4, 4, 4, 4],
-               "upsample_initial_channel": 1536, "resblock_kernel_sizes": [3, 7, 11],
-               "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]], "use_tanh_at_final": False,
-               "use_bias_at_final": False, "activation": "snakebeta", "snake_logscale": True, "num_mels": 80,
-               "n_fft": 1024, "hop_size": 256, "win_size": 1024, "sampling_rate": 22050, "fmin": 0, "fmax": None}
 
 
 @dataclass

@@ -136,11 +136,10 @@ def load_pipeline(spec, checkpoint: Path | None, options):
     gpt, cond = load_unified_voice(folder, args)
     s2mel = load_s2mel_part(folder, args)
     if rnd:
-        from ttscli.codecs.bigvgan import BigVGANArgs
-        from ttscli.models.indextts2.config import BIGVGAN_22K
+        from ttscli.codecs.bigvgan import V2_22KHZ_80BAND_256X, BigVGANArgs
 
         codec, campplus = load_codec(None, args), load_campplus(None)
-        vocoder = random_bigvgan(BigVGANArgs.from_dict(BIGVGAN_22K, source="bigvgan config"))
+        vocoder = random_bigvgan(BigVGANArgs.from_dict(V2_22KHZ_80BAND_256X, source="bigvgan config"))
         w2v, stats = random_w2vbert(layers=W2V_LAYERS), (np.zeros(1024, np.float32), np.ones(1024, np.float32))
         tokenizer = RandomTokenizer(args.gpt["number_text_tokens"])
         emotions = EmotionMatrices.split(np.asarray(mx.random.normal((sum(args.emo_num), gpt.args.model_dim))),
