@@ -564,3 +564,27 @@ def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], An
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__
+
+
+def run_peer_script(peer: str, python: str, script: Path, args: dict, timeout: float) -> dict:
+    """A bench peer that runs in another Python (upstream's code and its own dependencies):
+    ``python script`` with ``args`` as JSON on stdin; the last stdout line is its figures as a JSON
+    object. A run that cannot start, times out, fails or prints no figures is one TTSError naming
+    ``--peer PEER``."""
+    import json
+    import subprocess
+
+    from ttscli.errors import TTSError
+
+    try:
+        p = subprocess.run([python, str(script)], input=json.dumps(args).encode(), capture_output=True,
+                           timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise TTSError(f"--peer {peer}: {python} {Path(script).name} did not finish ({e})") from None
+    if p.returncode != 0:
+        said = (p.stderr.decode("utf-8", "replace").strip().splitlines() or ["nothing on stderr"])[-1]
+        raise TTSError(f"--peer {peer} failed (exit {p.returncode}): {said}")
+    try:
+        return json.loads(p.stdout.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise TTSError(f"--peer {peer} printed no figures") from None

@@ -3,16 +3,14 @@ HiFT), and upstream's PyTorch code as a peer, run by benchmarks/bench_cosyvoice3
 Python environment that has it (with random weights at the published size, as ours)."""
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 
-from ttscli.errors import TTSError, UsageError
-from ttscli.models.base import Request
+from ttscli.errors import UsageError
+from ttscli.models.base import Request, run_peer_script
 
 PEER_SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_cosyvoice3_peer.py"
 PEER_PYTHON = "TTSCLI_COSYVOICE_PYTHON"
@@ -44,18 +42,7 @@ def bench_peer(spec, checkpoint: Path | None, text: str, repeats: int, threads: 
                          f"of scripts/reference-venv.sh's environment and {PEER_SRC} to a CosyVoice checkout "
                          "(scripts/goldens/cosyvoice_fetch.sh)")
     args = {"text": text, "repeats": repeats, "frames": frames, "threads": threads, "src": src}
-    try:
-        p = subprocess.run([python, str(PEER_SCRIPT)], input=json.dumps(args).encode(), capture_output=True,
-                           timeout=PEER_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise TTSError(f"--peer pytorch: {python} {PEER_SCRIPT.name} did not finish ({e})") from None
-    if p.returncode != 0:
-        said = (p.stderr.decode("utf-8", "replace").strip().splitlines() or ["nothing on stderr"])[-1]
-        raise TTSError(f"--peer pytorch failed (exit {p.returncode}): {said}")
-    try:
-        return json.loads(p.stdout.decode().strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        raise TTSError("--peer pytorch printed no figures") from None
+    return run_peer_script("pytorch", python, PEER_SCRIPT, args, PEER_TIMEOUT_S)
 
 
 def bench_batch(pipe, sizes: list[int], frames: int, text: str, seed: int = 0, warmup: int = 1) -> dict[str, dict]:

@@ -3,13 +3,11 @@ upstream's PyTorch code as a peer, run by benchmarks/bench_indextts2_peer.py in 
 environment that has it (every module at the published size with random weights, as ours)."""
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 from pathlib import Path
 
-from ttscli.errors import TTSError, UsageError
-from ttscli.models.base import RANDOM_WEIGHTS_FRAMES
+from ttscli.errors import UsageError
+from ttscli.models.base import RANDOM_WEIGHTS_FRAMES, run_peer_script
 
 PEER_SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_indextts2_peer.py"
 PEER_PYTHON = "TTSCLI_INDEXTTS_PYTHON"
@@ -46,15 +44,4 @@ def bench_peer(spec, checkpoint: Path | None, text: str, repeats: int, threads: 
     tok = RandomTokenizer(int(read_args(None).gpt["number_text_tokens"]))
     args = {"text_ids": tok.ids(tok.pieces(text)), "repeats": repeats, "frames": frames, "threads": threads,
             "src": src, "deps": deps, "ref_seconds": PEER_REF_SECONDS, "beams": 3}
-    try:
-        p = subprocess.run([python, str(PEER_SCRIPT)], input=json.dumps(args).encode(), capture_output=True,
-                           timeout=PEER_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise TTSError(f"--peer pytorch: {python} {PEER_SCRIPT.name} did not finish ({e})") from None
-    if p.returncode != 0:
-        said = (p.stderr.decode("utf-8", "replace").strip().splitlines() or ["nothing on stderr"])[-1]
-        raise TTSError(f"--peer pytorch failed (exit {p.returncode}): {said}")
-    try:
-        return json.loads(p.stdout.decode().strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        raise TTSError("--peer pytorch printed no figures") from None
+    return run_peer_script("pytorch", python, PEER_SCRIPT, args, PEER_TIMEOUT_S)

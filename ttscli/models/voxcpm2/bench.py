@@ -3,15 +3,14 @@ AudioVAE's decode); and upstream's package (voxcpm, PyTorch) as a peer, run by
 benchmarks/bench_voxcpm2_peer.py in the Python environment that has it."""
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 
-from ttscli.errors import TTSError, UsageError
+from ttscli.errors import UsageError
+from ttscli.models.base import run_peer_script
 
 PEER_SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_voxcpm2_peer.py"
 PEER_PYTHON = "TTSCLI_VOXCPM_PYTHON"
@@ -78,15 +77,4 @@ def bench_peer(spec, checkpoint: Path | None, text: str, repeats: int, threads: 
     if patches < 1:
         raise UsageError(f"{PEER_PATCHES} must be at least 1")
     args = {"text": text, "repeats": repeats, "patches": patches, "threads": threads}
-    try:
-        p = subprocess.run([python, str(PEER_SCRIPT)], input=json.dumps(args).encode(), capture_output=True,
-                           timeout=PEER_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise TTSError(f"--peer voxcpm: {python} {PEER_SCRIPT.name} did not finish ({e})") from None
-    if p.returncode != 0:
-        said = (p.stderr.decode("utf-8", "replace").strip().splitlines() or ["nothing on stderr"])[-1]
-        raise TTSError(f"--peer voxcpm failed (exit {p.returncode}): {said}")
-    try:
-        return json.loads(p.stdout.decode().strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        raise TTSError("--peer voxcpm printed no figures") from None
+    return run_peer_script("voxcpm", python, PEER_SCRIPT, args, PEER_TIMEOUT_S)
