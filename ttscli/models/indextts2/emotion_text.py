@@ -20,10 +20,10 @@ import mlx.core as mx
 from mlx import nn
 
 from ttscli.errors import CheckpointError, GenerationError
+from ttscli.models.indextts2.config import EMOTIONS
 
 SYSTEM = "文本情感分类"
 CN_LABELS = ("高兴", "愤怒", "悲伤", "恐惧", "反感", "低落", "惊讶", "自然")     # in EMOTIONS' order
-EN_LABELS = ("happy", "angry", "sad", "afraid", "disgusted", "melancholic", "surprised", "calm")
 MELANCHOLIC_WORDS = ("低落", "melancholy", "melancholic", "depression", "depressed", "gloomy")
 MAX_SCORE = 1.2
 MAX_ANSWER_TOKENS = 256
@@ -42,7 +42,7 @@ def _label(value) -> str | None:
     if v in CN_LABELS:
         return v
     low = v.lower()
-    return CN_LABELS[EN_LABELS.index(low)] if low in EN_LABELS else None
+    return CN_LABELS[EMOTIONS.index(low)] if low in EMOTIONS else None
 
 
 def _normalise(content) -> dict:
