@@ -11,6 +11,7 @@ yaml = pytest.importorskip("yaml")
 from ttscli.errors import CheckpointError, GenerationError
 from ttscli.lm.gpt2 import select_rows
 from ttscli.lm.sample import SamplingParams
+from ttscli.models.indextts2.conditioning import CONDITIONER_PREFIXES as CONDITIONERS
 from ttscli.models.indextts2.gpt import (
     CodeLimitReached,
     GPTArgs,
@@ -23,8 +24,6 @@ from ttscli.torchfile import state_dict
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "indextts2"
 G = np.load(FIX / "goldens.npz")
 B = np.load(FIX / "beams.npz")
-CONDITIONERS = ("conditioning_encoder.", "perceiver_encoder.", "emo_conditioning_encoder.",
-                "emo_perceiver_encoder.", "emovec_layer.", "emo_layer.")
 STOP = 65
 
 
