@@ -150,6 +150,22 @@ class LMCache:
     def reset(self) -> None:
         self.offset = 0
 
+    def select_rows(self, rows) -> None:
+        """Row ``i`` becomes the old row ``rows[i]`` in every layer: beam search's surviving
+        histories, or a one-row prefill repeated into beams. Same row count: in place (the
+        buffers the session has bound stay bound); another count: new buffers, bound afresh."""
+        rows = np.asarray(rows, np.int64)
+        n = self.offset
+        if len(rows) == self.keys[0].shape[0]:
+            if np.array_equal(rows, np.arange(len(rows))):
+                return
+            for buf in (*self.keys, *self.values):
+                buf[:, :, :n] = buf[rows, :, :n]
+            return
+        self.binding, self.bound_outputs, self.ort_values = None, (), []
+        self.keys = [np.ascontiguousarray(b[rows]) for b in self.keys]
+        self.values = [np.ascontiguousarray(b[rows]) for b in self.values]
+
 
 class OnnxLM:
     """A saved LM graph (:mod:`.graph`) with its cache geometry from the manifest entry."""

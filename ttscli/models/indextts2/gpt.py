@@ -150,6 +150,8 @@ class SemanticGPT(nn.Module):
         self.final_norm = nn.LayerNorm(D)
         self.mel_head = nn.Linear(D, args.number_mel_codes)
         self.text_head = nn.Linear(D, args.text_vocab)      # kept for the checkpoint; unused at inference
+        # the decoding forward on another runtime (onnx_gpt.OnnxGPT), or None for this MLX stack
+        self.decoder = None
 
     # -- prompt ----------------------------------------------------------------------------------
     def framed_text(self, text_ids: Any, drop_specials: bool = True) -> mx.array:
@@ -192,7 +194,7 @@ class SemanticGPT(nn.Module):
 
     # -- decoding --------------------------------------------------------------------------------
     def make_cache(self) -> list[KVCache]:
-        return self.gpt.make_cache()
+        return self.decoder.new_cache() if self.decoder is not None else self.gpt.make_cache()
 
     new_cache = make_cache        # the name ttscli.lm.decoder's protocol uses
 
@@ -209,6 +211,8 @@ class SemanticGPT(nn.Module):
     def __call__(self, embeds: mx.array, cache: Sequence[KVCache] | None = None) -> tuple[mx.array, mx.array]:
         """Logits ``[B, V]`` and hidden state ``[B, D]`` (after ``final_norm``) of the last position
         of ``embeds [B, T, D]``; the caches grow by T."""
+        if self.decoder is not None and cache is not None:
+            return self.decoder(embeds, cache)
         h = self.gpt(input_embeddings=embeds, cache=cache)
         h = self.final_norm(h[:, -1])
         return self.mel_head(h), h
@@ -300,7 +304,8 @@ class SemanticGPT(nn.Module):
         V, stop = a.number_mel_codes, a.stop_mel_token
         cache = self.make_cache()
         logits = self.prefill(embeds, cache)
-        select_rows(cache, [0] * beams)             # the beams start as copies of one prefill
+        select = self.decoder.select_rows if self.decoder is not None else select_rows
+        select(cache, [0] * beams)                  # the beams start as copies of one prefill
         logits = mx.broadcast_to(logits, (beams, V))
         seen = self._seen(beams)
         vocab = mx.arange(V)
@@ -353,7 +358,7 @@ class SemanticGPT(nn.Module):
             toks = mx.array(new_tokens, mx.int32)
             if parents != list(range(beams)):
                 rows = mx.array(parents, mx.int32)
-                select_rows(cache, rows)
+                select(cache, rows)
                 seen = mx.take(seen, rows, axis=0)
             seen = seen | (vocab == toks[:, None])
             if i + 1 < max_tokens:
