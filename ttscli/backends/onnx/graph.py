@@ -157,6 +157,21 @@ class Builder:
                          block_size=self.quant.block_size, accuracy_level=self.quant.accuracy_level)[0]
 
 
+def dynamic_int8_linear(b: Builder, x: str, w: np.ndarray, bias: np.ndarray | None, name: str,
+                        out: str | None = None) -> str:
+    """``x @ w.T + bias`` for ``w [N, K]`` as onnxruntime's ``DynamicQuantizeMatMul``: the weight
+    symmetric int8 per output channel, ``x`` quantized to uint8 per tensor at run time, the
+    product an integer GEMM (MLAS's u8s8 kernel: ``vpdpbusd`` on CPUs with AVX-512 VNNI or AVX-VNNI).
+    On CPUs without VNNI that kernel sums pairs of products in int16, which can saturate."""
+    w = np.asarray(w, np.float32)
+    scale = np.maximum(np.abs(w).max(axis=1), np.float32(1e-30)) / np.float32(127)
+    wq = np.clip(np.rint(w / scale[:, None]), -127, 127).astype(np.int8)
+    ins = [x, b.const(name + ".weight_i8", np.ascontiguousarray(wq.T)), b.const(name + ".scales", scale), ""]
+    if bias is not None:
+        ins.append(b.const(name + ".bias", np.asarray(bias, np.float32)))
+    return b.node("DynamicQuantizeMatMul", ins, [out] if out else 1, domain=MS)[0]
+
+
 class Prefixed:
     """A weight source (``get``/``in``/``path``) seen below ``prefix`` as a mapping of float32
     numpy arrays: ``w[key]`` is one clear line for a missing tensor, ``w.get(key)`` gives

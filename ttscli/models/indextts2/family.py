@@ -1,7 +1,7 @@
 """The indextts2 family's declaration (light: heavy imports happen inside the hooks)."""
 from __future__ import annotations
 
-from ttscli.models.base import Family, Knob, hook, sampling_knobs
+from ttscli.models.base import Component, Family, Knob, hook, sampling_knobs
 
 
 def _voices(spec, checkpoint):
@@ -54,4 +54,14 @@ FAMILY = Family(
     ref_text_optional=True,
     first_audio="the first text segment's codes, flow and vocoder (upstream streams a segment at a time; "
                 "--quick-first-segment shortens the first)",
+    convert={"onnx": hook("ttscli.models.indextts2.onnx_gpt:convert_onnx")},
+    components=(
+        # a decode step of the 24-layer GPT-2 for three beam rows: onnxruntime's float32 graph ran it
+        # about three times faster than MLX on a Linux CPU (docs/benchmarks.md#indextts2-cpu-onnx);
+        # int8 / int4 stay opt-in (no longer the goldens' numbers)
+        Component("code_decoder", ("mlx", "onnx"), onnx_precision=True, measured={("linux", ""): "onnx-f32"},
+                  on_gpu="mlx", why="onnxruntime's float32 graph ran the GPT faster than MLX on a Linux CPU"),
+        Component("flow_estimator", ("mlx", "onnx"), onnx_precision=True, measured={("linux", ""): "onnx-f32"},
+                  on_gpu="mlx", why="onnxruntime ran S2Mel's DiT faster than MLX on a Linux CPU"),
+    ),
 )

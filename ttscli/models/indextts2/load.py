@@ -28,6 +28,7 @@ from ttscli.errors import BackendUnavailableError, CheckpointError
 from ttscli.models.indextts2.config import IndexTTS2Args, read_args
 
 W2V_LAYERS = 17
+ONNX_COMPONENTS = ("code_decoder", "flow_estimator")
 
 
 def _file(folder: Path, name: str) -> Path:
@@ -110,9 +111,14 @@ def load_campplus(path: Path | None):
 
 
 def check_backends(options) -> None:
+    """What cannot run as asked, one line, before anything loads."""
+    from ttscli.backends.select import split_backend
+
     for component, backend in options.backends.items():
-        if backend != "mlx":
-            raise BackendUnavailableError(f"IndexTTS2 {component}: backend {backend!r} is not available (mlx only)")
+        if backend != "mlx" and not (component in ONNX_COMPONENTS and split_backend(backend)[0] == "onnx"):
+            raise BackendUnavailableError(f"IndexTTS2 {component}: backend {backend!r} is not available "
+                                          "(code_decoder and flow_estimator: mlx or onnx[-f32|-int8|-int4]; "
+                                          "the rest: mlx)")
 
 
 def load_pipeline(spec, checkpoint: Path | None, options):
@@ -126,6 +132,8 @@ def load_pipeline(spec, checkpoint: Path | None, options):
     from ttscli.models.indextts2.text import IndexTokenizer, RandomTokenizer
     from ttscli.models.indextts2.voice import ReferenceEncoder, random_voice
 
+    from ttscli.backends.select import split_backend
+
     check_backends(options)
     if options.dtype not in (None, "float32"):
         raise BackendUnavailableError(f"IndexTTS2 runs in float32 (asked for {options.dtype}), as upstream's "
@@ -134,7 +142,20 @@ def load_pipeline(spec, checkpoint: Path | None, options):
     folder = None if rnd else Path(checkpoint)
     args = read_args(folder)
     gpt, cond = load_unified_voice(folder, args)
+    backends = {"code_decoder": options.backend("code_decoder"), "flow_estimator": options.backend("flow_estimator"),
+                "vocoder": "mlx"}
+    if split_backend(backends["code_decoder"])[0] == "onnx":
+        from ttscli.models.indextts2.onnx_gpt import attach
+
+        backends["code_decoder"] = attach(gpt, backends["code_decoder"], folder, getattr(spec, "id", None))
     s2mel = load_s2mel_part(folder, args)
+    if split_backend(backends["flow_estimator"])[0] == "onnx":
+        from ttscli.models.indextts2.onnx_s2mel import attach
+
+        # a flow integrates its error over its steps: plain "onnx" is float32 here (int8 only by name)
+        name = backends["flow_estimator"]
+        precision = "float32" if name.lower() == "onnx" else split_backend(name)[1]
+        backends["flow_estimator"] = attach(s2mel, folder, getattr(spec, "id", None), precision)
     if rnd:
         from ttscli.codecs.bigvgan import V2_22KHZ_80BAND_256X, BigVGANArgs
 
@@ -165,6 +186,5 @@ def load_pipeline(spec, checkpoint: Path | None, options):
         raise CheckpointError(f"bigvgan: {vocoder.args.sampling_rate} Hz / {vocoder.args.num_mels} mels; IndexTTS2's "
                               "S2Mel makes 80-band mels at 22050 Hz")
     encoder = ReferenceEncoder(w2v, stats, codec, s2mel, campplus, cond)
-    backends = {"gpt": "mlx", "s2mel": "mlx", "vocoder": "mlx"}
     return IndexTTS2Pipeline(spec, args, gpt, s2mel, codec, vocoder, tokenizer, encoder, emotions, voice, backends,
                              classifier)

@@ -237,6 +237,8 @@ class CFM(nn.Module):
         super().__init__()
         self.in_channels = args.DiT.in_channels
         self.estimator = DiT(args)
+        # the same velocity on another runtime (onnx_s2mel.OnnxVelocity), called in its place
+        self.external_velocity = None
 
     def inference(self, mu: mx.array, ref_mel: mx.array, style: mx.array, noise: mx.array,
                   steps: int = 25, cfg_rate: float = 0.7) -> mx.array:
@@ -265,7 +267,7 @@ class CFM(nn.Module):
                                  mx.concatenate([style, mx.zeros_like(style)]))
         else:
             cond = est.condition(prompt_x, mu, style)
-        velocity = functools.partial(est.velocity, start=P)
+        velocity = functools.partial(self.external_velocity or est.velocity, start=P)
         ts = linspace_f32(steps + 1)
         t = ts[0]
         for s in range(1, steps + 1):
