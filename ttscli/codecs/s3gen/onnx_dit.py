@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from ttscli.backends.onnx.component import GraphComponent
-from ttscli.backends.onnx.graph import MS, Builder, Prefixed, Quant, dynamic_int8_linear, finish
+from ttscli.backends.onnx.graph import MS, Builder, Prefixed, Quant, dynamic_int8_linear, dynamic_int8_tag, finish
 
 from .dit import DiTFlowArgs
 
@@ -201,7 +201,7 @@ def layout(a: DiTFlowArgs, precision: str = "float32") -> str:
     # identity; so does the int8 kernel of the blocks' linears (graphs cached with block-quantized
     # ones are rebuilt)
     base = f"cosyvoice3/flow_estimator/{GRAPH_LAYOUT}/{a.heads}x{a.dim_head}/{a.static_chunk_size}"
-    return base + ("/dynamic-int8-blocks" if precision == "int8" else "")
+    return base + (f"/{dynamic_int8_tag()}" if precision == "int8" else "")
 
 
 COMPONENT = GraphComponent(family="cosyvoice3", name="flow_estimator", file="flow_estimator.onnx",

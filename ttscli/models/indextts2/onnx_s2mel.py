@@ -48,7 +48,7 @@ from __future__ import annotations
 import numpy as np
 
 from ttscli.backends.onnx.component import GraphComponent
-from ttscli.backends.onnx.graph import MS, Builder, Prefixed, Quant, dynamic_int8_linear, finish
+from ttscli.backends.onnx.graph import MS, Builder, Prefixed, Quant, dynamic_int8_linear, dynamic_int8_tag, finish
 from ttscli.errors import UsageError
 
 from .dit import MAX_POSITIONS, NORM_EPS, ROPE_BASE, rope_inv_freq
@@ -311,12 +311,13 @@ def build_graph(source, args, data=None, data_name: str = "", quant: Quant | Non
     return finish(b, "indextts2_s2mel_dit", inputs, outputs)
 
 
-def layout(args) -> str:
+def layout(args, precision: str = "float32") -> str:
     """What no tensor shape says: the head split, the rotary base, the skips, the final layer,
-    the WaveNet's dilation rate and this module's graph version."""
+    the WaveNet's dilation rate, this module's graph version and, at int8, the CPU's int8 kernel."""
     d = args.DiT
-    return (f"indextts2/s2mel/{GRAPH_LAYOUT}/heads{d.num_heads}/rope{ROPE_BASE:g}/uvit{int(d.uvit_skip_connection)}"
+    base = (f"indextts2/s2mel/{GRAPH_LAYOUT}/heads{d.num_heads}/rope{ROPE_BASE:g}/uvit{int(d.uvit_skip_connection)}"
             f"/longskip{int(d.long_skip_connection)}/{d.final_layer_type}/dilation{args.wavenet.dilation_rate}")
+    return base + (f"/{dynamic_int8_tag()}" if precision == "int8" else "")
 
 
 COMPONENT = GraphComponent(family="indextts2", name="flow_estimator", file="s2mel_dit.onnx",
@@ -362,7 +363,7 @@ def attach(s2mel, checkpoint=None, model_id: str | None = None, precision: str =
     check_supported(args)
     est = s2mel.cfm.estimator
     COMPONENT.check_float32(est, "--backend flow_estimator=mlx")
-    folder = COMPONENT.find_or_build(est, checkpoint, model_id, layout(args),
+    folder = COMPONENT.find_or_build(est, checkpoint, model_id, layout(args, precision),
                                      lambda src, data, name, q: build_graph(src, args, data, name, q),
                                      {"s2mel": args}, quant=quant)
     reach = est.wavenet.reach if args.DiT.final_layer_type == "wavenet" else 0

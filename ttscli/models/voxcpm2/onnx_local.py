@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from ttscli.backends.onnx.component import GraphComponent
-from ttscli.backends.onnx.graph import Builder, Prefixed, Quant, finish, window_stack
+from ttscli.backends.onnx.graph import Builder, Prefixed, Quant, dynamic_int8_tag, finish, window_stack
 
 PREFIX = "feat_decoder.estimator."
 INPUTS = ("x", "mu", "t", "cond", "dt")
@@ -56,7 +56,7 @@ def build_graph(source, stack_args, feat_dim: int, patch: int, attention_scale: 
     ``quant``: the linear layers' weights (float32 unless int8 / int4)."""
     from onnx import TensorProto, helper
 
-    b = Builder(quant or Quant("float32"), data, data_name)
+    b = Builder(quant or Quant("float32"), data, data_name, dynamic_int8=True)
     w = Prefixed(source, PREFIX)
     H = stack_args.hidden_size
 
@@ -134,6 +134,8 @@ def _find_or_build(component: GraphComponent, module, stack, stack_args, patch: 
         component = dataclasses.replace(component, source_files=(main_file(Path(checkpoint)),))
     layout = (f"voxcpm2/{component.name}/{GRAPH_LAYOUT}/{stack_args.num_attention_heads}x{stack_args.head_dim}/"
               f"{stack_args.num_key_value_heads}/{patch}/{stack_args.rope.type}/{stack_args.residual_scale}/{scale}")
+    if quant.precision == "int8":      # the int8 linears are run-time quantized (dynamic_int8_linear)
+        layout += f"/{dynamic_int8_tag()}"
     return component.find_or_build(module, checkpoint, model_id, layout, lambda src, data, name, q: build(
         src, stack_args, feat_dim, patch, scale, data, name, q), info, quant=quant)
 
@@ -144,7 +146,7 @@ def build_encoder_graph(source, stack_args, feat_dim: int, patch: int, attention
     ``[N, H]`` (float32: the encoder is offered in float32 only)."""
     from onnx import TensorProto, helper
 
-    b = Builder(quant or Quant("float32"), data, data_name)
+    b = Builder(quant or Quant("float32"), data, data_name, dynamic_int8=True)
     w = Prefixed(source, ENC_PREFIX)
     H = stack_args.hidden_size
     b.const("axis1", np.array([1], np.int64))
