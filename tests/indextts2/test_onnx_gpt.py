@@ -144,3 +144,20 @@ def test_float32_only():
 
     with pytest.raises(UsageError, match="computes in float32"):
         onnx_gpt.check_options(Options())
+
+
+def test_convert_to_onnx(tmp_path):
+    """``ttscli convert indextts2 --to onnx [-q --q-bits 8]``: the GPT's graph and its manifest."""
+    import json
+
+    from ttscli.registry import load_registry
+
+    spec = load_registry().resolve("indextts2")
+    for quantize, precision in ((False, "float32"), (True, "int8")):
+        out = tmp_path / precision
+        onnx_gpt.convert_onnx(spec, FIX / "tiny", out, quantize=quantize, q_bits=8)
+        entry = json.loads((out / "manifest.json").read_text())["components"]["code_decoder"]
+        assert entry["precision"] == precision and entry["heads"] == ["logits"] and entry["layers"] == 2
+        assert (out / "gpt.onnx").is_file() and (out / "gpt.onnx.data").is_file()
+    with pytest.raises(UsageError, match="float32"):
+        onnx_gpt.convert_onnx(spec, FIX / "tiny", tmp_path / "bf16", dtype="bfloat16")

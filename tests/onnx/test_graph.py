@@ -136,3 +136,37 @@ def test_heads_chosen_by_an_input(tmp_path, prec):
     ran = {e["name"] for e in events if e.get("cat") == "Node" and e.get("args", {}).get("op_name") == op}
     per_layer = 4          # fused qkv, o, fused gate/up, down
     assert len(ran) == args.num_hidden_layers * per_layer + 1
+
+
+@pytest.mark.parametrize("limit", [127, 63])
+def test_dynamic_int8_linear(limit, monkeypatch):
+    """``DynamicQuantizeMatMul``: int8 weights per output channel up to the CPU's limit (63 where
+    the u8 x s8 kernel adds pairs in int16), activations quantized per tensor at run time: near the
+    float32 product, not equal to it; the limit is part of the cache tag."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from ttscli.backends.onnx import graph
+
+    monkeypatch.setattr(graph, "int8_weight_limit", lambda: limit)
+    rng = np.random.default_rng(0)
+    w, bias = rng.standard_normal((48, 64)).astype(np.float32), rng.standard_normal(48).astype(np.float32)
+    x = rng.standard_normal((2, 5, 64)).astype(np.float32)
+    b = graph.Builder(Quant("int8"), dynamic_int8=True)
+    b.linear("x", w, bias, "l", out="y")
+    model = graph.finish(b, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 64])],
+                         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 48])])
+    assert [n.op_type for n in model.graph.node] == ["DynamicQuantizeMatMul"]
+    stored = next(t for t in model.graph.initializer if t.name == "l.weight_i8")
+    from onnx import numpy_helper
+
+    assert np.abs(numpy_helper.to_array(stored)).max() == limit
+    y = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    ref = x @ w.T + bias
+    err = np.abs(y - ref).max() / np.abs(ref).max()
+    assert 1e-5 < err < (0.02 if limit == 127 else 0.04)
+    assert graph.dynamic_int8_tag() == f"dynamic-int8-w{limit}"
+    # without the flag an int8 linear stays block-quantized
+    plain = graph.Builder(Quant("int8"))
+    plain.linear("x", w, bias, "l", out="y")
+    assert [n.op_type for n in plain.nodes] == ["MatMulNBits"]
