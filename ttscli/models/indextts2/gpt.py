@@ -261,112 +261,41 @@ class SemanticGPT(nn.Module):
             raise CodeLimitReached(f"the IndexTTS2 GPT reached its limit of {max_tokens} codes without the stop "
                                    "code (raise max_tokens, or split the text)", list(codes))
 
-    def _seen(self, rows: int) -> mx.array:
-        V = self.args.number_mel_codes
-        first = (mx.arange(V) == FAKE_PROMPT_ID) | (mx.arange(V) == self.args.start_mel_token)
-        return mx.broadcast_to(first[None], (rows, V))
-
     def _sample(self, embeds, params, max_tokens, min_tokens, key):
         """One row: greedy or sampled. Returns the codes when the limit ended it, else None.
 
         Each step's next logits are queued before the drawn code is read back, so the host reads
         one code while the next forward is already computing."""
-        a = self.args
-        V = a.number_mel_codes
+        search = SampleSearch(self.args, params, min_tokens, key)
         cache = self.make_cache()
-        seen = self._seen(1)
-        no_stop = logit_bias(V, [a.stop_mel_token])
-        vocab = mx.arange(V)
         logits = self.prefill(embeds, cache)
         codes: list[int] = []
         for i in range(max_tokens):
-            sub = None
-            if key is not None and not params.greedy:
-                key, sub = mx.random.split(key)
-            noise = None if params.greedy else gumbel(logits.shape, sub)
-            tok = sample_with(logits, params, noise, seen=seen, bias=no_stop if i < min_tokens else None)
+            tok = search.draw(logits)
             if i + 1 < max_tokens:
-                seen = seen | (vocab == tok[:, None])
                 logits = self.step(tok, i, cache)
                 mx.async_eval(logits, tok)
             t = int(tok.item())
-            if t == a.stop_mel_token:
+            if t == self.args.stop_mel_token:
                 return None
             codes.append(t)
             yield t
         return codes
 
     def _beam(self, embeds, params, max_tokens, min_tokens, key, beams, length_penalty) -> tuple[list[int], bool]:
-        """Hugging Face's beam search / beam sampling for one prompt (as upstream's vendored
-        ``_beam_search`` with its ``BeamSearchScorer``): the best hypothesis' codes (the stop
-        excluded) and whether it ended with the stop (else it is a running beam of ``max_tokens``)."""
-        a = self.args
-        V, stop = a.number_mel_codes, a.stop_mel_token
+        """Hugging Face's beam search / beam sampling for one prompt (:class:`BeamSearch`)."""
+        search = BeamSearch(self.args, params, beams, max_tokens, min_tokens, key, length_penalty)
         cache = self.make_cache()
         logits = self.prefill(embeds, cache)
         select = self.decoder.select_rows if self.decoder is not None else select_rows
         select(cache, [0] * beams)                  # the beams start as copies of one prefill
-        logits = mx.broadcast_to(logits, (beams, V))
-        seen = self._seen(beams)
-        vocab = mx.arange(V)
-        no_stop = logit_bias(V, [stop])
-        scores = mx.array([0.0] + [_FIRST_STEP_ONLY] * (beams - 1), mx.float32)
-        running: list[list[int]] = [[] for _ in range(beams)]
-        hyps = _Hypotheses(beams, length_penalty)
-        keep = 2 * beams                             # max(2, 1 + one stop id) per beam
-        done = False
-        for i in range(max_tokens):
-            x = logits.astype(mx.float32)
-            x = x - mx.logsumexp(x, axis=-1, keepdims=True)
-            x = apply_repetition_penalty(x, seen, params.repetition_penalty)
-            if i < min_tokens:
-                x = x + no_stop
-            if not params.greedy:
-                x = _beam_filter(x, params)
-            flat = (x + scores[:, None]).reshape(-1)
-            if params.greedy:
-                order = mx.argsort(-flat)[:keep]
-            else:
-                if key is not None:
-                    key, sub = mx.random.split(key)
-                else:
-                    sub = None
-                # sampling ``keep`` candidates without replacement from softmax(flat) is taking the
-                # top ``keep`` of flat plus Gumbel noise; then ranked by their scores, as HF sorts
-                drawn = mx.argsort(-(flat + gumbel(flat.shape, sub)))[:keep]
-                order = drawn[mx.argsort(-flat[drawn])]
-            picked = flat[order]
-            mx.eval(order, picked)
-            cand, cand_scores = np.array(order), np.array(picked)
-            new_scores, new_tokens, parents = [], [], []
-            for rank, (c, s) in enumerate(zip(cand.tolist(), cand_scores.tolist())):
-                parent, tok = divmod(c, V)
-                if tok == stop:
-                    if rank < beams:
-                        hyps.add(running[parent], s, i + 1, ended=True)
-                else:
-                    new_scores.append(s)
-                    new_tokens.append(tok)
-                    parents.append(parent)
-                if len(new_tokens) == beams:
-                    break
-            done = hyps.is_done(float(cand_scores.max()), i + 1)
-            if done:
-                break
-            running = [running[p] + [t] for p, t in zip(parents, new_tokens)]
-            scores = mx.array(new_scores, mx.float32)
-            toks = mx.array(new_tokens, mx.int32)
+        logits = mx.broadcast_to(logits, (beams, logits.shape[-1]))
+        while (nxt := search.advance(logits)) is not None:
+            toks, parents = nxt
             if parents != list(range(beams)):
-                rows = mx.array(parents, mx.int32)
-                select(cache, rows)
-                seen = mx.take(seen, rows, axis=0)
-            seen = seen | (vocab == toks[:, None])
-            if i + 1 < max_tokens:
-                logits = self.step(toks, i, cache)
-        if not done:
-            for tokens, s in zip(running, np.array(scores).tolist()):
-                hyps.add(tokens, s, len(tokens), ended=False)
-        return hyps.best()
+                select(cache, parents)
+            logits = self.step(mx.array(toks, mx.int32), search.generated - 1, cache)
+        return search.result()
 
     # -- the S2Mel latent ------------------------------------------------------------------------
     def latent(self, embeds_prompt: mx.array, text_ids: Any, codes: Any) -> mx.array:
@@ -393,6 +322,121 @@ class SemanticGPT(nn.Module):
         parts = [mx.broadcast_to(p, (B, *p.shape[1:])).astype(cond.dtype) for p in (cond, text, mel_emb)]
         h = self.gpt(input_embeddings=mx.concatenate(parts, axis=1))
         return self.final_norm(h[:, -(n + 2):-2])
+
+
+def first_seen(args: GPTArgs, rows: int) -> mx.array:
+    """The ids the repetition penalty sees before the first code: the fake prompt id and the start
+    code, ``[rows, V]``."""
+    V = args.number_mel_codes
+    first = (mx.arange(V) == FAKE_PROMPT_ID) | (mx.arange(V) == args.start_mel_token)
+    return mx.broadcast_to(first[None], (rows, V))
+
+
+class SampleSearch:
+    """One row's greedy or sampled codes, a step at a time: the penalty's seen ids, the stop barred
+    before ``min_tokens`` codes, the draws' PRNG key (None: MLX's global generator)."""
+
+    def __init__(self, args: GPTArgs, params: SamplingParams, min_tokens: int, key: mx.array | None):
+        self.params, self.min_tokens, self.key = params, min_tokens, key
+        self.seen = first_seen(args, 1)
+        self.no_stop = logit_bias(args.number_mel_codes, [args.stop_mel_token])
+        self.vocab = mx.arange(args.number_mel_codes)
+        self.drawn = 0
+
+    def draw(self, logits: mx.array) -> mx.array:
+        """The next code ``[1]`` from ``logits [1, V]`` (lazy: not evaluated here)."""
+        sub = None
+        if self.key is not None and not self.params.greedy:
+            self.key, sub = mx.random.split(self.key)
+        noise = None if self.params.greedy else gumbel(logits.shape, sub)
+        tok = sample_with(logits, self.params, noise, seen=self.seen,
+                          bias=self.no_stop if self.drawn < self.min_tokens else None)
+        self.seen = self.seen | (self.vocab == tok[:, None])
+        self.drawn += 1
+        return tok
+
+
+class BeamSearch:
+    """Hugging Face's beam search / beam sampling for one prompt (as upstream's vendored
+    ``_beam_search`` with its ``BeamSearchScorer``), a step at a time, so that one prompt's
+    beams can be decoded alone (:meth:`SemanticGPT.generate`) or as rows of a batch beside other
+    requests' (ttscli.models.indextts2.rows): :meth:`advance` takes the beams' logits and names
+    the codes to feed next and the beam each continues; :meth:`result` gives the best hypothesis."""
+
+    def __init__(self, args: GPTArgs, params: SamplingParams, beams: int, max_tokens: int, min_tokens: int,
+                 key: mx.array | None, length_penalty: float = 0.0):
+        self.params, self.beams, self.max_tokens, self.min_tokens, self.key = params, beams, max_tokens, min_tokens, key
+        self.V, self.stop = args.number_mel_codes, args.stop_mel_token
+        self.seen = first_seen(args, beams)
+        self.vocab = mx.arange(self.V)
+        self.no_stop = logit_bias(self.V, [self.stop])
+        self.scores = mx.array([0.0] + [_FIRST_STEP_ONLY] * (beams - 1), mx.float32)
+        self.running: list[list[int]] = [[] for _ in range(beams)]
+        self.hyps = _Hypotheses(beams, length_penalty)
+        self.generated = 0            # steps scored
+        self.done = False             # the scorer's stopping rule ended the search
+
+    def advance(self, logits: mx.array) -> tuple[list[int], list[int]] | None:
+        """Score the beams' next codes from ``logits [beams, V]``: the codes to feed next and, for
+        each, the beam it continues; None when the search has ended (its stopping rule, or
+        ``max_tokens`` codes)."""
+        p, V, beams, i = self.params, self.V, self.beams, self.generated
+        keep = 2 * beams                             # max(2, 1 + one stop id) per beam
+        x = logits.astype(mx.float32)
+        x = x - mx.logsumexp(x, axis=-1, keepdims=True)
+        x = apply_repetition_penalty(x, self.seen, p.repetition_penalty)
+        if i < self.min_tokens:
+            x = x + self.no_stop
+        if not p.greedy:
+            x = _beam_filter(x, p)
+        flat = (x + self.scores[:, None]).reshape(-1)
+        if p.greedy:
+            order = mx.argsort(-flat)[:keep]
+        else:
+            sub = None
+            if self.key is not None:
+                self.key, sub = mx.random.split(self.key)
+            # sampling ``keep`` candidates without replacement from softmax(flat) is taking the
+            # top ``keep`` of flat plus Gumbel noise; then ranked by their scores, as HF sorts
+            drawn = mx.argsort(-(flat + gumbel(flat.shape, sub)))[:keep]
+            order = drawn[mx.argsort(-flat[drawn])]
+        picked = flat[order]
+        mx.eval(order, picked)
+        cand, cand_scores = np.array(order), np.array(picked)
+        new_scores, new_tokens, parents = [], [], []
+        for rank, (c, sc) in enumerate(zip(cand.tolist(), cand_scores.tolist())):
+            parent, tok = divmod(c, V)
+            if tok == self.stop:
+                if rank < beams:
+                    self.hyps.add(self.running[parent], sc, i + 1, ended=True)
+            else:
+                new_scores.append(sc)
+                new_tokens.append(tok)
+                parents.append(parent)
+            if len(new_tokens) == beams:
+                break
+        self.generated = i + 1
+        if self.hyps.is_done(float(cand_scores.max()), i + 1):
+            self.done = True
+            return None
+        self.running = [self.running[j] + [t] for j, t in zip(parents, new_tokens)]
+        self.scores = mx.array(new_scores, mx.float32)
+        toks = mx.array(new_tokens, mx.int32)
+        if parents != list(range(beams)):
+            self.seen = mx.take(self.seen, mx.array(parents, mx.int32), axis=0)
+        self.seen = self.seen | (self.vocab == toks[:, None])
+        if self.generated >= self.max_tokens:
+            return None
+        return new_tokens, parents
+
+    def result(self) -> tuple[list[int], bool]:
+        """The best hypothesis' codes (the stop excluded) and whether it ended with the stop (else
+        it is a running beam of ``max_tokens`` codes)."""
+        if not self.done:
+            for tokens, sc in zip(self.running, np.array(self.scores).tolist()):
+                self.hyps.add(tokens, sc, len(tokens), ended=False)
+            self.done = True
+        return self.hyps.best()
 
 
 def _beam_filter(x: mx.array, p: SamplingParams) -> mx.array:
