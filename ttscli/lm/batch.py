@@ -13,7 +13,7 @@ threads on one decoder.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import mlx.core as mx
@@ -171,6 +171,25 @@ class MemberBatch:
         del self._rows[id(member)]
         self.batch.keep(keep)
         self.hidden = self.hidden[mx.array(keep, dtype=mx.int32)] if keep else None
+
+    def reorder(self, rows_of: Mapping[Any, Sequence[int]]) -> None:
+        """Each member's rows become its old rows ``rows_of[member]`` (indices among its own rows,
+        repeats allowed, as many as it owns): beam search's surviving beams. One pass over the
+        caches for every member reordered in a step."""
+        spans, order = self.spans(), []
+        for m in self.members:
+            lo, hi = spans[id(m)]
+            rows = rows_of.get(m)
+            if rows is None:
+                order += range(lo, hi)
+                continue
+            if len(rows) != hi - lo or not all(0 <= r < hi - lo for r in rows):
+                raise ValueError(f"a member of {hi - lo} rows cannot take rows {list(rows)}")
+            order += [lo + r for r in rows]
+        if order == list(range(len(order))):
+            return
+        self.batch.keep(order)
+        self.hidden = self.hidden[mx.array(order, dtype=mx.int32)]
 
     def discard(self, member: Any) -> None:
         """``member`` leaves the batch if it is still in it (a dropped request may have ended)."""

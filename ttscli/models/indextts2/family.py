@@ -49,6 +49,7 @@ FAMILY = Family(
                 ("s2mel_s", "S2Mel flow (s)", "{:.3f}"),
                 ("vocoder_s", "BigVGAN (s)", "{:.3f}")),
     peers={"pytorch": hook("ttscli.models.indextts2.bench:bench_peer")},
+    batches=True,
     parity_checks=hook("ttscli.models.indextts2.parity:parity_checks"),
     honours=frozenset({"voice", "instruct", "ref_audio", "save_voice", "max_frames", "stream"}),
     ref_text_optional=True,

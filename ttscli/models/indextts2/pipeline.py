@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,27 @@ INTERVAL_SILENCE_S = 0.2
 MAX_CODES = 1500                    # upstream max_mel_tokens per segment
 DEFAULTS = {"temperature": 0.8, "top_k": 30, "top_p": 0.8, "repetition_penalty": 10.0, "do_sample": True,
             "num_beams": 3, "inference_timesteps": 25, "cfg_rate": 0.7, "emotion_alpha": 1.0}
+
+
+def silence() -> np.ndarray:
+    """Upstream's pause between segments."""
+    return np.zeros(int(round(INTERVAL_SILENCE_S * SAMPLE_RATE)), np.float32)
+
+
+@dataclass
+class Plan:
+    """One request's decoding: its voice, the GPT's conditioning (speaker latents ``[1, 32, D]``,
+    emotion vector ``[1, D]``), sampling, beams, forced length, text segments and code limits."""
+
+    voice: Voice
+    cond: mx.array
+    emo: mx.array
+    params: SamplingParams
+    beams: int
+    forced: int | None
+    segs: list[list[int]]
+    max_codes: int
+    min_codes: int
 
 
 class IndexTTS2Pipeline(Pipeline):
@@ -165,8 +187,8 @@ class IndexTTS2Pipeline(Pipeline):
             raise UsageError("IndexTTS2: the text has nothing to speak")
         return segs
 
-    def generate(self, r: Request) -> Iterator[np.ndarray]:
-        t_start = time.perf_counter()
+    def plan(self, r: Request) -> Plan:
+        """What a request decodes with, checked before any code is drawn."""
         voice = self.voice(r)
         emovec = self.emotion_vector(r, voice)
         params, beams = self.sampling(r)
@@ -178,27 +200,34 @@ class IndexTTS2Pipeline(Pipeline):
         max_codes = r.max_frames or min(MAX_CODES, self.gpt.args.max_mel_tokens)
         if forced is not None:
             max_codes = forced
+        min_codes = forced if forced is not None else (max_codes if r.ignore_eos else 0)
+        return Plan(voice, mx.array(voice.cond_latents)[None], mx.array(np.asarray(emovec, np.float32))[None],
+                    params, beams, forced, segs, max_codes, min_codes)
+
+    def limit_reached(self, max_codes: int) -> LimitReached:
+        return LimitReached(f"IndexTTS2 reached its limit of {max_codes} codes in a segment without the stop "
+                            f"code (--max-frames raises it, up to {self.gpt.args.max_mel_tokens}; --segment-tokens "
+                            "makes segments shorter)")
+
+    def generate(self, r: Request) -> Iterator[np.ndarray]:
+        t_start = time.perf_counter()
+        plan = self.plan(r)
         keys = KeyStream(r.seed)
-        cond = mx.array(voice.cond_latents)[None]
-        emo = mx.array(np.asarray(emovec, np.float32))[None]
-        silence = np.zeros(int(round(INTERVAL_SILENCE_S * SAMPLE_RATE)), np.float32)
-        for i, ids in enumerate(segs):
+        for i, ids in enumerate(plan.segs):
             if i:
-                yield silence
-            wav = self._segment(r, voice, cond, emo, ids, params, beams, max_codes, forced, keys)
+                yield silence()
+            wav = self._segment(r, plan, ids, keys)
             if self.stats.first_audio_s is None:
                 self.stats.first_audio_s = time.perf_counter() - t_start
             yield wav
 
-    def codes(self, embeds: mx.array, params: SamplingParams, beams: int, max_codes: int, forced: int | None,
-              key: mx.array, ignore_eos: bool = False) -> list[int]:
+    def codes(self, embeds: mx.array, plan: Plan, key: mx.array) -> list[int]:
         st = self.stats
         out: list[int] = []
         t = time.perf_counter()
-        min_codes = forced if forced is not None else (max_codes if ignore_eos else 0)
         try:
-            for c in self.gpt.generate(embeds, params, max_tokens=max_codes, min_tokens=min_codes, key=key,
-                                       num_beams=beams):
+            for c in self.gpt.generate(embeds, plan.params, max_tokens=plan.max_codes, min_tokens=plan.min_codes,
+                                       key=key, num_beams=plan.beams):
                 now = time.perf_counter()
                 if not out:
                     st.prefill_s += now - t
@@ -208,23 +237,25 @@ class IndexTTS2Pipeline(Pipeline):
                 t = now
                 out.append(int(c))
         except CodeLimitReached:
-            raise LimitReached(f"IndexTTS2 reached its limit of {max_codes} codes in a segment without the stop "
-                               f"code (--max-frames raises it, up to {self.gpt.args.max_mel_tokens}; --segment-tokens "
-                               "makes segments shorter)") from None
+            raise self.limit_reached(plan.max_codes) from None
         st.frames += len(out)
         return out
 
-    def _segment(self, r: Request, voice: Voice, cond: mx.array, emo: mx.array, ids: list[int],
-                 params: SamplingParams, beams: int, max_codes: int, forced: int | None, keys: KeyStream) -> np.ndarray:
-        st = self.stats
-        embeds = self.gpt.prompt(cond, emo, np.asarray(ids, np.int64)[None])
+    def _segment(self, r: Request, plan: Plan, ids: list[int], keys: KeyStream) -> np.ndarray:
+        embeds = self.gpt.prompt(plan.cond, plan.emo, np.asarray(ids, np.int64)[None])
         t0 = time.perf_counter()
-        codes = self.codes(embeds, params, beams, max_codes, forced, keys.next(), r.ignore_eos)
+        codes = self.codes(embeds, plan, keys.next())
+        self.stats.extra["gpt_s"] = self.stats.extra.get("gpt_s", 0.0) + time.perf_counter() - t0
+        return self.decode(r, plan.voice, embeds, ids, codes, keys.next())
+
+    def decode(self, r: Request, voice: Voice, embeds: mx.array, ids: list[int], codes: list[int],
+               key: mx.array) -> np.ndarray:
+        """One segment's codes -> its waveform: the latent, S2Mel and BigVGAN."""
         if not codes:
             raise GenerationError("the IndexTTS2 GPT ended a segment before its first code")
+        st = self.stats
         t1 = time.perf_counter()
-        st.extra["gpt_s"] = st.extra.get("gpt_s", 0.0) + t1 - t0
-        mel = self.mel(voice, embeds, ids, codes, r, keys.next())
+        mel = self.mel(voice, embeds, ids, codes, r, key)
         t2 = time.perf_counter()
         wav = self.vocoder(mel)[0]
         mx.eval(wav)
@@ -234,6 +265,18 @@ class IndexTTS2Pipeline(Pipeline):
         st.decoder_s += t3 - t1
         st.decoder_frames += mel.shape[1]
         return np.array(wav, np.float32)
+
+    def rows(self):
+        """Requests as rows of one GPT batch (ttscli.models.indextts2.rows), each request's beams
+        its own rows. The rows run the MLX GPT-2 stack: with the GPT's float32 ONNX graph as the
+        code decoder that is the same arithmetic (the graph is built from these weights), and one
+        batched step reads the weights once for every row; a quantized graph's numbers are its
+        own, so an int8/int4 code decoder takes one request at a time instead."""
+        if self.backends.get("code_decoder", "mlx") not in ("mlx", "onnx-float32"):
+            return None
+        from ttscli.models.indextts2.rows import IndexTTS2Rows
+
+        return IndexTTS2Rows(self)
 
     def mel(self, voice: Voice, embeds: mx.array, ids: list[int], codes: list[int], r: Request,
             key: mx.array) -> mx.array:
