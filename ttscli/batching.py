@@ -19,6 +19,7 @@ row by one frame per forward; everything around that is here, the same for ``spe
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -236,3 +237,44 @@ def synthesize_rows(pipeline, gen: RowGenerator, request: Request, workers: int,
             raise x
         if isinstance(x, np.ndarray):
             yield x
+
+
+def bench_rows(pipeline, sizes: list[int], frames: int, text: str, seed: int = 0, warmup: int = 1) -> dict[str, dict]:
+    """``ttscli bench MODEL --batch`` for a family without figures of its own: ``B`` requests of
+    ``frames`` frames each at once through ``pipeline.rows()``, per size (request ``i`` seeded
+    ``seed + i``; random weights never stop, so each runs with ignore_eos). A step is whatever the
+    rows do in one call (the batched forward, and a row's decoding when its frames end); the
+    step median, the frames and the audio rate cover every step, prefills and decoding included."""
+    from ttscli.errors import UsageError
+
+    if pipeline.rows() is None:
+        raise UsageError("--batch needs batched rows, which this load does not run (a quantized code decoder "
+                         "takes one request at a time): use --backend code_decoder=mlx or onnx-f32")
+    out = {}
+    for B in sizes:
+        for _ in range(warmup + 1):
+            gen = pipeline.rows()
+            t0 = time.perf_counter()
+            rows = [gen.start(Request(text=text, seed=seed + i, max_frames=frames, ignore_eos=True)) for i in range(B)]
+            steps, n, samples = [], 0, 0
+            while live := [r for r in rows if not r.done]:
+                ts = time.perf_counter()
+                gen.step(live)
+                steps.append(time.perf_counter() - ts)
+                n += len(live)
+                for r in live:
+                    piece = gen.take(r)
+                    samples += 0 if piece is None else len(piece)
+            wall = time.perf_counter() - t0
+            failed = next((r.error for r in rows if r.error is not None), None)
+            for r in rows:
+                gen.drop(r)
+            if failed is not None:
+                raise failed
+        step_ms = float(np.median(steps) * 1e3)
+        out[f"batch {B}"] = {"step_ms_p50": step_ms, "frame_ms_per_row": step_ms / B, "frames_per_s": n / wall,
+                             "audio_s_per_s": samples / pipeline.sample_rate / wall, "total_s": wall}
+    base = out[f"batch {sizes[0]}"]["audio_s_per_s"]
+    for v in out.values():
+        v["speedup_vs_first"] = v["audio_s_per_s"] / base
+    return out

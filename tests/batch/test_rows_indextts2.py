@@ -94,3 +94,20 @@ def test_serve_runs_two_concurrent_requests_as_rows_of_one_batch(pipe, ref):
     assert largest == 2
     assert all(a[-1] is DONE for a in answers)
     check_equal_alone(pipe, reqs, {k: np.concatenate(a[:-1]) for k, a in enumerate(answers)}, {})
+
+
+def test_bench_batch_runs_rows_of_each_size(ref):
+    """``ttscli bench indextts2 --batch`` (the shared ``bench_rows``): every size's requests as rows,
+    audio counted; a quantized code decoder, which runs no rows, is refused in one line."""
+    from ttscli.batching import bench_rows
+    from ttscli.errors import UsageError
+
+    p = load()
+    p.default_voice = p.voice(Request("x", **ref))       # requests without a reference, as bench makes them
+    out = bench_rows(p, [1, 2], 3, "Hello there.", warmup=0)
+    assert list(out) == ["batch 1", "batch 2"]
+    for v in out.values():
+        assert v["frames_per_s"] > 0 and v["audio_s_per_s"] > 0 and v["step_ms_p50"] > 0
+    assert out["batch 1"]["speedup_vs_first"] == 1.0
+    with pytest.raises(UsageError, match="--batch needs batched rows"):
+        bench_rows(load("onnx-int8"), [1], 3, "Hello there.")

@@ -50,6 +50,7 @@ FAMILY = Family(
                 ("vocoder_s", "BigVGAN (s)", "{:.3f}")),
     peers={"pytorch": hook("ttscli.models.indextts2.bench:bench_peer")},
     batches=True,
+    bench_batch=hook("ttscli.batching:bench_rows"),
     parity_checks=hook("ttscli.models.indextts2.parity:parity_checks"),
     honours=frozenset({"voice", "instruct", "ref_audio", "save_voice", "max_frames", "stream"}),
     ref_text_optional=True,
