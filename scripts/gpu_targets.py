@@ -11,6 +11,13 @@ dimensions everywhere, so nothing is downloaded):
   breeze_float32       ttscli bench breeze-tts-2 --random-weights --dtype float32
   chatterbox_stream    ttscli bench chatterbox --random-weights --stream
   serve_load           benchmarks/serve_load.py -m qwen3-tts-0.6b-base --random-weights (1, 8, 32, 64 clients)
+  cosyvoice3_stream    ttscli bench cosyvoice3 --random-weights --stream
+  voxcpm2_stream       ttscli bench voxcpm2 --random-weights --stream
+  indextts2_stream     ttscli bench indextts2 --random-weights --stream
+  indextts2_batched    ttscli bench indextts2 --random-weights --batch 1,4,16,64
+
+The new families' streamed steps are checked against their issues' GPU targets (first audio and
+real-time factor, ``family_targets`` in the JSON).
 
 A step that cannot run here is skipped with its reason (mlx-audio not importable); a step that
 fails keeps its exit status and the end of its stderr, and the others still run. The JSON file is
@@ -44,6 +51,10 @@ STDERR_TAIL = 2000           # characters of a failed step's stderr kept in the 
 # the served targets (issue 37): at 32 clients p95 first audio and errors; at 64, aggregate audio-s/s
 SERVED_P95_FIRST_AUDIO_S = 0.100
 SERVED_AUDIO_S_PER_S = 500.0
+# the new families' GPU targets (issues 32, 33, 34): streamed first audio (s) and real-time factor
+FAMILY_TARGETS = {"cosyvoice3_stream": {"first_audio_s": 0.150},
+                  "voxcpm2_stream": {"first_audio_s": 0.150, "rtf": 0.1},
+                  "indextts2_stream": {"first_audio_s": 0.200, "rtf": 0.15}}
 
 
 @dataclass
@@ -115,7 +126,22 @@ def steps(sz: Sizes, peer_python: str, scratch: Path) -> list[Step]:
             bench("breeze_default", sz, "breeze-tts-2"),
             bench("breeze_float32", sz, "breeze-tts-2", "--dtype", "float32"),
             bench("chatterbox_stream", sz, "chatterbox", "--stream"),
-            serve_step(sz, scratch / "serve_load.json")]
+            serve_step(sz, scratch / "serve_load.json"),
+            bench("cosyvoice3_stream", sz, "cosyvoice3", "--stream"),
+            bench("voxcpm2_stream", sz, "voxcpm2", "--stream"),
+            bench("indextts2_stream", sz, "indextts2", "--stream"),
+            bench("indextts2_batched", sz, "indextts2", "--batch", sz.batches)]
+
+
+def family_checks(name: str, result: dict | None) -> dict:
+    """A streamed family step's figures against its issue's targets (the bench's one variant)."""
+    targets = FAMILY_TARGETS.get(name)
+    variants = list(((result or {}).get("variants") or {}).values())
+    if not targets or not variants:
+        return {}
+    fig = variants[0]
+    return {k: {"value": fig.get(k), "target": t, "met": fig.get(k) is not None and fig[k] <= t}
+            for k, t in targets.items()}
 
 
 def child_env() -> dict[str, str]:
@@ -219,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
                                       else f"rc {res['rc']}, {res['wall_s']:.1f} s"), file=sys.stderr, flush=True)
             if step.name == "serve_load":
                 report["served_targets"] = served_checks(res.get("result"))
+            if step.name in FAMILY_TARGETS:
+                report.setdefault("family_targets", {})[step.name] = family_checks(step.name, res.get("result"))
             args.json.write_text(json.dumps(report, indent=2))
     failed = [n for n, r in report["steps"].items() if "skipped" not in r and (r["rc"] != 0 or r["result"] is None)]
     return 1 if failed else 0

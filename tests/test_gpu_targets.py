@@ -79,3 +79,15 @@ def test_quick_serve_load_end_to_end(tmp_path):
         assert lv["errors"] == 0 and lv["ok"] == lv["requests"] == lv["clients"]
         # 4 frames of 80 ms each request, at random weights exactly
         assert lv["audio_s"] == pytest.approx(lv["requests"] * 4 * 0.08)
+
+
+def test_family_checks_against_the_issue_targets(gt):
+    result = {"variants": {"mlx": {"first_audio_s": 0.12, "rtf": 0.2}}}
+    checks = gt.family_checks("indextts2_stream", result)
+    assert checks == {"first_audio_s": {"value": 0.12, "target": 0.2, "met": True},
+                      "rtf": {"value": 0.2, "target": 0.15, "met": False}}
+    assert gt.family_checks("cosyvoice3_stream", result)["first_audio_s"]["met"] is True
+    assert gt.family_checks("indextts2_stream", None) == {}
+    assert gt.family_checks("qwen3_single_stream", result) == {}
+    names = [st.name for st in gt.steps(gt.QUICK, sys.executable, ROOT)]
+    assert {"cosyvoice3_stream", "voxcpm2_stream", "indextts2_stream", "indextts2_batched"} <= set(names)
