@@ -24,6 +24,16 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "indextts2"
 TINY = FIX / "tiny"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def graph_cache(tmp_path_factory):
+    """S2Mel's onnxruntime graph (the default on a Linux CPU) is built into a cache of this
+    module's, not the user's."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TTSCLI_CACHE", str(tmp_path_factory.mktemp("indextts2-rows-cache")))
+    yield
+    mp.undo()
+
+
 def load(code_decoder: str = "mlx"):
     return api.load("indextts2", model_dir=TINY, options=LoadOptions(backends={"code_decoder": code_decoder}))
 
