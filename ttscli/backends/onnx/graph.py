@@ -142,11 +142,13 @@ class Builder:
         self.nodes.append(helper.make_node(op, inputs, outs, name=self.name(op), domain=domain or None, **attrs))
         return outs
 
-    def linear(self, x: str, w: np.ndarray, b: np.ndarray | None, name: str, out: str | None = None) -> str:
-        """``x @ w.T + b`` for a checkpoint weight ``w [N, K]``."""
+    def linear(self, x: str, w: np.ndarray, b: np.ndarray | None, name: str, out: str | None = None,
+               dynamic: bool | None = None) -> str:
+        """``x @ w.T + b`` for a checkpoint weight ``w [N, K]``; ``dynamic``: this layer's int8 kernel
+        (None: the builder's ``dynamic_int8``)."""
         N, K = w.shape
         bits = self.quant.bits
-        if bits == 8 and self.dynamic_int8:
+        if bits == 8 and (self.dynamic_int8 if dynamic is None else dynamic):
             return dynamic_int8_linear(self, x, w, b, name, out)
         if bits is None:
             ins = [x, self.const(name + ".weight_t", np.asarray(w, np.float32).T)]

@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from ttscli.backends.onnx.component import GraphComponent
-from ttscli.backends.onnx.graph import MS, Builder, Prefixed, Quant, dynamic_int8_linear, dynamic_int8_tag, finish
+from ttscli.backends.onnx.graph import MS, Builder, Prefixed, Quant, dynamic_int8_tag, finish
 
 from .dit import DiTFlowArgs
 
@@ -64,12 +64,11 @@ class _Net:
 
     def frame_linear(self, x: str, w: np.ndarray, bias: np.ndarray, key: str) -> str:
         """A linear layer applied to every frame (the blocks' attention and FFN): at int8 an
-        integer GEMM with the activations quantized at run time (:func:`dynamic_int8_linear`),
-        which on a CPU with VNNI runs these wide products several times faster than the
-        block-quantized int8 kernel; else the graph's precision as every other linear."""
-        if self.b.quant.precision == "int8":
-            return dynamic_int8_linear(self.b, x, w, bias, key)
-        return self.b.linear(x, w, bias, key)
+        integer GEMM with the activations quantized at run time
+        (:func:`~ttscli.backends.onnx.graph.dynamic_int8_linear`), which on a CPU with VNNI runs
+        these wide products several times faster than the block-quantized int8 kernel the other
+        linears keep."""
+        return self.b.linear(x, w, bias, key, dynamic=True)
 
     def silu(self, x: str) -> str:
         return self.op("Mul", x, self.op("Sigmoid", x))

@@ -48,7 +48,7 @@ from __future__ import annotations
 import numpy as np
 
 from ttscli.backends.onnx.component import GraphComponent
-from ttscli.backends.onnx.graph import MS, Builder, Prefixed, Quant, dynamic_int8_linear, dynamic_int8_tag, finish
+from ttscli.backends.onnx.graph import MS, Builder, Prefixed, Quant, dynamic_int8_tag, finish
 from ttscli.errors import UsageError
 
 from .dit import MAX_POSITIONS, NORM_EPS, ROPE_BASE, rope_inv_freq
@@ -95,12 +95,6 @@ class _Net:
     def i64(self, values, base: str = "idx") -> str:
         return self.b.const(self.b.name(base), np.array(values, np.int64))
 
-    def lin(self, x: str, w: np.ndarray, bias: np.ndarray | None, name: str, out: str | None = None) -> str:
-        """A linear layer whose weights take the graph's precision (the blocks' and the WaveNet's)."""
-        if self.b.quant.precision == "int8":
-            return dynamic_int8_linear(self.b, x, w, bias, name, out)
-        return self.b.linear(x, w, bias, name, out)
-
     def flin(self, x: str, w: np.ndarray, bias: np.ndarray | None, name: str, out: str | None = None) -> str:
         """A linear layer kept in float32 at every precision."""
         y = self.b.node("MatMul", [x, self.b.const(name + ".weight_t", np.ascontiguousarray(w.T))],
@@ -110,7 +104,7 @@ class _Net:
         return self.b.node("Add", [y, self.b.const(name + ".bias", bias)], [out] if out else 1)[0]
 
     def linear(self, x: str, key: str, bias: bool = True, quantized: bool = False) -> str:
-        return (self.lin if quantized else self.flin)(x, self.p(key + ".weight"),
+        return (self.b.linear if quantized else self.flin)(x, self.p(key + ".weight"),
                                                       self.p(key + ".bias") if bias else None, key)
 
     def split(self, x: str, sizes: list[int]) -> list[str]:
@@ -167,11 +161,11 @@ class _Net:
         h = self.adaptive_norm(x, mods[key + "attention_norm"])
         wqkv = self.p(key + "attention.wqkv.weight")
         if queries_from is None:
-            q, k, v = self.split(self.lin(h, wqkv, None, key + "attention.wqkv"), [dim] * 3)
+            q, k, v = self.split(self.b.linear(h, wqkv, None, key + "attention.wqkv"), [dim] * 3)
             q_pos = "zero_i64"
         else:
-            q = self.lin(self.frames_from(h, queries_from), wqkv[:dim], None, key + "attention.wq")
-            k, v = self.split(self.lin(h, wqkv[dim:], None, key + "attention.wkv"), [dim] * 2)
+            q = self.b.linear(self.frames_from(h, queries_from), wqkv[:dim], None, key + "attention.wq")
+            k, v = self.split(self.b.linear(h, wqkv[dim:], None, key + "attention.wkv"), [dim] * 2)
             x = self.frames_from(x, queries_from)
             q_pos = queries_from
         q, k = self.rotate(q, q_pos), self.rotate(k, "zero_i64")
@@ -181,7 +175,7 @@ class _Net:
         h = self.adaptive_norm(x, mods[key + "ffn_norm"])
         ff = key + "feed_forward."
         w13 = np.concatenate([self.p(ff + "w1.weight"), self.p(ff + "w3.weight")])
-        gate, up = self.split(self.lin(h, w13, None, ff + "w13"), [w13.shape[0] // 2] * 2)
+        gate, up = self.split(self.b.linear(h, w13, None, ff + "w13"), [w13.shape[0] // 2] * 2)
         return self.op("Add", x, self.linear(self.op("Mul", self.silu(gate), up), ff + "w2", bias=False,
                                              quantized=True))
 
@@ -204,7 +198,7 @@ class _Net:
         w = self.p(key + ".weight")
         out, cin, k = w.shape
         if k == 1:
-            return self.lin(x, w[:, :, 0], bias, key)
+            return self.b.linear(x, w[:, :, 0], bias, key)
         span = (k - 1) * dilation
         right = span // 2
         padded = self.op("Pad", x, self.i64([0, span - right, 0, 0, right, 0], "pads"), mode="reflect")
@@ -212,7 +206,7 @@ class _Net:
                         self.i64([j * dilation - span if j * dilation < span else END], "stop"), "axis1")
                 for j in range(k)]
         cols = self.op("Concat", *taps, axis=-1)                       # [B, T, k * in], tap-major
-        return self.lin(cols, w.transpose(0, 2, 1).reshape(out, k * cin), bias, key)
+        return self.b.linear(cols, w.transpose(0, 2, 1).reshape(out, k * cin), bias, key)
 
     def wavenet(self, x: str, t: str) -> str:
         """``WN`` on ``x [B, T', hidden]`` conditioned on the second time embedding ``t [1, gin]``."""
@@ -299,7 +293,7 @@ def build_graph(source, args, data=None, data_name: str = "", quant: Quant | Non
     from onnx import TensorProto, helper
 
     check_supported(args)
-    b = Builder(quant or Quant("float32"), data, data_name)
+    b = Builder(quant or Quant("float32"), data, data_name, dynamic_int8=True)
     _Net(b, source, args).build()
     mel, f, i64 = args.DiT.in_channels, TensorProto.FLOAT, TensorProto.INT64
     inputs = [helper.make_tensor_value_info("x", f, ["batch", "time", mel]),
