@@ -124,6 +124,29 @@ def fingerprint(params: Mapping[str, np.ndarray], quant: Quant, layout: object) 
     return h.hexdigest()[:16]
 
 
+def model_graphs(params: Callable[[], Mapping[str, np.ndarray]], checkpoint: Path | None, quant: Quant,
+                 model_id: str | None, *, family: str, layout: object,
+                 source_files: Callable[[Path], tuple[str, ...]], export: Callable[..., dict]) -> Path:
+    """The folder of a loaded model's graphs at this precision: by the hashes of
+    ``source_files(checkpoint)`` when the model was loaded from ``checkpoint`` (:func:`find_or_build`,
+    the family's graph ``layout`` required), or, with ``checkpoint`` None, by the fingerprint of
+    ``params()`` (:func:`build_from_params`). ``export(out_dir, quant, *, model_id, source_record,
+    progress=None)`` writes the graphs and their manifest. A build on first use is announced at a
+    terminal only: piped stderr keeps its one line per error."""
+    from .export import checkpoint_record, layout_is
+
+    if checkpoint is None:
+        return build_from_params(params(), quant, f"{family}/{layout}", lambda src, tmp: export(
+            tmp, quant, model_id="random weights", source_record=RANDOM_SOURCE))
+
+    def build(ck, out_dir, q, *, model_id, progress=None):
+        return export(out_dir, q, model_id=model_id, source_record=checkpoint_record(ck, source_files(ck)),
+                      progress=progress)
+
+    return find_or_build(Path(checkpoint), quant, build, model_id, accept=layout_is(family, layout),
+                         notice=sys.stderr.isatty())
+
+
 def build_from_params(params: Mapping[str, np.ndarray], quant: Quant, layout: object,
                       build: Callable[[object, Path], object]) -> Path:
     """Graphs of in-memory weights (an MLX model's, e.g. random weights at real dimensions for

@@ -19,7 +19,7 @@ under a fingerprint of the weights.
 """
 from __future__ import annotations
 
-import sys
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -82,24 +82,14 @@ def convert_onnx(spec, checkpoint: Path, out_dir: Path, *, quantize: bool = Fals
 def find_or_build(lm, checkpoint: Path | None, quant: Quant, model_id: str | None = None) -> Path:
     """The LM graph of ``lm`` at this precision: by the hash of ``checkpoint``'s llm.pt (the
     file ``lm`` was loaded from), or, with ``checkpoint`` None, by its weights' fingerprint."""
-    from ttscli.backends.onnx.convert import RANDOM_SOURCE, build_from_params
-    from ttscli.backends.onnx.convert import find_or_build as shared_find_or_build
-    from ttscli.backends.onnx.export import checkpoint_record, layout_is
+    from ttscli.backends.onnx.convert import model_graphs
 
-    if checkpoint is None:
+    def params():
         stack, head = _weights(lm)
-        return build_from_params({**stack, "llm_decoder.weight": head}, quant, f"{FAMILY}/{GRAPH_LAYOUT}",
-                                 lambda src, tmp: export_lm_graph(lm, tmp, quant, model_id="random weights",
-                                                                  source_record=RANDOM_SOURCE))
+        return {**stack, "llm_decoder.weight": head}
 
-    def export(ck, out_dir, q, *, model_id, progress=None):
-        return export_lm_graph(lm, out_dir, q, model_id=model_id, source_record=checkpoint_record(ck, SOURCE_FILES),
-                               progress=progress)
-
-    # a build on first use of a default backend is announced at a terminal only: piped stderr
-    # keeps its one line per error
-    return shared_find_or_build(Path(checkpoint), quant, export, model_id, accept=layout_is(FAMILY, GRAPH_LAYOUT),
-                                notice=sys.stderr.isatty())
+    return model_graphs(params, checkpoint, quant, model_id, family=FAMILY, layout=GRAPH_LAYOUT,
+                        source_files=lambda ck: SOURCE_FILES, export=functools.partial(export_lm_graph, lm))
 
 
 def check_options(options) -> None:

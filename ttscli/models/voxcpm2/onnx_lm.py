@@ -20,7 +20,7 @@ Requests then go one at a time (the rows of serve/batch batch the MLX stacks).
 """
 from __future__ import annotations
 
-import sys
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -72,27 +72,16 @@ def convert_onnx(spec, checkpoint: Path, out_dir: Path, *, quantize: bool = Fals
 
 
 def find_or_build(model, checkpoint: Path | None, quant: Quant, model_id: str | None = None) -> Path:
-    from ttscli.backends.onnx.convert import RANDOM_SOURCE, build_from_params, mlx_params
-    from ttscli.backends.onnx.convert import find_or_build as shared_find_or_build
-    from ttscli.backends.onnx.export import checkpoint_record, layout_is
+    from ttscli.backends.onnx.convert import mlx_params, model_graphs
 
     from .load import main_file
 
-    if checkpoint is None:
-        params = {f"{n}.{k}": v for n, _ in STACKS
-                  for k, v in mlx_params(getattr(model, n), lambda k: k.startswith(KEEP)).items()}
-        return build_from_params(params, quant, f"{FAMILY}/{GRAPH_LAYOUT}", lambda src, tmp: export_stacks(
-            model, tmp, quant, model_id="random weights", source_record=RANDOM_SOURCE))
-    checkpoint = Path(checkpoint)
+    def params():
+        return {f"{n}.{k}": v for n, _ in STACKS
+                for k, v in mlx_params(getattr(model, n), lambda k: k.startswith(KEEP)).items()}
 
-    def export(ck, out_dir, q, *, model_id, progress=None):
-        return export_stacks(model, out_dir, q, model_id=model_id,
-                             source_record=checkpoint_record(ck, (main_file(ck),)), progress=progress)
-
-    # a build on first use of a default backend is announced at a terminal only: piped stderr
-    # keeps its one line per error
-    return shared_find_or_build(checkpoint, quant, export, model_id, accept=layout_is(FAMILY, GRAPH_LAYOUT),
-                                notice=sys.stderr.isatty())
+    return model_graphs(params, checkpoint, quant, model_id, family=FAMILY, layout=GRAPH_LAYOUT,
+                        source_files=lambda ck: (main_file(ck),), export=functools.partial(export_stacks, model))
 
 
 class OnnxStack:
