@@ -239,17 +239,19 @@ def synthesize_rows(pipeline, gen: RowGenerator, request: Request, workers: int,
             yield x
 
 
-def bench_rows(pipeline, sizes: list[int], frames: int, text: str, seed: int = 0, warmup: int = 1) -> dict[str, dict]:
+def bench_rows(pipeline, sizes: list[int], frames: int, text: str, seed: int = 0, warmup: int = 1,
+               frame_seconds: float | None = None) -> dict[str, dict]:
     """``ttscli bench MODEL --batch`` for a family without figures of its own: ``B`` requests of
     ``frames`` frames each at once through ``pipeline.rows()``, per size (request ``i`` seeded
     ``seed + i``; random weights never stop, so each runs with ignore_eos). A step is whatever the
     rows do in one call (the batched forward, and a row's decoding when its frames end); the
-    step median, the frames and the audio rate cover every step, prefills and decoding included."""
+    step median, the frames and the audio rate cover every step, prefills and decoding included.
+    The audio is what the rows hand over, or, with ``frame_seconds``, that much per row-step."""
     from ttscli.errors import UsageError
 
     if pipeline.rows() is None:
-        raise UsageError("--batch needs batched rows, which this load does not run (a quantized code decoder "
-                         "takes one request at a time): use --backend code_decoder=mlx or onnx-f32")
+        raise UsageError("--batch needs batched rows, which this load does not run: its LM is on a backend that "
+                         "takes one request at a time (`ttscli models MODEL` lists the backends)")
     out = {}
     for B in sizes:
         for _ in range(warmup + 1):
@@ -272,8 +274,9 @@ def bench_rows(pipeline, sizes: list[int], frames: int, text: str, seed: int = 0
             if failed is not None:
                 raise failed
         step_ms = float(np.median(steps) * 1e3)
+        audio_s = n * frame_seconds if frame_seconds is not None else samples / pipeline.sample_rate
         out[f"batch {B}"] = {"step_ms_p50": step_ms, "frame_ms_per_row": step_ms / B, "frames_per_s": n / wall,
-                             "audio_s_per_s": samples / pipeline.sample_rate / wall, "total_s": wall}
+                             "audio_s_per_s": audio_s / wall, "total_s": wall}
     base = out[f"batch {sizes[0]}"]["audio_s_per_s"]
     for v in out.values():
         v["speedup_vs_first"] = v["audio_s_per_s"] / base

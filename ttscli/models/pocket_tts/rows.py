@@ -223,30 +223,7 @@ def bench_batch(pipe, sizes: list[int], frames: int, text: str, seed: int = 0, w
         from ttscli.errors import UsageError
 
         raise UsageError("--batch needs the MLX flow LM (batched rows share one MLX forward)")
-    out = {}
-    for B in sizes:
-        for _ in range(warmup + 1):
-            gen = pipe.rows()
-            t0 = time.perf_counter()
-            rows = [gen.start(Request(text=text, seed=seed + i, max_frames=frames, ignore_eos=True))
-                    for i in range(B)]
-            steps, n = [], 0
-            while live := [r for r in rows if not r.done]:
-                ts = time.perf_counter()
-                gen.step(live)
-                steps.append(time.perf_counter() - ts)
-                n += len(live)
-                for r in live:
-                    gen.take(r)
-            wall = time.perf_counter() - t0
-            for r in rows:
-                gen.drop(r)
-        step_ms = float(np.median(steps) * 1e3)
-        audio_s = n * pipe.args.mimi.frame_samples / pipe.sample_rate
-        out[f"batch {B}"] = {"step_ms_p50": step_ms, "frame_ms_per_row": step_ms / B, "frames_per_s": n / wall,
-                             "audio_s_per_s": audio_s / wall, "total_s": wall}
-    base = out[f"batch {sizes[0]}"]["audio_s_per_s"]
-    for v in out.values():
-        v["speedup_vs_first"] = v["audio_s_per_s"] / base
-    return out
+    from ttscli.batching import bench_rows
 
+    return bench_rows(pipe, sizes, frames, text, seed, warmup,
+                      frame_seconds=pipe.args.mimi.frame_samples / pipe.sample_rate)
