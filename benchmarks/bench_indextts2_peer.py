@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import resource
 import statistics
 import sys
 import tempfile
@@ -40,19 +39,6 @@ import time
 import types
 from pathlib import Path
 
-
-def peak_rss_mb() -> float:
-    """This process's own peak RSS. ``/proc/self/status``'s VmHWM where it exists: Linux carries
-    ``ru_maxrss`` across fork and exec, so a peer started by ``ttscli bench`` would report the
-    parent's peak in place of its own when the parent's was higher."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 SR = 22050
 EMO_ROWS = 73
@@ -309,6 +295,8 @@ def main() -> None:
     med["ref_s"] = statistics.median(refs)
     med["ref_cold_s"] = warm["prefix_s"]
     med["load_s"] = load_s
+    from peak_memory import peak_rss_mb   # beside this script
+
     med["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(med))
 

@@ -30,22 +30,6 @@ import time
 import numpy as np
 
 
-def peak_rss_mb() -> float:
-    """This process's own peak RSS. ``/proc/self/status``'s VmHWM where it exists: Linux carries
-    ``ru_maxrss`` across fork and exec, so a peer started by ``ttscli bench`` would report the
-    parent's peak in place of its own when the parent's was higher."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 ENV = "TTSCLI_MLX_AUDIO_PYTHON"
 DEFAULT_FRAMES = 50          # ttscli bench's token count with random weights
 
@@ -219,6 +203,8 @@ def _run(a: dict) -> dict:
     runs = [once() for _ in range(max(1, a["repeats"]))]
     out = {k: float(np.median([r[k] for r in runs if r[k] is not None]))
            for k in runs[0] if any(r[k] is not None for r in runs)}
+    from peak_memory import peak_rss_mb   # beside this script
+
     out.update(load_s=load_s, mlx_peak_mb=mx.get_peak_memory() / 2**20,
                rss_peak_mb=peak_rss_mb())
     return out
