@@ -166,13 +166,12 @@ class OnnxGPT:
     request, ``embeds [B, T, D]`` in, the last position's ``(logits [B, V], hidden [B, D])`` out
     (MLX arrays), and beam rows reordered in place."""
 
-    def __init__(self, folder: Path, precision: str):
+    def __init__(self, folder: Path):
         from ttscli.backends.onnx.manifest import component, read_manifest
         from ttscli.backends.onnx.runtime import OnnxLM
 
         folder = Path(folder)
         self.lm = OnnxLM(folder, component(read_manifest(folder), COMPONENT, folder))
-        self.precision = precision
 
     def new_cache(self):
         return self.lm.new_cache()
@@ -186,8 +185,8 @@ class OnnxGPT:
         return mx.array(logits), mx.array(hidden)
 
     @staticmethod
-    def select_rows(cache, rows) -> None:
-        cache.select_rows(np.asarray(rows.tolist() if hasattr(rows, "tolist") else rows, np.int64))
+    def select_rows(cache, rows: list[int]) -> None:
+        cache.select_rows(rows)
 
 
 def attach(gpt, backend: str, checkpoint: Path | None, model_id: str | None = None) -> str:
@@ -199,5 +198,5 @@ def attach(gpt, backend: str, checkpoint: Path | None, model_id: str | None = No
     require_onnxruntime()
     quant = Quant(split_backend(backend)[1])
     folder = find_or_build(gpt, None if checkpoint is None else Path(checkpoint), quant, model_id)
-    gpt.decoder = OnnxGPT(folder, quant.precision)
+    gpt.decoder = OnnxGPT(folder)
     return f"onnx-{quant.precision}"
