@@ -1,6 +1,5 @@
 """IndexTTS2's text-to-semantic GPT against upstream goldens (scripts/goldens/indextts2_upstream.py
 for goldens.npz, scripts/goldens/indextts2_beams.py for beams.npz) on the tiny gpt.pth."""
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -8,39 +7,23 @@ import pytest
 mx = pytest.importorskip("mlx.core")
 yaml = pytest.importorskip("yaml")
 
+from gptcheck import STOP, B, G, cosine, prompt, run, tiny_args, tiny_weights
+
 from ttscli.errors import CheckpointError, GenerationError
 from ttscli.lm.gpt2 import select_rows
 from ttscli.lm.sample import SamplingParams
 from ttscli.models.indextts2.conditioning import CONDITIONER_PREFIXES as CONDITIONERS
-from ttscli.models.indextts2.gpt import (
-    CodeLimitReached,
-    GPTArgs,
-    SemanticGPT,
-    load_gpt,
-    random_gpt,
-)
-from ttscli.torchfile import state_dict
-
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "indextts2"
-G = np.load(FIX / "goldens.npz")
-B = np.load(FIX / "beams.npz")
-STOP = 65
-
-
-def cosine(a, b) -> float:
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+from ttscli.models.indextts2.gpt import CodeLimitReached, GPTArgs, SemanticGPT, load_gpt, random_gpt
 
 
 @pytest.fixture(scope="module")
 def args():
-    cfg = yaml.safe_load((FIX / "tiny" / "config.yaml").read_text())
-    return GPTArgs.from_dict(cfg["gpt"], source="config.yaml", where="gpt.")
+    return tiny_args()
 
 
 @pytest.fixture(scope="module")
 def weights():
-    return state_dict(FIX / "tiny" / "gpt.pth")
+    return tiny_weights()
 
 
 @pytest.fixture(scope="module")
@@ -50,19 +33,7 @@ def gpt(args, weights):
 
 @pytest.fixture(scope="module")
 def embeds(gpt):
-    return gpt.prompt(mx.array(G["cond_latents"])[None], mx.array(G["emovec"])[None], G["text"])
-
-
-def run(gpt, embeds, params, **kw):
-    """(codes, limit reached) of one generate call."""
-    codes = []
-    try:
-        for c in gpt.generate(embeds, params, **kw):
-            codes.append(c)
-    except CodeLimitReached as e:
-        assert e.codes == codes
-        return codes, True
-    return codes, False
+    return prompt(gpt)
 
 
 def test_args(args):

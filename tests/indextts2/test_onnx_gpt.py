@@ -1,7 +1,6 @@
 """IndexTTS2's semantic GPT on onnxruntime (onnx_gpt.py) against the same upstream goldens as the
 MLX GPT (scripts/goldens/indextts2_upstream.py for goldens.npz, scripts/goldens/indextts2_beams.py
 for beams.npz), on the tiny gpt.pth."""
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,28 +9,15 @@ mx = pytest.importorskip("mlx.core")
 yaml = pytest.importorskip("yaml")
 pytest.importorskip("onnxruntime")
 
+from gptcheck import FIX, STOP, B, G, cosine, prompt, run, tiny_gpt
+
 from ttscli.errors import UsageError
 from ttscli.lm.sample import SamplingParams
 from ttscli.models.indextts2 import onnx_gpt
-from ttscli.models.indextts2.conditioning import CONDITIONER_PREFIXES
-from ttscli.models.indextts2.gpt import CodeLimitReached, GPTArgs, load_gpt
-from ttscli.torchfile import state_dict
-
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "indextts2"
-G = np.load(FIX / "goldens.npz")
-B = np.load(FIX / "beams.npz")
-STOP = 65
-
-
-def cosine(a, b) -> float:
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
 
 
 def load(backend: str | None):
-    cfg = yaml.safe_load((FIX / "tiny" / "config.yaml").read_text())
-    args = GPTArgs.from_dict(cfg["gpt"], source="config.yaml", where="gpt.")
-    gpt = load_gpt(state_dict(FIX / "tiny" / "gpt.pth"), args, CONDITIONER_PREFIXES)
+    gpt = tiny_gpt()
     if backend is not None:
         assert onnx_gpt.attach(gpt, backend, FIX / "tiny") == {"onnx-f32": "onnx-float32",
                                                                "onnx-int8": "onnx-int8"}[backend]
@@ -45,18 +31,7 @@ def gpt():
 
 @pytest.fixture(scope="module")
 def embeds(gpt):
-    return gpt.prompt(mx.array(G["cond_latents"])[None], mx.array(G["emovec"])[None], G["text"])
-
-
-def run(gpt, embeds, params, **kw):
-    codes = []
-    try:
-        for c in gpt.generate(embeds, params, **kw):
-            codes.append(c)
-    except CodeLimitReached as e:
-        assert e.codes == codes
-        return codes, True
-    return codes, False
+    return prompt(gpt)
 
 
 def test_graph_replaces_the_mlx_forward(gpt):
