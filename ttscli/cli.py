@@ -168,7 +168,7 @@ Dtype = typer.Option(None, "--dtype", help="float32, float16 or bfloat16.")
 Timestamps = typer.Option(None, "--timestamps", metavar="FILE.json",
                           help="Write each word's start and end (seconds) as JSON: from the model's durations "
                                "where it has them (Piper, Kokoro), else from a forced aligner on the audio "
-                               "(faster-whisper, the eval extra).")
+                               "(pocketsphinx for English, faster-whisper otherwise; the eval extra).")
 Subtitles = typer.Option(None, "--subtitles", metavar="FILE.srt|FILE.vtt",
                          help="Write subtitles of the spoken words: SubRip or WebVTT, by the suffix.")
 Ssml = typer.Option(False, "--ssml", help="The text is SSML: <speak>, <p>, <s>, <break>, <say-as>, <sub>, "

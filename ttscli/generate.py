@@ -300,8 +300,8 @@ def synthesize_words(
     are the ones spoken, "$12.50" as "twelve dollars and fifty cents"); a pause is a chunk of
     silence with no words. A pipeline with ``word_durations`` gives each piece's words from its
     duration predictor as the piece is made; any other pipeline's text chunk is made whole, then
-    ``aligner`` (None: :func:`ttscli.words.default_aligner`, faster-whisper) finds its words in its
-    audio. Each chunk's times are shifted by where its audio starts in the output, crossfades and
+    ``aligner`` (None: :func:`ttscli.words.default_aligner`, pocketsphinx for English) finds its
+    words in its audio. Each chunk's times are shifted by where its audio starts in the output, crossfades and
     pauses included. Chunks run one at a time, or on ``workers`` threads where the pipeline is
     ``concurrent_safe``.
     """

@@ -5,9 +5,10 @@ phoneme lasts: a word's span is the span of its phonemes, exact and free. The in
 found in the model's phoneme string by phonemizing each word alone with the model's own front
 end and aligning the two letter sequences (:func:`word_ranges`), so numbers read as several
 words, merged clitics or a normalizer's rewrites still land on the word the user typed. A model
-without durations (the codec LMs) is aligned after the fact: faster-whisper's word timestamps on
-the generated audio (:class:`WhisperAligner`), matched to the input words by the same sequence
-alignment; a word the recognizer missed is placed between its neighbours and marked
+without durations (the codec LMs) is aligned after the fact: English speech by pocketsphinx's
+forced aligner (:mod:`ttscli.forced_align`), other languages by faster-whisper's word timestamps
+on the generated audio (:class:`WhisperAligner`), matched to the input words by the same
+sequence alignment; a word the aligner missed is placed between its neighbours and marked
 ``interpolated``.
 
 Output: JSON (a list of ``{"word", "start", "end", "source"}``), SubRip (.srt) and WebVTT (.vtt)
@@ -132,20 +133,59 @@ def segment_words(ranges: Sequence[tuple[int, int] | None], bounds: Sequence[tup
     return out
 
 
+def _is_mark(symbol: str) -> bool:
+    """A stress or length mark (ˈ ˌ ː): spoken with the sound beside it, so part of its word."""
+    return bool(symbol) and all(unicodedata.category(ch) in ("Lm", "Sk") for ch in symbol)
+
+
+def word_symbols(ranges: Sequence[tuple[int, int] | None], units: Sequence[str]) -> list[tuple[int, int] | None]:
+    """Each word's range widened over the stress and length marks just before it (Kokoro's and
+    espeak's ``ˈ`` stands before the syllable it stresses, and lasts frames of its own)."""
+    out: list[tuple[int, int] | None] = []
+    for r in ranges:
+        if r is None:
+            out.append(None)
+            continue
+        a, b = r
+        while a > 0 and _is_mark(units[a - 1]):
+            a -= 1
+        out.append((a, b))
+    return out
+
+
 def place_words(words: Sequence[str], ranges: Sequence[tuple[int, int] | None],
-                unit_spans: Sequence[tuple[float, float] | None], total: float) -> list[Word]:
+                unit_spans: Sequence[tuple[float, float] | None], total: float,
+                units: Sequence[str] | None = None) -> list[Word]:
     """Word timestamps from a duration predictor: ``unit_spans[i]`` is the (start, end) in
     seconds of the i-th symbol of the phoneme string the model spoke (None: a symbol it has no
     token for), ``ranges`` each word's symbols in it (:func:`word_ranges`), ``total`` the audio's
-    length."""
+    length.
+
+    With ``units`` (the symbols themselves) a word also takes its stress marks and half of each
+    word space beside it, the rule of Kokoro's own timestamps (hexgrad's ``KPipeline``): the
+    frames of a space are the sound gliding from one word into the next, so two words joined by
+    a space meet in its middle and the whole audio is covered; a pause at punctuation stays
+    outside both words."""
+    if units is not None:
+        ranges = word_symbols(ranges, units)
     spans: list[tuple[float, float] | None] = []
     for r in ranges:
         inside = [unit_spans[k] for k in range(*r) if 0 <= k < len(unit_spans) and unit_spans[k]] if r else []
-        spans.append((inside[0][0], inside[-1][1]) if inside else None)
+        if not inside:
+            spans.append(None)
+            continue
+        start, end = inside[0][0], inside[-1][1]
+        if units is not None:
+            a, b = r
+            before = unit_spans[a - 1] if 0 < a <= len(unit_spans) and units[a - 1].isspace() else None
+            after = unit_spans[b] if b < min(len(units), len(unit_spans)) and units[b].isspace() else None
+            start = (before[0] + before[1]) / 2 if before else start
+            end = (after[0] + after[1]) / 2 if after else end
+        spans.append((start, end))
     return fill_missing(spans, words, total)
 
 
-def timed_segments(words: Sequence[str], word_units: Sequence[str], units: str,
+def timed_segments(words: Sequence[str], word_units: Sequence[str], units: Sequence[str],
                    bounds: Sequence[tuple[int, int]]):
     """A closure ``place(k, unit_spans, total) -> list[Word]`` giving segment k's words, placed
     on the durations of its symbols (``unit_spans`` local to the segment, ``units[a:b]``)."""
@@ -153,9 +193,9 @@ def timed_segments(words: Sequence[str], word_units: Sequence[str], units: str,
     members = segment_words(ranges, bounds)
 
     def place(k: int, unit_spans: Sequence[tuple[float, float] | None], total: float) -> list[Word]:
-        a = bounds[k][0]
+        a, b = bounds[k]
         local = [(r[0] - a, r[1] - a) if r is not None else None for r in (ranges[w] for w in members[k])]
-        return place_words([words[w] for w in members[k]], local, unit_spans, total)
+        return place_words([words[w] for w in members[k]], local, unit_spans, total, units[a:b])
 
     return place
 
@@ -224,14 +264,39 @@ class WhisperAligner:
 Aligner = Callable[[np.ndarray, int, str, "str | None"], list[Word]]
 
 
+class _LazyWhisper:
+    """The Whisper aligner, loaded on its first call (the recognizer takes seconds to load and
+    English speech never needs it)."""
+
+    def __init__(self):
+        self._aligner: WhisperAligner | None = None
+
+    def __call__(self, audio: np.ndarray, sample_rate: int, text: str, language: str | None = None) -> list[Word]:
+        import importlib.util
+
+        if importlib.util.find_spec("faster_whisper") is None:
+            raise UsageError(f"word timestamps of {language or 'non-English'} speech come from faster-whisper: "
+                             "pip install 'ttscli[eval]'")
+        if self._aligner is None:
+            self._aligner = WhisperAligner()
+        return self._aligner(audio, sample_rate, text, language)
+
+
 def default_aligner() -> Aligner:
-    """The forced aligner for models without durations; one clear line when it is not installed."""
+    """The forced aligner for models without durations: pocketsphinx's for English
+    (:class:`ttscli.forced_align.SphinxAligner`, frame-accurate), Whisper's word times for other
+    languages; one clear line when neither is installed."""
     import importlib.util
 
-    if importlib.util.find_spec("faster_whisper") is None:
-        raise UsageError("word timestamps for this model come from a forced aligner (faster-whisper): "
+    sphinx = importlib.util.find_spec("pocketsphinx") is not None
+    if not sphinx and importlib.util.find_spec("faster_whisper") is None:
+        raise UsageError("word timestamps for this model come from a forced aligner (pocketsphinx, faster-whisper): "
                          "pip install 'ttscli[eval]'")
-    return WhisperAligner()
+    if not sphinx:
+        return WhisperAligner()
+    from ttscli.forced_align import SphinxAligner
+
+    return SphinxAligner(fallback=_LazyWhisper())
 
 
 # ---- files ---------------------------------------------------------------------------------

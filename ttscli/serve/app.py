@@ -96,7 +96,7 @@ class ServeConfig:
     max_input_chars: int = MAX_INPUT_CHARS
     metrics: Any = None                      # the server's RequestMetrics (observe.py), shown by /metrics
     strict: bool = False                     # refuse a field the model cannot honour instead of ignoring it
-    word_aligner: Any = None                 # faster-whisper, loaded by the first request that needs it
+    word_aligner: Any = None                 # ttscli.words.default_aligner(), loaded by the first request that needs it
     random_weights: bool = False             # the models were built with random weights (load tests)
     stream_idle_timeout: float = 60.0        # seconds a WebSocket stream may sit idle (serve/stream.py)
 
@@ -106,7 +106,7 @@ class ServeConfig:
 
     def aligner(self):
         """The forced aligner for word timestamps of models without durations (ttscli.words);
-        loaded once, on a thread of the pool (a UsageError when faster-whisper is missing)."""
+        loaded once, on a thread of the pool (a UsageError when no aligner is installed)."""
         with _ALIGNER_LOCK:
             if self.word_aligner is None:
                 from ttscli.words import default_aligner

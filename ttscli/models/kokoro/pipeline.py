@@ -64,11 +64,21 @@ def tokens_of(ps: str, vocab: dict[str, int]) -> list[int]:
     return [0] + [vocab[c] for c in ps if c in vocab] + [0]
 
 
+LEAD_FRAMES = 3
+
+
 def token_spans(piece: str, vocab: dict[str, int], durations: np.ndarray,
                 seconds_per_frame: float) -> list[tuple[float, float] | None]:
     """(start, end) in seconds of each symbol of ``piece`` from its token's frames (the pads at
-    both ends included in ``durations``); None for a symbol the vocabulary lacks."""
-    spans = frame_spans(durations, seconds_per_frame)
+    both ends included in ``durations``); None for a symbol the vocabulary lacks.
+
+    Every span is moved :data:`LEAD_FRAMES` earlier (at most by the leading pad's frames), as
+    upstream's timestamps are (hexgrad's ``KPipeline.join_timestamps``): the decoder sounds a
+    token about that much before its frames begin, so a word's onset is heard where it is
+    reported."""
+    lead = min(LEAD_FRAMES, int(durations[0])) if len(durations) else 0
+    spans = [(max(0.0, a - lead * seconds_per_frame), max(0.0, b - lead * seconds_per_frame))
+             for a, b in frame_spans(durations, seconds_per_frame)]
     out: list[tuple[float, float] | None] = []
     k = 1
     for c in piece:
