@@ -74,15 +74,17 @@ def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
     return w.substitutions + w.deletions + w.insertions, len(ref.split())
 
 
-def speak(pipe, text: str, normalize_text: bool) -> np.ndarray:
+def speak(pipe, text: str, normalize_text: bool, voice: str | None = None) -> np.ndarray:
     from ttscli.audio import resample
 
-    request = ttscli.Request(text=text, seed=0, normalize_text=normalize_text)   # language: the model's own
+    # language: the model's own
+    request = ttscli.Request(text=text, seed=0, normalize_text=normalize_text, voice=voice)
     audio = np.concatenate([np.asarray(x, np.float32).reshape(-1) for x in ttscli.synthesize(pipe, request)])
     return resample(audio, pipe.sample_rate, ASR_RATE)
 
 
-def run(models: list[str], rows: list[tuple[str, str, str]]) -> dict:
+def run(models: list[str], rows: list[tuple[str, str, str]], voice: str | None = None,
+        modes: tuple[str, ...] = ("before", "after")) -> dict:
     from ttscli.eval.asr import ASR
 
     asr = ASR()
@@ -91,16 +93,16 @@ def run(models: list[str], rows: list[tuple[str, str, str]]) -> dict:
         pipe = ttscli.load(model)
         totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
         for category, text, reference in rows:
-            for mode, on in (("before", False), ("after", True)):
-                heard = asr.transcribe(speak(pipe, text, on), "en")
+            for mode in modes:
+                heard = asr.transcribe(speak(pipe, text, mode == "after", voice), "en")
                 errs, words = word_errors(reference, heard)
                 for key in ((category, mode), ("all", mode)):
                     totals[key][0] += errs
                     totals[key][1] += words
                 report["lines"].append({"model": model, "category": category, "mode": mode, "text": text,
                                         "reference": reference, "heard": heard, "errors": errs, "words": words})
-            print(f"{model} {category:13s} {text[:50]:50s} before/after errors "
-                  f"{report['lines'][-2]['errors']}/{report['lines'][-1]['errors']}", file=sys.stderr)
+            errors = "/".join(str(line["errors"]) for line in report["lines"][-len(modes):])
+            print(f"{model} {category:13s} {text[:50]:50s} {'/'.join(modes)} errors {errors}", file=sys.stderr)
         report["wer"][model] = {f"{c}/{m}": round(e / max(1, n), 4) for (c, m), (e, n) in sorted(totals.items())}
     return report
 
@@ -111,7 +113,8 @@ def table(report: dict) -> str:
     head = "| category | " + " | ".join(f"{m} before | {m} after" for m in models) + " |"
     lines = [head, "|" + "---|" * (1 + 2 * len(models))]
     for c in cats:
-        cells = [f"{100 * report['wer'][m][f'{c}/{mode}']:.1f}%" for m in models for mode in ("before", "after")]
+        cells = [f"{100 * report['wer'][m][f'{c}/{mode}']:.1f}%" if f"{c}/{mode}" in report["wer"][m] else "-"
+                 for m in models for mode in ("before", "after")]
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -122,10 +125,13 @@ def main() -> None:
     ap.add_argument("--fixture", type=Path, default=FIXTURE)
     ap.add_argument("--per-category", type=int, default=None, help="Only the first N lines of each category.")
     ap.add_argument("--json", type=Path, default=None, help="Write every line's transcript and the figures here.")
+    ap.add_argument("--voice", default=None, help="The voice every model speaks with (default: each model's own).")
+    ap.add_argument("--after-only", action="store_true", help="Only with normalization on.")
     args = ap.parse_args()
     rows = read_fixture(args.fixture, args.per_category)
     t0 = time.perf_counter()
-    report = run([m.strip() for m in args.models.split(",") if m.strip()], rows)
+    modes = ("after",) if args.after_only else ("before", "after")
+    report = run([m.strip() for m in args.models.split(",") if m.strip()], rows, args.voice, modes)
     report["sentences"] = len(rows)
     report["seconds"] = round(time.perf_counter() - t0, 1)
     if args.json:
