@@ -8,7 +8,7 @@ generates the source MLX would generate from it and compiles it for sm_90a:
 - ``ttscli.lm.cuda_kernels``' q/k-norm + RoPE, add + RMSNorm and one-query attention, for each
   dtype in ``cuda_kernels.DTYPES`` (and the mixed float32 / model-dtype pairs a bf16 model's step
   produces) at the shapes of every family: Qwen3-TTS 0.6B/1.7B talker and code predictor,
-  Chatterbox's T3, Breeze's backbone and depth decoder, and the tiny fixtures;
+  Chatterbox's T3, Breeze's backbone and depth decoder, CosyVoice3's LM, and the tiny fixtures;
 - ``ttscli.lm.cuda_step``'s one-kernel step and Qwen3-TTS's one-kernel code-predictor frame, in
   float32, the one dtype their gates let through (``cuda_kernels.all_float32``).
 
@@ -189,6 +189,7 @@ def families() -> dict[str, Stack]:
     from ttscli.models.breeze_tts.config import ModelArgs as BreezeArgs
     from ttscli.models.breeze_tts.config import real_config
     from ttscli.models.chatterbox.config import T3Args
+    from ttscli.models.cosyvoice3.config import CosyVoice3Args
     from ttscli.models.qwen3_tts.config import preset_config
 
     def stack(a, vocab: int, qk_norm: bool | None = None) -> Stack:
@@ -211,6 +212,8 @@ def families() -> dict[str, Stack]:
     bt = BreezeArgs.from_dict(_json(tiny / "breeze" / "tiny" / "config.json"), source="tiny")
     out["breeze-tiny-backbone"] = stack(bt.backbone, bt.vocab_size + 1)
     out["breeze-tiny-depth"] = stack(bt.depth, bt.vocab_size)
+    cv3 = CosyVoice3Args()
+    out["cosyvoice3-lm"] = stack(cv3.lm, cv3.speech_token_size + 200, False)
     qt = _json(tiny / "parity" / "qwen3-tiny-base" / "config.json")["talker_config"]
     out["qwen3-tiny-talker"] = stack(SimpleNamespace(**qt), qt["vocab_size"], True)
     qc = qt["code_predictor_config"]
@@ -251,7 +254,7 @@ def step_kernel(s: Stack, rows: int) -> list[Launch]:
     k.lm, k.head, k.blocks = SimpleNamespace(args=a, layers=[None] * s.layers), SimpleNamespace(
         weight=mx.zeros((s.vocab, s.hidden))), 132
     k.weights = [mx.zeros((s.layers, 1, s.hidden)) for _ in cuda_step.KINDS]
-    k.tail = [mx.zeros((s.hidden,)), k.head.weight, mx.zeros((s.head_dim // 2,)), mx.zeros((2,))]
+    k.tail = [mx.zeros((s.hidden,)), k.head.weight, mx.zeros((s.head_dim // 2,)), mx.zeros((3,))]
     cache = [SimpleNamespace(keys=mx.zeros((rows, s.kv_heads, 256, s.head_dim)),
                              values=mx.zeros((rows, s.kv_heads, 256, s.head_dim)), offset=5)
              for _ in range(s.layers)]

@@ -182,3 +182,100 @@ def test_the_kernel_step_against_float32_on_the_cpu(model_id, monkeypatch):
             scale = max(float(mx.abs(p.keys[..., 200:n, :]).max().item()), 1.0)
             new = float(mx.abs(p.keys[..., 200:n, :] - q.keys[..., 200:n, :]).max().item())
             assert new <= 1e-2 * scale, f"{model_id}, {rows} rows: the kernel's cache keys differ by {new:.2e}"
+
+
+class HeadLM:
+    """A shared-LM stack with a bias-free head, as the code decoder wraps a family's LM."""
+
+    def __init__(self, args):
+        from mlx import nn
+
+        from ttscli.lm import DecoderLM
+
+        self.args = args
+        self.model = DecoderLM(args)
+        self.head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+
+    def named_modules(self):
+        return [("model", self.model), *self.model.named_modules(), ("head", self.head)]
+
+    def new_cache(self):
+        return self.model.make_cache()
+
+    def __call__(self, embeds, cache):
+        h = self.model(input_embeddings=embeds, cache=cache)[:, -1]
+        return self.head(h), h
+
+    def step_parts(self):
+        return self.model, self.head
+
+
+def stack_args(kind: str):
+    """Small stacks of the two layer variants the kernel gained: Qwen2's q/k/v biases
+    (CosyVoice3's LM) and MiniCPM's muP residual scale with LongRoPE's attention factor."""
+    from ttscli.lm.config import LMArgs, RopeArgs
+
+    base = dict(hidden_size=256, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                intermediate_size=512, vocab_size=300, rms_norm_eps=1e-6)
+    if kind == "qkv-bias":
+        return LMArgs(**base, qkv_bias=True)
+    rope = RopeArgs(type="longrope", theta=10000.0, short_factor=tuple(1.0 + 0.05 * i for i in range(32)),
+                    long_factor=tuple(2.0 + 0.1 * i for i in range(32)), original_max_position_embeddings=4096,
+                    max_position_embeddings=32768)
+    return LMArgs(**base, residual_scale=1.4 / 3 ** 0.5, rope=rope)
+
+
+@pytest.mark.parametrize("kind", ["qkv-bias", "mup-longrope"])
+def test_the_gate_takes_qkv_biases_and_scaled_residuals(kind, monkeypatch):
+    monkeypatch.setattr(cuda_kernels, "available", lambda: True)
+    monkeypatch.setattr(cuda_step, "multiprocessors", lambda: 132)
+    lm = HeadLM(stack_args(kind))
+    assert cuda_step.unsupported(*lm.step_parts(), 1) is None
+    k = cuda_step.LMStepKernel(*lm.step_parts())
+    bias = k.weights[cuda_step.KINDS.index("bqkv")]
+    assert bias.shape == (3, (4 + 2 * 2) * 64)
+    assert (float(mx_abs_max(bias)) > 0) == (kind == "qkv-bias")
+    eps, scale, rscale = k.tail[-1].tolist()
+    assert scale == pytest.approx(lm.model.layers[0].self_attn.scale)
+    assert rscale == pytest.approx(lm.args.residual_scale)
+
+
+def mx_abs_max(x):
+    import mlx.core as mx
+
+    return mx.abs(x).max().item()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kind", ["qkv-bias", "mup-longrope"])
+def test_the_kernel_step_of_the_new_layer_variants(kind, monkeypatch):
+    """As test_the_kernel_step_against_float32_on_the_cpu, on small stacks with q/k/v biases or
+    a scaled residual and LongRoPE (fast enough for the CPU reference on any machine)."""
+    import mlx.core as mx
+
+    mx.random.seed(0)
+    talker = HeadLM(stack_args(kind))
+    mx.eval(talker.model.parameters(), talker.head.parameters())
+    dec = MLXCodeDecoder(talker)
+    assert cuda_step.unsupported(*talker.step_parts(), 2) is None
+    H = talker.args.hidden_size
+    for rows in (1, 2):
+        emb = mx.random.normal((rows, 50, H))
+        xs = [mx.random.normal((rows, 1, H)) for _ in range(10)]
+        mx.eval(emb, xs)
+        mlx_cache, kernel_cache = dec.new_cache(), dec.new_cache()
+        mx.eval(dec.prefill(emb, mlx_cache), dec.prefill(emb, kernel_cache),
+                [c.state for c in mlx_cache + kernel_cache])
+        ref = cpu_reference(talker, emb, xs)
+        for i, x in enumerate(xs):
+            monkeypatch.setattr(MLXCodeDecoder, "step_kernel", False)
+            mlx_logits, mlx_hidden = dec.step(x, mlx_cache)
+            monkeypatch.setattr(MLXCodeDecoder, "step_kernel", True)
+            logits, hidden = dec.step(x, kernel_cache)
+            cpu_logits, cpu_hidden = ref[i]
+            mx.eval(mlx_logits, logits, hidden)
+            err = float(mx.abs(logits - cpu_logits).max().item())
+            mlx_err = float(mx.abs(mlx_logits - cpu_logits).max().item())
+            where = f"{kind}, {rows} rows, step {i}"
+            assert err <= 2 * mlx_err + 1e-4, f"{where}: {err:.2e} from the CPU, MLX's step {mlx_err:.2e}"
+            assert float(mx.abs(hidden - cpu_hidden).max().item()) <= 1e-3, where

@@ -252,14 +252,18 @@ __device__ __forceinline__ void row_dots2(const float* __restrict__ w1, const fl
 }
 
 // xs[b][r] += w[r] . v[b] for every row r of an N x K projection that this warp owns: an output
-// projection added into the residual stream, its input vectors v [B, K] written by other blocks
+// projection added into the residual stream (times ``scale``, a muP stack's residual scale), its
+// input vectors v [B, K] written by other blocks
 template <int K, int N, int B, int WARPS>
-__device__ __forceinline__ void add_rows(const float* __restrict__ w, const float* v, float* xs) {
+__device__ __forceinline__ void add_rows(const float* __restrict__ w, const float* v, float* xs,
+                                         float scale = 1.0f) {
     const int lane = threadIdx.x & 31;
     for (int r = blockIdx.x * WARPS + (threadIdx.x >> 5); r < N; r += gridDim.x * WARPS) {
         float acc[B];
         row_dots<K, B, true>(w + (size_t)r * K, v, acc);
-        if (lane == 0) for (int b = 0; b < B; ++b) xs[b * N + r] = __ldcg(xs + b * N + r) + acc[b];
+        if (lane == 0)
+            for (int b = 0; b < B; ++b)
+                xs[b * N + r] = __ldcg(xs + b * N + r) + (scale == 1.0f ? acc[b] : acc[b] * scale);
     }
 }
 

@@ -31,7 +31,7 @@ _BODY = r"""
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const int gw = blockIdx.x * WARPS + warp;
     const int NW = gridDim.x * WARPS;
-    const float eps = params[0], scale = params[1];
+    const float eps = params[0], scale = params[1], rscale = params[2];
     const int pos = pos_in[0];
     const int CAP = cache_shape[4];
     const size_t PLANE = (size_t)B * HK * CAP * D;          // one layer's keys (or values)
@@ -66,7 +66,7 @@ _BODY = r"""
         for (int r = gw; r < NQKV; r += NW) {
             float acc[B];
             row_dots<HC, B, false>(wqkv + ((size_t)l * NQKV + r) * HC, sx, acc);
-            if (lane == 0) for (int b = 0; b < B; ++b) qkv[b * NQKV + r] = acc[b];
+            if (lane == 0) for (int b = 0; b < B; ++b) qkv[b * NQKV + r] = acc[b] + bqkv[(size_t)l * NQKV + r];
         }
         grid_sync(bar, target);
 
@@ -183,7 +183,7 @@ _BODY = r"""
         }
         grid_sync(bar, target);
 
-        add_rows<HD, HC, B, WARPS>(wo + (size_t)l * HC * HD, att, xs);
+        add_rows<HD, HC, B, WARPS>(wo + (size_t)l * HC * HD, att, xs, rscale);
         grid_sync(bar, target);
 
         block_rms_norm<HC, B, WARPS>(xs, ln2 + (size_t)l * HC, eps, sx, red);
@@ -195,7 +195,7 @@ _BODY = r"""
         }
         grid_sync(bar, target);
 
-        add_rows<I, HC, B, WARPS>(wd + (size_t)l * HC * I, act, xs);
+        add_rows<I, HC, B, WARPS>(wd + (size_t)l * HC * I, act, xs, rscale);
         grid_sync(bar, target);
     }
     block_rms_norm<HC, B, WARPS>(xs, fnorm, eps, sx, red);
@@ -221,12 +221,10 @@ def unsupported(lm, head, rows: int) -> str | None:
     a = lm.args
     if rows > MAX_ROWS or 4 * rows * a.hidden_size > 32 * 1024:
         return f"{rows} rows: the kernel takes up to {MAX_ROWS}"
-    if a.attention_bias or a.qkv_bias or a.mlp_bias or "bias" in head:
-        return "biases"
-    if not _plain_layers(lm) or not all(type(lyr) is DecoderLayer for lyr in lm.layers):
+    if a.attention_bias or a.mlp_bias or "bias" in head:
+        return "biases other than q/k/v's"
+    if not _plain_layers(lm, scaled=True) or not all(type(lyr) is DecoderLayer for lyr in lm.layers):
         return "layers other than the shared DecoderLayer"
-    if a.residual_scale != 1.0 or a.rope.attention_factor() != 1.0:
-        return "scaled residual branches or attention (muP, LongRoPE past its context)"
     if a.head_dim % 2 or a.num_attention_heads % a.num_key_value_heads:
         return "odd head_dim, or query heads not a multiple of key/value heads"
     if any(n % 4 for n in (a.hidden_size, a.intermediate_size, a.num_attention_heads * a.head_dim)):
@@ -239,7 +237,7 @@ def unsupported(lm, head, rows: int) -> str | None:
     return None
 
 
-KINDS = ("ln1", "wqkv", "qn", "kn", "wo", "ln2", "wgu", "wd")
+KINDS = ("ln1", "wqkv", "bqkv", "qn", "kn", "wo", "ln2", "wgu", "wd")
 
 
 @functools.lru_cache(maxsize=1)
@@ -249,6 +247,14 @@ def _kernel():
         input_names=["x", "pos_in", *KINDS, "cache", "fnorm", "head", "inv_freq", "params"],
         output_names=["logits", "hidden", "cache_out", "scratch"],
         source=_BODY, header=GRID_HELPERS)
+
+
+def qkv_bias(attn) -> mx.array:
+    """The q/k/v projections' biases end to end (Qwen2's), zeros for a stack without them."""
+    parts = [attn.q_proj, attn.k_proj, attn.v_proj]
+    if "bias" not in attn.q_proj:
+        return mx.zeros((sum(p.weight.shape[0] for p in parts),), mx.float32)
+    return mx.concatenate([p.bias for p in parts])
 
 
 class LMStepKernel:
@@ -278,6 +284,7 @@ class LMStepKernel:
             mx.stack([lyr.input_layernorm.weight for lyr in layers]),
             mx.stack([_concat([lyr.self_attn.q_proj, lyr.self_attn.k_proj, lyr.self_attn.v_proj])[0]
                       for lyr in layers]),
+            mx.stack([qkv_bias(lyr.self_attn) for lyr in layers]),
             mx.stack([lyr.self_attn.q_norm.weight if a.qk_norm else ones for lyr in layers]),
             mx.stack([lyr.self_attn.k_norm.weight if a.qk_norm else ones for lyr in layers]),
             mx.stack([lyr.self_attn.o_proj.weight for lyr in layers]),
@@ -286,7 +293,7 @@ class LMStepKernel:
             mx.stack([lyr.mlp.down_proj.weight for lyr in layers])]
         self.tail = [lm.norm.weight, head.weight,
                      mx.array(np.asarray(module_inv_freq(layers[0].self_attn.rope, D), np.float32).reshape(-1)),
-                     mx.array([a.rms_norm_eps, D ** -0.5], mx.float32)]
+                     mx.array([a.rms_norm_eps, layers[0].self_attn.scale, a.residual_scale], mx.float32)]
         mx.eval(self.weights, self.tail)
         self.blocks = min(128, multiprocessors())
 

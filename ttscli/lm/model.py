@@ -326,9 +326,10 @@ class DecoderLM(nn.Module):
         return make_cache(len(self.layers))
 
 
-def _plain_layers(lm: DecoderLM) -> bool:
+def _plain_layers(lm: DecoderLM, scaled: bool = False) -> bool:
     # the fused loop restates DecoderLayer.__call__: only for layers that use it unchanged, unscaled
-    return lm.args.residual_scale == 1.0 and \
+    # (``scaled``: a residual scale allowed, for a restatement that applies it)
+    return (scaled or lm.args.residual_scale == 1.0) and \
         all(type(layer).__call__ is DecoderLayer.__call__ for layer in lm.layers) and \
         type(lm.norm) is RMSNorm and all(type(m) is RMSNorm for layer in lm.layers
                                           for m in (layer.input_layernorm, layer.post_attention_layernorm))

@@ -83,6 +83,38 @@ class CosyVoice3LM(nn.Module):
     def backbone(self) -> DecoderLM:
         return self.llm.model.model
 
+    # the shared code decoder's model (ttscli.lm.decoder.LMHeadModel): on a GPU a decode step runs
+    # as one compiled trace, or as one kernel of ours (ttscli.lm.cuda_step), instead of some 400
+    # separate launches
+    def new_cache(self) -> list:
+        return self.backbone.make_cache()
+
+    def __call__(self, embeds: mx.array, cache: list) -> tuple[mx.array, mx.array]:
+        """Logits over the speech ids and the post-norm hidden state of the last position."""
+        h = self.backbone(input_embeddings=embeds, cache=cache)[:, -1]
+        return self.llm_decoder(h), h
+
+    def step_parts(self):
+        return self.backbone, self.llm_decoder
+
+    def step_decoder(self):
+        """The converted decoder where one is attached (onnxruntime), else on a GPU the shared
+        MLX code decoder over this LM (made once); None on the CPU, where the plain layers run
+        (the path the goldens were taken on)."""
+        if self.decoder is not None:
+            return self.decoder
+        from ttscli.nn.fastmath import on_cpu
+
+        if on_cpu():
+            return None
+        made = self.__dict__.get("_mlx_decoder")
+        if made is None:
+            from ttscli.lm import MLXCodeDecoder
+
+            made = MLXCodeDecoder(self)
+            object.__setattr__(self, "_mlx_decoder", made)
+        return made
+
     def prompt(self, text_ids: list[int], prompt_speech: list[int]) -> mx.array:
         """The prefill embeddings ``[1, L, H]`` (upstream ``Qwen2LM.inference``)."""
         w = self.speech_embedding.weight
@@ -105,22 +137,23 @@ class CosyVoice3LM(nn.Module):
                  ignore_eos: bool = False) -> Iterator[int]:
         """Speech tokens until a stop id; past ``max_len`` tokens a LimitReached (never a cut).
         ``ignore_eos`` (benchmarks): stops are masked, ``max_len`` tokens come and no error."""
-        if self.decoder is not None:
-            cache = self.decoder.new_cache()
-            logits, _ = self.decoder.prefill(embeds, cache)
+        decoder = self.step_decoder()
+        if decoder is not None:
+            cache = decoder.new_cache()
+            logits, _ = decoder.prefill(embeds, cache)
         else:
             cache = self.backbone.make_cache()
             h = self.backbone(input_embeddings=embeds, cache=cache)
         out: list[int] = []
         while True:
-            logp = self.log_softmax(logits) if self.decoder is not None else self.logp(h)
+            logp = self.log_softmax(logits) if decoder is not None else self.logp(h)
             tok = self.choose(np.array(logp[0]), out, draw, min_len, max_len, ignore_eos)
             if tok is None:
                 return
             out.append(tok)
             yield tok
-            if self.decoder is not None:
-                logits, _ = self.decoder.step(self.embed(tok), cache)
+            if decoder is not None:
+                logits, _ = decoder.step(self.embed(tok), cache)
             else:
                 h = self.backbone(input_embeddings=self.embed(tok), cache=cache)
 
