@@ -306,7 +306,17 @@ class ConditionalDecoder(nn.Module):
 
 
 class CausalConditionalCFM(nn.Module):
-    """``estimator``: the velocity network (default CosyVoice2's U-Net; CosyVoice3 passes its DiT)."""
+    """``estimator``: the velocity network (default CosyVoice2's U-Net; CosyVoice3 passes its DiT).
+
+    On a GPU (``compiled`` None) each Euler step, CFG mix included, is one :func:`mx.compile`
+    trace per shape, and the steps are queued without waiting for each other (``sync_steps``
+    None), so the host builds step n+1 while the device runs step n: a velocity call is hundreds
+    of small kernels, bound by their launches. The CPU runs the plain ops and evaluates each step,
+    the path its goldens were taken on (the values do not depend on where evaluation happens).
+    """
+
+    compiled: bool | None = None
+    sync_steps: bool | None = None
 
     def __init__(self, a: FlowArgs, estimator: nn.Module | None = None):
         super().__init__()
@@ -314,6 +324,24 @@ class CausalConditionalCFM(nn.Module):
         self.estimator = estimator if estimator is not None else ConditionalDecoder(a)
         # the same network on another runtime (onnx_flow.OnnxEstimator), called in its place
         self.external_estimator = None
+
+    def _euler(self, estimator, estimator_kw: dict):
+        """``(x, mu2, t2, spks2, cond2, dt) -> x + dt * v``, compiled where ``compiled`` says
+        (one trace per keyword set, kept on the module)."""
+        def step(x, mu2, t2, spks2, cond2, dt):
+            v = estimator(mx.concatenate([x, x]), mu2, t2, spks2, cond2, **estimator_kw)
+            return x + dt * ((1.0 + self.cfg) * v[:1] - self.cfg * v[1:])
+
+        from ttscli.nn.fastmath import on_cpu
+
+        compiled = (not on_cpu()) if self.compiled is None else self.compiled
+        if not compiled or self.external_estimator is not None:
+            return step
+        kept = self.__dict__.setdefault("_ttscli_euler", {})
+        key = tuple(sorted(estimator_kw.items()))
+        if key not in kept:
+            kept[key] = mx.compile(step)
+        return kept[key]
 
     def __call__(self, mu: mx.array, spks: mx.array, cond: mx.array, noise: mx.array,
                  n_timesteps: int = 10, **estimator_kw) -> mx.array:
@@ -326,12 +354,15 @@ class CausalConditionalCFM(nn.Module):
         spks2 = mx.concatenate([spks, mx.zeros_like(spks)])
         cond2 = mx.concatenate([cond, mx.zeros_like(cond)])
         estimator = self.external_estimator or self.estimator
+        from ttscli.nn.fastmath import on_cpu
+
+        sync = on_cpu() if self.sync_steps is None else self.sync_steps
+        euler = self._euler(estimator, estimator_kw)
         x = noise
         for t, r in pairwise(t_span.tolist()):
-            v = estimator(mx.concatenate([x, x]), mu2, mx.array([t, t]), spks2, cond2, **estimator_kw)
-            v = (1.0 + self.cfg) * v[:1] - self.cfg * v[1:]
-            x = x + (r - t) * v
-            mx.eval(x)
+            x = euler(x, mu2, mx.array([t, t]), spks2, cond2, mx.array(r - t, mx.float32))
+            if sync:
+                mx.eval(x)
         return x
 
 
