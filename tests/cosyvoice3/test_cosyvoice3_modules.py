@@ -73,11 +73,34 @@ def test_lm_prefill_and_20_greedy_tokens(args, golden):
     assert tokens == golden["lm_greedy"].tolist()
 
 
-@pytest.mark.parametrize("backend", ["mlx", "onnx"])
+def test_lm_through_the_gpu_decode_path_gives_upstreams_tokens(args, golden, monkeypatch):
+    """The path a GPU takes (the shared code decoder: fused q/k/v with their biases, a compiled
+    step over fixed-capacity caches), run here on the CPU: upstream's 20 greedy tokens."""
+    import ttscli.nn.fastmath as fastmath
+    from ttscli.lm import MLXCodeDecoder
+
+    lm = load_llm(TINY, args)
+    monkeypatch.setattr(fastmath, "on_cpu", lambda: False)
+    decoder = lm.step_decoder()
+    assert isinstance(decoder, MLXCodeDecoder) and decoder.compiled and lm.step_decoder() is decoder
+    embeds = lm.prompt(golden["lm_text"].tolist(), golden["lm_prompt_speech"].tolist())
+    draw = Draw(args.sampling, np.random.default_rng(0), greedy=True)
+    tokens = [t for _, t in zip(range(20), lm.generate(embeds, draw, 0, 40))]
+    assert tokens == golden["lm_greedy"].tolist()
+
+
+@pytest.mark.parametrize("backend", ["mlx", "onnx", "mlx-gpu-loop"])
 @pytest.mark.parametrize("key,streaming,finalize", [("flow_mel", False, True), ("flow_mel_stream", True, True),
                                                      ("flow_mel_chunk", True, False)])
-def test_flow_mel_within_1e4_of_peak(args, golden, key, streaming, finalize, backend):
+def test_flow_mel_within_1e4_of_peak(args, golden, key, streaming, finalize, backend, monkeypatch):
+    """``mlx-gpu-loop``: the Euler loop a GPU runs (each step one compiled trace, no sync between
+    steps), here on the CPU."""
+    from ttscli.codecs.s3gen.flow import CausalConditionalCFM
+
     flow = load_flow(TINY, args)
+    if backend == "mlx-gpu-loop":
+        monkeypatch.setattr(CausalConditionalCFM, "compiled", True)
+        monkeypatch.setattr(CausalConditionalCFM, "sync_steps", False)
     if backend == "onnx":
         pytest.importorskip("onnxruntime")
         from ttscli.codecs.s3gen import onnx_dit
