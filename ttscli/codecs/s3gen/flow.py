@@ -308,14 +308,16 @@ class ConditionalDecoder(nn.Module):
 class CausalConditionalCFM(nn.Module):
     """``estimator``: the velocity network (default CosyVoice2's U-Net; CosyVoice3 passes its DiT).
 
-    On a GPU (``compiled`` None) each Euler step, CFG mix included, is one :func:`mx.compile`
-    trace per shape, and the steps are queued without waiting for each other (``sync_steps``
-    None), so the host builds step n+1 while the device runs step n: a velocity call is hundreds
-    of small kernels, bound by their launches. The CPU runs the plain ops and evaluates each step,
-    the path its goldens were taken on (the values do not depend on where evaluation happens).
+    On a GPU the steps are queued without waiting for each other (``sync_steps`` None), so the
+    host builds step n+1 while the device runs step n: a velocity call is hundreds of small
+    kernels, bound by their launches. ``compiled=True`` makes each Euler step, CFG mix included,
+    one :func:`mx.compile` trace per shape (the same values; opt-in: a streamed utterance meets
+    every length once, so each pass pays a trace, and what that costs against what it saves has
+    not been measured on a GPU). The CPU evaluates each step, the path its goldens were taken on
+    (the values do not depend on where evaluation happens).
     """
 
-    compiled: bool | None = None
+    compiled: bool = False
     sync_steps: bool | None = None
 
     def __init__(self, a: FlowArgs, estimator: nn.Module | None = None):
@@ -326,16 +328,13 @@ class CausalConditionalCFM(nn.Module):
         self.external_estimator = None
 
     def _euler(self, estimator, estimator_kw: dict):
-        """``(x, mu2, t2, spks2, cond2, dt) -> x + dt * v``, compiled where ``compiled`` says
-        (one trace per keyword set, kept on the module)."""
+        """``(x, mu2, t2, spks2, cond2, dt) -> x + dt * v``, compiled when ``compiled`` (one trace
+        per keyword set, kept on the module)."""
         def step(x, mu2, t2, spks2, cond2, dt):
             v = estimator(mx.concatenate([x, x]), mu2, t2, spks2, cond2, **estimator_kw)
             return x + dt * ((1.0 + self.cfg) * v[:1] - self.cfg * v[1:])
 
-        from ttscli.nn.fastmath import on_cpu
-
-        compiled = (not on_cpu()) if self.compiled is None else self.compiled
-        if not compiled or self.external_estimator is not None:
+        if not self.compiled or self.external_estimator is not None:
             return step
         kept = self.__dict__.setdefault("_ttscli_euler", {})
         key = tuple(sorted(estimator_kw.items()))
