@@ -249,14 +249,6 @@ def _kernel():
         source=_BODY, header=GRID_HELPERS)
 
 
-def qkv_bias(attn) -> mx.array:
-    """The q/k/v projections' biases end to end (Qwen2's), zeros for a stack without them."""
-    parts = [attn.q_proj, attn.k_proj, attn.v_proj]
-    if "bias" not in attn.q_proj:
-        return mx.zeros((sum(p.weight.shape[0] for p in parts),), mx.float32)
-    return mx.concatenate([p.bias for p in parts])
-
-
 class LMStepKernel:
     """One decode step of a :class:`ttscli.lm.model.DecoderLM` and its head (an ``nn.Linear``
     without bias): ``(x [B, H], caches) -> (logits [B, V], post-norm
@@ -280,11 +272,12 @@ class LMStepKernel:
         layers = lm.layers
         D = a.head_dim
         ones = mx.ones((D,), mx.float32)
+        # q/k/v end to end, and their biases (Qwen2's; zeros for a stack without them)
+        qkv = [_concat([lyr.self_attn.q_proj, lyr.self_attn.k_proj, lyr.self_attn.v_proj]) for lyr in layers]
         self.weights = [
             mx.stack([lyr.input_layernorm.weight for lyr in layers]),
-            mx.stack([_concat([lyr.self_attn.q_proj, lyr.self_attn.k_proj, lyr.self_attn.v_proj])[0]
-                      for lyr in layers]),
-            mx.stack([qkv_bias(lyr.self_attn) for lyr in layers]),
+            mx.stack([w for w, _ in qkv]),
+            mx.stack([b if b is not None else mx.zeros((w.shape[0],), mx.float32) for w, b in qkv]),
             mx.stack([lyr.self_attn.q_norm.weight if a.qk_norm else ones for lyr in layers]),
             mx.stack([lyr.self_attn.k_norm.weight if a.qk_norm else ones for lyr in layers]),
             mx.stack([lyr.self_attn.o_proj.weight for lyr in layers]),
