@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 
 from ttscli.errors import BackendUnavailableError, UsageError
-from ttscli.words import Word, _norm, fill_missing
+from ttscli.words import Word, _norm, fill_missing, word_spans
 
 SAMPLE_RATE = 16000          # the acoustic model's rate
 FRAME_S = 0.01               # pocketsphinx's frame step
@@ -75,7 +75,7 @@ def spoken_words(text: str) -> list[tuple[int, str]]:
     spoken word traced back to the input word (:func:`ttscli.words.input_words`) it came from."""
     from ttscli.textnorm import normalize
 
-    places = [m.span() for m in re.finditer(r"\S+", text) if any(ch.isalnum() for ch in m.group())]
+    places = word_spans(text)
     starts = [a for a, _ in places]
     norm = normalize(text, "en")
     out: list[tuple[int, str]] = []

@@ -53,10 +53,15 @@ class Word:
         return {"word": self.word, "start": round(self.start, 3), "end": round(self.end, 3), "source": self.source}
 
 
+def word_spans(text: str) -> list[tuple[int, int]]:
+    """Where each of :func:`input_words` stands in ``text``: its ``[start, end)``."""
+    return [m.span() for m in re.finditer(r"\S+", text) if any(ch.isalnum() for ch in m.group())]
+
+
 def input_words(text: str) -> list[str]:
     """The words of ``text`` as the user wrote them (split at whitespace, punctuation kept on
     the word it touches); tokens with no letter or digit (a lone dash) are not words."""
-    return [w for w in text.split() if any(ch.isalnum() for ch in w)]
+    return [text[a:b] for a, b in word_spans(text)]
 
 
 def _letters(s: str) -> str:
