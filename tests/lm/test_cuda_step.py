@@ -137,6 +137,26 @@ def cpu_reference(talker, emb, xs):
     return ref
 
 
+def kernel_and_mlx_steps(talker, dec, emb, xs, monkeypatch):
+    """Prefill ``emb`` into two identical caches, then step each of ``xs`` through MLX's compiled
+    step and through the kernel: per step ``(mlx (logits, hidden), kernel (logits, hidden), CPU
+    float32 (logits, hidden))``, evaluated; finally the two caches."""
+    import mlx.core as mx
+
+    mlx_cache, kernel_cache = dec.new_cache(), dec.new_cache()
+    mx.eval(dec.prefill(emb, mlx_cache), dec.prefill(emb, kernel_cache),
+            [c.state for c in mlx_cache + kernel_cache])
+    ref = cpu_reference(talker, emb, xs)
+    for i, x in enumerate(xs):
+        monkeypatch.setattr(MLXCodeDecoder, "step_kernel", False)
+        mlx_out = dec.step(x, mlx_cache)
+        monkeypatch.setattr(MLXCodeDecoder, "step_kernel", True)
+        out = dec.step(x, kernel_cache)
+        mx.eval(mlx_out, out)
+        yield mlx_out, out, ref[i]
+    yield mlx_cache, kernel_cache
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("model_id", ["qwen3-tts-0.6b-base", "chatterbox"])
 def test_the_kernel_step_against_float32_on_the_cpu(model_id, monkeypatch):
@@ -156,17 +176,8 @@ def test_the_kernel_step_against_float32_on_the_cpu(model_id, monkeypatch):
         emb = mx.random.normal((rows, 200, H)) * 0.5
         xs = [mx.random.normal((rows, 1, H)) * 0.5 for _ in range(20)]
         mx.eval(emb, xs)
-        mlx_cache, kernel_cache = dec.new_cache(), dec.new_cache()
-        mx.eval(dec.prefill(emb, mlx_cache), dec.prefill(emb, kernel_cache),
-                [c.state for c in mlx_cache + kernel_cache])
-        ref = cpu_reference(talker, emb, xs)
-        for i, x in enumerate(xs):
-            monkeypatch.setattr(MLXCodeDecoder, "step_kernel", False)
-            mlx_logits, mlx_hidden = dec.step(x, mlx_cache)
-            monkeypatch.setattr(MLXCodeDecoder, "step_kernel", True)
-            logits, hidden = dec.step(x, kernel_cache)
-            cpu_logits, cpu_hidden = ref[i]
-            mx.eval(mlx_logits, mlx_hidden, logits, hidden)
+        *steps, (mlx_cache, kernel_cache) = kernel_and_mlx_steps(talker, dec, emb, xs, monkeypatch)
+        for i, ((mlx_logits, mlx_hidden), (logits, hidden), (cpu_logits, cpu_hidden)) in enumerate(steps):
             err = float(mx.abs(logits - cpu_logits).max().item())
             mlx_err = float(mx.abs(mlx_logits - cpu_logits).max().item())
             top2 = mx.sort(cpu_logits, axis=-1)
@@ -227,6 +238,8 @@ def stack_args(kind: str):
 
 @pytest.mark.parametrize("kind", ["qkv-bias", "mup-longrope"])
 def test_the_gate_takes_qkv_biases_and_scaled_residuals(kind, monkeypatch):
+    import mlx.core as mx
+
     monkeypatch.setattr(cuda_kernels, "available", lambda: True)
     monkeypatch.setattr(cuda_step, "multiprocessors", lambda: 132)
     lm = HeadLM(stack_args(kind))
@@ -234,16 +247,10 @@ def test_the_gate_takes_qkv_biases_and_scaled_residuals(kind, monkeypatch):
     k = cuda_step.LMStepKernel(*lm.step_parts())
     bias = k.weights[cuda_step.KINDS.index("bqkv")]
     assert bias.shape == (3, (4 + 2 * 2) * 64)
-    assert (float(mx_abs_max(bias)) > 0) == (kind == "qkv-bias")
+    assert (float(mx.abs(bias).max().item()) > 0) == (kind == "qkv-bias")
     eps, scale, rscale = k.tail[-1].tolist()
     assert scale == pytest.approx(lm.model.layers[0].self_attn.scale)
     assert rscale == pytest.approx(lm.args.residual_scale)
-
-
-def mx_abs_max(x):
-    import mlx.core as mx
-
-    return mx.abs(x).max().item()
 
 
 @pytest.mark.cuda
@@ -263,17 +270,8 @@ def test_the_kernel_step_of_the_new_layer_variants(kind, monkeypatch):
         emb = mx.random.normal((rows, 50, H))
         xs = [mx.random.normal((rows, 1, H)) for _ in range(10)]
         mx.eval(emb, xs)
-        mlx_cache, kernel_cache = dec.new_cache(), dec.new_cache()
-        mx.eval(dec.prefill(emb, mlx_cache), dec.prefill(emb, kernel_cache),
-                [c.state for c in mlx_cache + kernel_cache])
-        ref = cpu_reference(talker, emb, xs)
-        for i, x in enumerate(xs):
-            monkeypatch.setattr(MLXCodeDecoder, "step_kernel", False)
-            mlx_logits, mlx_hidden = dec.step(x, mlx_cache)
-            monkeypatch.setattr(MLXCodeDecoder, "step_kernel", True)
-            logits, hidden = dec.step(x, kernel_cache)
-            cpu_logits, cpu_hidden = ref[i]
-            mx.eval(mlx_logits, logits, hidden)
+        *steps, _ = kernel_and_mlx_steps(talker, dec, emb, xs, monkeypatch)
+        for i, ((mlx_logits, _), (logits, hidden), (cpu_logits, cpu_hidden)) in enumerate(steps):
             err = float(mx.abs(logits - cpu_logits).max().item())
             mlx_err = float(mx.abs(mlx_logits - cpu_logits).max().item())
             where = f"{kind}, {rows} rows, step {i}"
