@@ -1,8 +1,10 @@
 """S3Gen speed, in process: seconds of compute per second of audio, flow and HiFT apart.
 
-    .venv/bin/python benchmarks/bench_s3gen.py [--seconds 4] [--prompt 4] [--steps 10]
+    .venv/bin/python benchmarks/bench_s3gen.py [--seconds 4] [--prompt 4] [--steps 10] [--compiled both]
 
 It builds the real-size S3Gen with random weights (the cost does not depend on the values).
+``--compiled on`` makes each Euler step of the CFM one ``mx.compile`` trace
+(``CausalConditionalCFM.compiled``); ``both`` times the flow without and with it in one run.
 """
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ from ttscli.codecs.s3gen import S3Gen, load_s3gen
 
 
 def bench_s3gen(s3: S3Gen | None = None, *, audio_seconds: float = 4.0, prompt_seconds: float = 4.0,
-                n_timesteps: int = 10, repeats: int = 2, seed: int = 0) -> dict[str, float]:
+                n_timesteps: int = 10, repeats: int = 2, seed: int = 0, compiled: bool = False) -> dict[str, float]:
     """Best-of-``repeats`` timings (after one warm-up) of the flow and HiFT on random tokens."""
     s3 = s3 or load_s3gen(None, random_weights=True)
+    s3.flow.decoder.compiled = compiled
     rng = np.random.default_rng(seed)
     n_tok, n_prompt = round(audio_seconds * 25), round(prompt_seconds * 25)
     ref = {"prompt_token": rng.integers(0, 6561, (1, n_prompt)),
@@ -49,9 +52,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--prompt", type=float, default=4.0, help="reference prompt length")
     p.add_argument("--steps", type=int, default=10, help="CFM Euler steps")
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--compiled", choices=["off", "on", "both"], default="off",
+                   help="each CFM Euler step as one compiled trace (both: off, then on, in one run)")
     a = p.parse_args(argv)
-    r = bench_s3gen(audio_seconds=a.seconds, prompt_seconds=a.prompt, n_timesteps=a.steps, repeats=a.repeats)
-    print(" ".join(f"{k}={v:.3f}" for k, v in r.items()))
+    s3 = load_s3gen(None, random_weights=True)
+    for c in {"off": [False], "on": [True], "both": [False, True]}[a.compiled]:
+        r = bench_s3gen(s3, audio_seconds=a.seconds, prompt_seconds=a.prompt, n_timesteps=a.steps,
+                        repeats=a.repeats, compiled=c)
+        print(f"compiled={'on' if c else 'off'} " + " ".join(f"{k}={v:.3f}" for k, v in r.items()), flush=True)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ def bench_peer(spec, checkpoint: Path | None, text: str, repeats: int, threads: 
     from .load import (
         checkpoint_or_default,
         converted_cache,
+        default_voices,
         describe,
         load_voices,
         onnx_path_of,
@@ -43,12 +44,13 @@ def bench_peer(spec, checkpoint: Path | None, text: str, repeats: int, threads: 
     path = onnx_path_of(checkpoint, converted_cache(spec))
     vocab = read_vocab(describe(checkpoint)["vocab"])
     voices = load_voices(checkpoint)
-    default = str(dict(getattr(spec, "defaults", {}) or {}).get("voice", "jf_alpha"))
+    lang = "ja" if _JA_SCRIPT.search(text) else "en"
+    default, by_language = default_voices(spec)
+    default = by_language.get(lang, default)
     pack, _ = parse_voice(default if default in voices else min(voices), voices)
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads or os.cpu_count() or 1
     sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    lang = "ja" if _JA_SCRIPT.search(text) else "en"
 
     def run():
         n, first, t0 = 0, None, time.perf_counter()

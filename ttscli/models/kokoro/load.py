@@ -349,13 +349,20 @@ def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = N
         from .onnx_runtime import open_model
 
         model = open_model(model, None if options.random_weights else checkpoint, getattr(spec, "id", "kokoro-82m"))
-    defaults = dict(getattr(spec, "defaults", {}) or {})
-    pipe = KokoroPipeline(model, load_voices(checkpoint), read_vocab(info["vocab"]),
-                          str(defaults.get("voice", "jf_alpha")))
+    default, by_language = default_voices(spec)
+    pipe = KokoroPipeline(model, load_voices(checkpoint), read_vocab(info["vocab"]), default, by_language)
     pipe.backends["acoustic"] = backend
     if getattr(spec, "sample_rate", None) and spec.sample_rate != pipe.sample_rate:
         raise CheckpointError(f"{spec.id}: registry says {spec.sample_rate} Hz, Kokoro makes {pipe.sample_rate} Hz")
     return pipe
+
+
+def default_voices(spec) -> tuple[str, dict[str, str]]:
+    """The registry's default voice and its per-language ones: ``voice`` for every language, and
+    ``voice_<lang>`` (``voice_en``) where another voice is clearer in that language."""
+    defaults = dict(getattr(spec, "defaults", {}) or {})
+    by_language = {k[len("voice_"):]: str(v) for k, v in defaults.items() if k.startswith("voice_")}
+    return str(defaults.get("voice", "jf_alpha")), by_language
 
 
 def random_rule(name: str, w, normal):

@@ -96,19 +96,26 @@ class KokoroPipeline(Pipeline):
     word_durations = True
 
     def __init__(self, model: KModel | OnnxKModel, voices: dict[str, np.ndarray], vocab: dict[str, int],
-                 default_voice: str = "jf_alpha"):
+                 default_voice: str = "jf_alpha", language_voices: dict[str, str] | None = None):
         super().__init__()
         self.backends = {"acoustic": "mlx"}
         self.model = model
         self.voices = voices
         self.vocab = vocab
         self.default_voice = default_voice if default_voice in voices else min(voices)
+        # the voice a request without --voice gets in a language, where one is clearer there than the
+        # default (the installable voices are Japanese; two of them are far clearer in English)
+        self.language_voices = {k: v for k, v in (language_voices or {}).items() if v in voices}
         self.sample_rate = model.sample_rate
 
     def language(self, request: Request) -> str:
         if request.language is not None and request.language.lower() != "auto":
             return language_of(request.language)
         return "ja" if _JA_SCRIPT.search(request.text) else "en"
+
+    def voice_for(self, lang: str) -> str:
+        """The voice a request in ``lang`` without a voice of its own is spoken with."""
+        return self.language_voices.get(lang, self.default_voice)
 
     def synthesize(self, tokens: list[int], style: np.ndarray, speed: float = 1.0,
                    key: mx.array | None = None) -> tuple[np.ndarray, dict]:
@@ -143,7 +150,7 @@ class KokoroPipeline(Pipeline):
         if not 0.25 <= speed <= 4.0:
             raise UsageError(f"--speed must be in [0.25..4] for Kokoro, got {speed:g}")
         lang = self.language(request)
-        pack, _ = parse_voice(request.voice or self.default_voice, self.voices)
+        pack, _ = parse_voice(request.voice or self.voice_for(lang), self.voices)
         noise = bool(request.knobs.get("source_noise", False))
         if noise and self.backends.get("acoustic") == "onnx":
             from .onnx_runtime import NOISE_ERROR
