@@ -84,13 +84,14 @@ def test_speak_default_voice_one_shot(parts):
 def test_stream_equals_one_shot_tokens(parts):
     pipe = make(parts)
     r = Request(text="hello world, this is the tiny check", max_frames=20, knobs=GREEDY, ignore_eos=True,
-                stream=True, first_chunk_frames=9, chunk_frames=7)
+                stream=True, first_chunk_frames=9, chunk_frames=2)
     pieces = list(pipe.generate(r))
     sent = [c[1] for c in pipe.s3gen.calls]
-    # chunks count speech codes only (the golden's 6799 and start-of-speech ids are not sent);
-    # the chunk T3 ends on is marked last
-    assert [len(s) for s in sent] == [9, 7, 1] and sum(sent, []) == [t for t in G["greedy_rp12"] if t < 6561]
-    assert [c[2] for c in pipe.s3gen.calls] == [False, False, True]
+    # chunks count speech codes only (the golden's 6799 and start-of-speech ids are not sent):
+    # the first chunk's 9, then hops of 2 and 4 (each twice the one before), and the chunk T3
+    # ends on (2 of the next hop's 8) marked last
+    assert [len(s) for s in sent] == [9, 2, 4, 2] and sum(sent, []) == [t for t in G["greedy_rp12"] if t < 6561]
+    assert [c[2] for c in pipe.s3gen.calls] == [False, False, False, True]
     assert len(pieces) == len(sent) and pipe.stats.first_audio_s is not None
 
 

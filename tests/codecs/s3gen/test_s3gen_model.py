@@ -227,3 +227,12 @@ def test_generate_times(s3, g):
     s3.generate(g["speech_tokens"], _ref(g), noise=g["cfm_noise"][None], source_draws=_draws(g), times=times)
     assert times.passes == 2 and times.flow_s > 0 and times.hift_s > 0
     assert times.total_s == times.flow_s + times.hift_s
+
+
+def test_streamed_hops_double_up_to_four_seconds():
+    from ttscli.codecs.s3gen import hop_tokens, next_hop
+
+    # CosyVoice2/3's schedule (token_hop_len 25, stream_scale_factor 2, token_max_hop_len 100)
+    assert [hop_tokens(8, 25, k) for k in range(6)] == [8, 25, 50, 100, 100, 100]
+    assert [hop_tokens(8, 2, k) for k in range(9)] == [8, 2, 4, 8, 16, 32, 64, 100, 100]
+    assert next_hop(60) == 100 and next_hop(150) == 150       # a hop asked longer than 100 stays

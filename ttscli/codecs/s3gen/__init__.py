@@ -44,6 +44,28 @@ SAMPLES_PER_TOKEN = SAMPLE_RATE // TOKEN_RATE   # 960
 SPEECH_VOCAB = 6561
 FILE = "s3gen.safetensors"   # the file those weights are published in (Chatterbox's checkpoint)
 VOC_CONTEXT = 8               # mel frames of vocoder context on each side of a streamed piece
+# streamed hops as CosyVoice2/3 schedule them (cosyvoice/cli/model.py: stream_scale_factor 2,
+# token_max_hop_len 4 s): each hop after the first twice the one before, up to 100 tokens
+HOP_SCALE = 2
+MAX_HOP_TOKENS = 100
+
+
+def next_hop(hop: int) -> int:
+    """The hop after one of ``hop`` tokens: twice as long, up to :data:`MAX_HOP_TOKENS` (a hop
+    already longer stays as it is). Each pass re-runs the flow over everything so far, so growing
+    hops make a long stream's passes a few instead of one per 25 tokens, while every pass still
+    finishes before the audio already released has played."""
+    return max(hop, min(MAX_HOP_TOKENS, hop * HOP_SCALE))
+
+
+def hop_tokens(first: int, hop: int, k: int) -> int:
+    """Tokens in streamed chunk ``k`` (from 0): ``first``, then ``hop``, then each
+    :func:`next_hop` of the one before."""
+    if k == 0:
+        return first
+    for _ in range(k - 1):
+        hop = next_hop(hop)
+    return hop
 
 
 def trim_fade() -> np.ndarray:

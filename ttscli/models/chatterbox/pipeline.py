@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ttscli.codecs.s3gen import S3GenTimes
+from ttscli.codecs.s3gen import S3GenTimes, hop_tokens
 from ttscli.errors import UsageError
 from ttscli.voicefile import is_voice_file
 from ttscli.models.base import Pipeline, Request
@@ -202,8 +202,10 @@ class ChatterboxPipeline(Pipeline):
             s.extra[k] = s.extra.get(k, 0) + v
 
     def _stream(self, r: Request, conds: Conditionals, t_start: float, first: int) -> Iterator[np.ndarray]:
-        """Speech tokens go to S3Gen.stream in chunks: ``first`` of them, then ``r.chunk_frames``
-        each; the chunk T3 ends on is marked last, so its pass is the final one.
+        """Speech tokens go to S3Gen.stream in chunks: ``first`` of them, then ``r.chunk_frames``,
+        then hops doubling up to 100 tokens as CosyVoice2 streams the same flow
+        (:func:`~ttscli.codecs.s3gen.hop_tokens`); the chunk T3 ends on is marked last, so its pass
+        is the final one.
 
         Only speech codes count towards a chunk (an unused id or a start/stop token is not sent,
         and would leave the first pass short of audio). Audio already played cannot be taken
@@ -213,14 +215,14 @@ class ChatterboxPipeline(Pipeline):
 
         def chunks() -> Iterator[tuple[np.ndarray, bool]]:
             buf: list[int] = []
-            size = first
+            sent = 0
             for tok in self.tokens(r):
                 if tok < SPEECH_CODES:
                     buf.append(tok)
-                if len(buf) >= size:
+                if len(buf) >= hop_tokens(first, r.chunk_frames, sent):
                     self.stats.decoder_frames += len(buf)
                     yield np.asarray(buf, np.int64), False
-                    buf, size = [], r.chunk_frames
+                    buf, sent = [], sent + 1
             self.stats.decoder_frames += len(buf)
             yield np.asarray(buf, np.int64), True
 

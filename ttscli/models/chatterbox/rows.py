@@ -6,7 +6,7 @@ text-zeroed rows, each request prefilled alone and left-padded into one
 :class:`ttscli.lm.batch.RowBatch`), then per request its guided draw with its own key stream,
 repetition-penalty set, speech positions and stop. Each request's tokens go to S3Gen as the
 pipeline sends them: all at once when the request ends (one-shot), or in chunks of
-``first_chunk_frames`` then ``chunk_frames`` speech codes through its own
+``first_chunk_frames``, ``chunk_frames``, then doubling hops of speech codes through its own
 :class:`~ttscli.codecs.s3gen.S3GenStream` (streamed). A request's tokens equal those of the same
 request alone with the same seed, up to the rounding of batched matmuls. MLX T3 only.
 """
@@ -19,6 +19,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
+from ttscli.codecs.s3gen import hop_tokens
 from ttscli.errors import LimitReached
 from ttscli.lm.batch import MemberBatch, take_pieces
 from ttscli.lm.sample import NEG_INF, KeyStream
@@ -146,7 +147,7 @@ class ChatterboxRows:
             return
         if t < SPEECH_CODES:
             m.buf.append(t)
-        if len(m.buf) >= (m.first if m.sent == 0 else m.request.chunk_frames):
+        if len(m.buf) >= hop_tokens(m.first, m.request.chunk_frames, m.sent):
             self._send(m, last=False)
 
     def _send(self, m: T3Row, last: bool) -> None:

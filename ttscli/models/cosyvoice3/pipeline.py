@@ -34,6 +34,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
+from ttscli.codecs.s3gen import next_hop
 from ttscli.codecs.s3gen.dit import fixed_noise
 from ttscli.errors import UsageError
 from ttscli.models.base import Pipeline, Request
@@ -44,8 +45,6 @@ from ttscli.voicefile import is_voice_file
 
 SAMPLE_RATE = 24000
 TOKEN_HOP = 25                 # upstream token_hop_len: the DiT's static chunk in tokens
-MAX_TOKEN_HOP = 100            # token_max_hop_len
-HOP_SCALE = 2                  # stream_scale_factor
 MIN_TOKEN_TEXT_RATIO, MAX_TOKEN_TEXT_RATIO = 2, 20
 SINE_NOISE_SEED = 1
 
@@ -266,7 +265,7 @@ class TokenStream:
                             streaming=True, finalize=False)
         self._add_mel(mel[self.offset * flow.token_mel_ratio:])
         self.offset += hop
-        self.hop = min(MAX_TOKEN_HOP, self.hop * HOP_SCALE)
+        self.hop = next_hop(self.hop)
         return self._release(final=False)
 
     def end(self) -> np.ndarray:
