@@ -53,6 +53,16 @@ class MILInterpreter:
         return value
 
     # -- run -------------------------------------------------------------------------------
+    def read_state(self, name: str) -> np.ndarray:
+        """A state's value, as Core ML's ``MLState.read_state`` gives it."""
+        return self.states[name].copy()
+
+    def write_state(self, name: str, value: np.ndarray) -> None:
+        """Set a state, as Core ML's ``MLState.write_state`` does (same shape)."""
+        if np.shape(value) != self.states[name].shape:
+            raise ValueError(f"state {name}: shape {np.shape(value)}, expected {self.states[name].shape}")
+        self.states[name] = np.asarray(value, np.float32).copy()
+
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         env: dict[str, np.ndarray] = {}
         for name, var in self.fn.inputs.items():

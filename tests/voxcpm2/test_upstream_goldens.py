@@ -47,7 +47,7 @@ def onnx_lm_model():
 
     m = load_model(FIX / "tiny")
     assert attach(m, "onnx-f32", FIX / "tiny", "tiny") == "onnx-float32"
-    assert m.onnx_stacks is not None and not m.base_lm.layers      # the MLX layers are freed
+    assert m.converted_stacks is not None and not m.base_lm.layers      # the MLX layers are freed
     return m
 
 

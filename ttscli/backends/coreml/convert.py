@@ -42,10 +42,11 @@ def export_code_decoder(lm: tuple[LMArgs, dict[str, np.ndarray], np.ndarray], ou
 
 def convert_code_decoder(export: Callable[..., dict], spec, checkpoint: Path, out_dir: Path, what: str, *,
                          capacity: int, quantize: bool = False, q_bits: int = 8, weights_8bit: bool = False,
-                         dtype: str | None = None, progress: Callable[..., None] | None = None) -> None:
+                         dtype: str | None = None, progress: Callable[..., None] | None = None,
+                         role: str = "code decoder") -> None:
     """A family's ``convert["coreml"]`` hook (see ttscli/convert.py) over its
     ``export(checkpoint, out_dir, *, model_id, capacity, weights_8bit)``; ``what``: the code
-    decoder's name in progress lines.
+    decoder's name in progress lines (``role``: what it is, when the package is not the code decoder).
 
     ``quantize`` (with ``q_bits`` 8) or ``weights_8bit``: int8 linear weights, one scale per
     output row (MLX's ``q_group_size`` does not apply to Core ML).
@@ -55,6 +56,6 @@ def convert_code_decoder(export: Callable[..., dict], spec, checkpoint: Path, ou
     if dtype not in (None, "float16"):
         raise UsageError("Core ML packages compute in float16; drop --dtype or use --dtype float16")
     say = progress or (lambda done, total, what="": None)
-    say(0, 1, f"Core ML: {what} (code decoder)")
+    say(0, 1, f"Core ML: {what} ({role})")
     export(checkpoint, out_dir, model_id=spec.id, capacity=capacity, weights_8bit=quantize or weights_8bit)
     say(1, 1, f"Core ML: {what} done")

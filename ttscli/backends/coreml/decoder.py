@@ -1,5 +1,6 @@
 """A converted LM package as a code decoder: ``new_cache() / prefill(embeds, cache) /
-step(embed, cache) -> (logits, hidden)``, the protocol the codec-LM frame loops drive.
+step(embed, cache) -> (logits, hidden)``, the protocol the codec-LM frame loops drive; or, for a
+package without a head, as a stack (:class:`CoreMLStack`) returning every position's hidden.
 
 The package is a one-position program (see :mod:`.lm`), so prefill feeds one position per call.
 Its KV cache has a fixed capacity: a request that would pass it is a GenerationError, raised
@@ -20,7 +21,7 @@ from ttscli.errors import CheckpointError, GenerationError
 from .manifest import RECORD, for_checkpoint
 from .runtime import CoreMLModel, require_coreml
 
-__all__ = ["CODE_DECODER", "CoreMLCache", "CoreMLCodeDecoder", "open_code_decoder"]
+__all__ = ["CODE_DECODER", "CoreMLCache", "CoreMLCodeDecoder", "CoreMLStack", "open_code_decoder"]
 
 
 @dataclass
@@ -30,6 +31,52 @@ class CoreMLCache:
     state: Any
     capacity: int
     offset: int = 0
+
+
+def ensure_fits(cache: CoreMLCache, positions: int, name: str, what: str, instead: str) -> None:
+    """A GenerationError, before any work, when ``positions`` more would pass the package's capacity."""
+    if cache.offset + positions > cache.capacity:
+        raise GenerationError(
+            f"the Core ML {name} holds {cache.capacity} positions but the {what} need "
+            f"{cache.offset + positions}; convert again with a larger --capacity (ttscli convert MODEL "
+            f"--to coreml --capacity N) or use {instead}")
+
+
+class CoreMLStack:
+    """A converted stack without an output head, called as an MLX stack is in a family's loop:
+    ``stack(input_embeddings=[1, T, H], cache=)`` -> every fed position's post-norm hidden
+    ``[1, T, H]`` (MLX array), ``make_cache()``; one position per package call."""
+
+    def __init__(self, model, entry: dict, name: str = "LM", instead: str = "the mlx backend"):
+        if entry.get("kind") != "stateful_lm_step" or entry.get("vocab_size"):
+            raise CheckpointError(f"{entry.get('path')}: not an LM step package without a head; convert again")
+        self.model, self.name, self.instead = model, name.replace("_", " "), instead
+        self.capacity = int(entry["capacity"])
+        self.hidden_size = int(entry["hidden_size"])
+
+    @classmethod
+    def open(cls, folder: Path, name: str, manifest: dict, compute_units: str = "all", model=None,
+             instead: str = "the mlx backend") -> "CoreMLStack":
+        """Component ``name`` of the converted folder ``folder`` (loaded by Core ML unless ``model``);
+        ``instead``: the option a capacity error suggests."""
+        entry = RECORD.component(manifest, name, folder)
+        return cls(model or CoreMLModel(folder, entry, compute_units), entry, name, instead)
+
+    def make_cache(self) -> CoreMLCache:
+        return CoreMLCache(self.model.new_state(), self.capacity)
+
+    def __call__(self, input_embeddings, cache: CoreMLCache):
+        import mlx.core as mx
+
+        x = np.asarray(input_embeddings.astype(mx.float32)).reshape(-1, self.hidden_size)
+        ensure_fits(cache, x.shape[0], self.name, "positions fed so far", self.instead)
+        out = []
+        for row in x:
+            res = self.model.predict({"inputs_embeds": row.reshape(1, 1, self.hidden_size),
+                                      "position": np.array([cache.offset], np.int32)}, cache.state)
+            cache.offset += 1
+            out.append(np.asarray(res["hidden"], np.float32).reshape(self.hidden_size))
+        return mx.array(np.stack(out)[None])
 
 
 class CoreMLCodeDecoder(ConvertedCodeDecoder):
@@ -60,11 +107,7 @@ class CoreMLCodeDecoder(ConvertedCodeDecoder):
         return CoreMLCache(self.model.new_state(), self.capacity)
 
     def ensure_fits(self, cache: CoreMLCache, positions: int, what: str = "prompt + generated frames") -> None:
-        if cache.offset + positions > cache.capacity:
-            raise GenerationError(
-                f"the Core ML code decoder holds {cache.capacity} positions but the {what} need "
-                f"{cache.offset + positions}; convert again with a larger --capacity (ttscli convert MODEL "
-                f"--to coreml --capacity N) or use --code-decoder-backend mlx")
+        ensure_fits(cache, positions, "code decoder", what, "--code-decoder-backend mlx")
 
     def _one(self, x: np.ndarray, cache: CoreMLCache) -> tuple[np.ndarray, np.ndarray]:
         self.ensure_fits(cache, 1)

@@ -69,7 +69,8 @@ def save_package(model, out_dir: Path, file_name: str) -> dict:
 
 def export_lm(args: LMArgs, weights: dict[str, np.ndarray], out_dir: Path, file_name: str, *,
               capacity: int, head: np.ndarray | None = None, weights_8bit: bool = False,
-              precision: str = "float16", style: Style | None = None) -> dict:
+              precision: str = "float16", style: Style | None = None, head_bias: np.ndarray | None = None,
+              head_norm: tuple[np.ndarray, np.ndarray, float] | None = None) -> dict:
     """The stateful one-position package of an LM stack (see :mod:`.lm`) saved into
     ``out_dir``; returns its manifest entry (kind ``stateful_lm_step``).
 
@@ -77,13 +78,15 @@ def export_lm(args: LMArgs, weights: dict[str, np.ndarray], out_dir: Path, file_
     it). ``weights_8bit``: int8 per-channel symmetric linear weights, else fp16.
     ``precision``: compute precision, float16 (what the Neural Engine runs) or float32.
     ``style``: the block's flavour (:class:`~ttscli.backends.blocks.Style`; adjacent-pair RoPE
-    stores keys reordered, see :mod:`.lm`).
+    stores keys reordered, see :mod:`.lm`). ``head_bias`` / ``head_norm``: the head's bias and a
+    norm before it (:func:`~.lm.build_step_program`).
     """
     if capacity < 2:
         raise UsageError(f"capacity ({capacity}) must be at least 2 positions")
     t0 = time.perf_counter()
     style = style or Style()
-    model = convert_program(build_step_program(args, weights, capacity, head, style=style), weights_8bit, precision)
+    model = convert_program(build_step_program(args, weights, capacity, head, style=style, head_bias=head_bias,
+                                               head_norm=head_norm), weights_8bit, precision)
     entry = save_package(model, out_dir, file_name)
     return {**entry, "kind": "stateful_lm_step", "capacity": capacity, "compute_precision": precision,
             "weights": INT8 if weights_8bit else "float16", "hidden_size": args.hidden_size,

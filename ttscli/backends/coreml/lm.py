@@ -1,4 +1,5 @@
-"""MIL program of a decoder-only LM (Qwen3 or Llama blocks) that runs one position per call.
+"""MIL program of a decoder-only LM (Qwen3, Qwen2, Llama or MiniCPM blocks) that runs one position
+per call.
 
 The KV cache is Core ML state (``key_cache`` / ``value_cache``, fp16, ``[layers, kv_heads,
 capacity, head_dim]``). A call writes the new key/value at ``position`` and attends to slots
@@ -8,7 +9,10 @@ The stack is described by :class:`ttscli.lm.config.LMArgs`; its tensors are pass
 checkpoint's names relative to the stack (``layers.0.self_attn.q_proj.weight``, ``norm.weight``),
 so any family hands over its LM by choosing a prefix. RoPE angles are tabulated in float64 at
 build time and gathered by position: ``position * inv_freq`` computed in fp16 on device would
-be off by ~0.1 rad at position 256.
+be off by ~0.1 rad at position 256. LongRoPE's frequencies are tabulated the same way (its
+cos/sin scaling goes into the attention scale, as in ttscli.lm); a stack without RoPE (MiniCPM's
+residual LM in VoxCPM2) attends unrotated; MiniCPM's muP branch scale multiplies each sublayer's
+output before its residual add.
 
 A :class:`~ttscli.backends.blocks.Style` builds Kyutai's block instead (LayerNorm with a bias,
 a tanh-GELU MLP, RoPE on adjacent pairs). Adjacent-pair RoPE is rotate-half RoPE on q and k
@@ -142,7 +146,8 @@ def decoder_layer(x, w: dict, i: int, args: LMArgs, capacity: int, position, cos
     if args.qk_norm:
         q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps, f"l{i}_q_norm")
         k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps, f"l{i}_k_norm")
-    q, k = apply_rope(q, cos, sin_signed, d), apply_rope(k, cos, sin_signed, d)
+    if cos is not None:               # a stack without RoPE (rope.type "none") attends unrotated
+        q, k = apply_rope(q, cos, sin_signed, d), apply_rope(k, cos, sin_signed, d)
 
     caches["k"] = _write_slot(caches["k"], caches["k_state"], k, i, position, args)
     caches["v"] = _write_slot(caches["v"], caches["v_state"], v, i, position, args)
@@ -151,16 +156,24 @@ def decoder_layer(x, w: dict, i: int, args: LMArgs, capacity: int, position, cos
 
     # GQA without repeating K/V: the query heads of one kv group share a batch entry.
     scores = mb.matmul(x=mb.reshape(x=q, shape=[nkv, nh // nkv, d]), y=keys, transpose_y=True)
-    probs = mb.softmax(x=mb.add(x=mb.mul(x=scores, y=np.float32(d ** -0.5)), y=mask), axis=-1)
+    # LongRoPE past its original context scales cos/sin, so the logits by the factor's square
+    scale = np.float32(d ** -0.5 * args.rope.attention_factor() ** 2)
+    probs = mb.softmax(x=mb.add(x=mb.mul(x=scores, y=scale), y=mask), axis=-1)
     attn = mb.reshape(x=mb.matmul(x=probs, y=values), shape=[1, nh * d])
-    x = mb.add(x=x, y=linear(attn, w, p + "self_attn.o_proj"))
+    x = mb.add(x=x, y=branch(linear(attn, w, p + "self_attn.o_proj"), args))
 
     h = norm(x, w, p + "post_attention_layernorm", eps, style, name=f"l{i}_post_norm")
     if style.mlp == "gelu_tanh":
         act = mb.gelu(x=linear(h, w, p + "mlp.up_proj"), mode="TANH_APPROXIMATION")
     else:
         act = mb.mul(x=mb.silu(x=linear(h, w, p + "mlp.gate_proj")), y=linear(h, w, p + "mlp.up_proj"))
-    return mb.add(x=x, y=linear(act, w, p + "mlp.down_proj"), name=f"l{i}_out")
+    return mb.add(x=x, y=branch(linear(act, w, p + "mlp.down_proj"), args), name=f"l{i}_out")
+
+
+def branch(y, args: LMArgs):
+    """A sublayer's output as it joins the residual stream: times ``args.residual_scale``
+    (MiniCPM's muP depth scaling), or as it is where that is 1."""
+    return y if args.residual_scale == 1.0 else mb.mul(x=y, y=np.float32(args.residual_scale))
 
 
 def check_stack(args: LMArgs, w: dict, head: np.ndarray | None, style: Style | None = None) -> None:
@@ -174,9 +187,13 @@ def check_stack(args: LMArgs, w: dict, head: np.ndarray | None, style: Style | N
 
 
 def build_step_program(args: LMArgs, w: dict, capacity: int, head: np.ndarray | None = None, opset=None,
-                       style: Style | None = None):
+                       style: Style | None = None, head_bias: np.ndarray | None = None,
+                       head_norm: tuple[np.ndarray, np.ndarray, float] | None = None):
     """The one-position program of the stack ``args`` with tensors ``w`` (names relative to the
-    stack) and an optional output head ``[vocab, H]``; ``style``: the block's flavour.
+    stack) and an optional output head ``[vocab, H]`` (with ``head_bias [vocab]``); ``style``:
+    the block's flavour. ``head_norm`` (LayerNorm weight, bias, eps): a norm of the family's own
+    between the stack's final norm and the head (IndexTTS2's ``final_norm``); ``hidden`` is then
+    taken after it.
 
     Inputs: ``inputs_embeds`` fp32 [1, 1, H], ``position`` int32 [1]. Outputs: ``hidden`` fp32
     [1, H] after the final norm, and ``logits`` fp32 [1, vocab] when there is a head.
@@ -192,14 +209,15 @@ def build_step_program(args: LMArgs, w: dict, capacity: int, head: np.ndarray | 
     shape = cache_shape(args, capacity)
     specs = [mb.TensorSpec((1, 1, H), dtype=types.fp32), mb.TensorSpec((1,), dtype=types.int32),
              mb.StateTensorSpec(shape, dtype=types.fp16), mb.StateTensorSpec(shape, dtype=types.fp16)]
-    cos_t, sin_t = rope_tables(capacity, args.head_dim, args.rope)
+    rotary = args.rope.type != "none"
+    cos_t, sin_t = rope_tables(capacity, args.head_dim, args.rope) if rotary else (None, None)
     slots = np.arange(capacity, dtype=np.int32)
 
     @mb.program(input_specs=specs, opset_version=opset or ct.target.iOS18)
     def prog(inputs_embeds, position, key_cache, value_cache):
         x = mb.reshape(x=inputs_embeds, shape=[1, H])
-        cos = mb.gather(x=cos_t, indices=position, axis=0)         # [1, d]
-        sin_signed = mb.gather(x=sin_t, indices=position, axis=0)
+        cos = mb.gather(x=cos_t, indices=position, axis=0) if rotary else None         # [1, d]
+        sin_signed = mb.gather(x=sin_t, indices=position, axis=0) if rotary else None
         # scalar branches, broadcast: a [capacity] zeros constant would be merged with the zero bias
         # coremltools gives a k/v projection of that width, and int8 weights then refuse the shared constant
         mask = mb.select(cond=mb.less_equal(x=slots, y=position), a=np.float32(0.0), b=np.float32(MASK_NEG))
@@ -207,9 +225,15 @@ def build_step_program(args: LMArgs, w: dict, capacity: int, head: np.ndarray | 
                   "k_state": key_cache, "v_state": value_cache}
         for i in range(args.num_hidden_layers):
             x = decoder_layer(x, w, i, args, capacity, position, cos, sin_signed, mask, caches, style)
-        hidden = norm(x, w, "norm", args.rms_norm_eps, style, name="hidden")
+        if head_norm is None:
+            hidden = norm(x, w, "norm", args.rms_norm_eps, style, name="hidden")
+        else:
+            gamma, beta, eps = head_norm
+            hidden = layer_norm(norm(x, w, "norm", args.rms_norm_eps, style, name="stack_out"), gamma, beta, eps,
+                                name="hidden")
         if head is None:
             return hidden
-        return mb.linear(x=hidden, weight=f32(head), name="logits"), hidden
+        kw = {} if head_bias is None else {"bias": f32(head_bias)}
+        return mb.linear(x=hidden, weight=f32(head), name="logits", **kw), hidden
 
     return prog

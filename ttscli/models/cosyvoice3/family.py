@@ -20,7 +20,8 @@ FAMILY = Family(
         *sampling_knobs(defaults={"top_k": 25, "top_p": 0.8, "do_sample": True}, names=("top_k", "top_p", "do_sample")),
     ),
     voices=_voices,
-    convert={"onnx": hook("ttscli.models.cosyvoice3.onnx_lm:convert_onnx")},
+    convert={"onnx": hook("ttscli.models.cosyvoice3.onnx_lm:convert_onnx"),
+             "coreml": hook("ttscli.models.cosyvoice3.coreml_export:convert_coreml")},
     bench_components=hook("ttscli.models.cosyvoice3.bench:bench_components"),
     bench_rows=(("lm_prefill_s", "LM prefill (s)", "{:.3f}"),
                 ("lm_tokens_per_s", "LM tokens/s", "{:.1f}"),
@@ -37,10 +38,11 @@ FAMILY = Family(
     # hops) and 3 tokens of the flow's lookahead (upstream CosyVoice3Model.tts)
     first_chunk_frames=28,
     first_audio="the first 25-token hop (plus the reference's padding to whole hops) and 3 tokens of lookahead",
+    coreml_capacity=2048,     # one chunk's prompt and upstream's bound on its speech (coreml_export.CAPACITY)
     components=(
         # the Qwen2 LM's float32 graph ran 1.9x MLX's tokens/s and prefill on a Linux CPU
         # (docs/benchmarks.md#cv3-cpu-lm-onnx); int8 / int4 stay opt-in (no longer the goldens' numbers)
-        Component("code_decoder", ("mlx", "onnx"), onnx_precision=True, measured={("linux", ""): "onnx-f32"},
+        Component("code_decoder", ("mlx", "coreml", "onnx"), onnx_precision=True, measured={("linux", ""): "onnx-f32"},
                   on_gpu="mlx", why="onnxruntime's float32 graph ran the LM faster than MLX on a Linux CPU"),
         # the DiT, called 10 times per utterance on CFG's two rows, ran faster on onnxruntime's
         # GEMMs than on MLX on a Linux CPU (docs/benchmarks.md#cv3-cpu-dit-onnx)

@@ -90,16 +90,24 @@ def load_pipeline(spec, checkpoint: Path | None, options):
 
     for component, backend in options.backends.items():
         if backend != "mlx" and not (component in ("flow_estimator", "code_decoder")
-                                     and split_backend(backend)[0] == "onnx"):
+                                     and split_backend(backend)[0] == "onnx") \
+                and not (component == "code_decoder" and backend == "coreml"):
             raise BackendUnavailableError(f"CosyVoice3 {component}: backend {backend!r} is not available "
-                                          "(code_decoder and flow_estimator: mlx or onnx[-f32|-int8|-int4]; "
-                                          "the rest: mlx)")
+                                          "(code_decoder: mlx, coreml or onnx[-f32|-int8|-int4]; flow_estimator: "
+                                          "mlx or onnx[-f32|-int8|-int4]; the rest: mlx)")
     flow_backend, code_backend = options.backend("flow_estimator"), options.backend("code_decoder")
     if split_backend(code_backend)[0] == "onnx":      # before anything loads
         from ttscli.models.cosyvoice3.onnx_lm import check_options
 
         check_options(options)
     rnd = options.random_weights
+    if code_backend == "coreml":       # before anything loads
+        from ttscli.backends.coreml import require_coreml
+
+        require_coreml()
+        if rnd:
+            raise BackendUnavailableError("CosyVoice3 on Core ML needs a converted checkpoint "
+                                          "(ttscli convert cosyvoice3 --to coreml); random weights run on mlx")
     dtype = options.dtype or "float32"      # the LM's; the flow and HiFT run in float32 as upstream's do
     args = CosyVoice3Args() if rnd else read_args(checkpoint)
     lm = load_llm(checkpoint, args, dtype=dtype, random_weights=rnd)
@@ -107,6 +115,11 @@ def load_pipeline(spec, checkpoint: Path | None, options):
         from ttscli.models.cosyvoice3.onnx_lm import attach as attach_lm
 
         code_backend = attach_lm(lm, code_backend, None if rnd else Path(checkpoint), getattr(spec, "id", None))
+    elif code_backend == "coreml":
+        # the LM converted by `ttscli convert cosyvoice3 --to coreml`, found by its manifest's source hashes
+        from ttscli.backends.coreml.decoder import open_code_decoder
+
+        lm.decoder = open_code_decoder(Path(checkpoint), options.coreml_compute_units)
     flow = load_flow(checkpoint, args, random_weights=rnd)
     if split_backend(flow_backend)[0] == "onnx":
         from ttscli.codecs.s3gen import onnx_dit

@@ -56,12 +56,14 @@ FAMILY = Family(
     ref_text_optional=True,
     first_audio="the first text segment's codes, flow and vocoder (upstream streams a segment at a time; "
                 "--quick-first-segment shortens the first)",
-    convert={"onnx": hook("ttscli.models.indextts2.onnx_gpt:convert_onnx")},
+    convert={"onnx": hook("ttscli.models.indextts2.onnx_gpt:convert_onnx"),
+             "coreml": hook("ttscli.models.indextts2.coreml_export:convert_coreml")},
+    coreml_capacity=2048,     # one segment's conditioning, text and upstream's 1500 codes (coreml_export.CAPACITY)
     components=(
         # a decode step of the 24-layer GPT-2 for three beam rows: onnxruntime's float32 graph ran it
         # about three times faster than MLX on a Linux CPU (docs/benchmarks.md#indextts2-cpu-onnx);
         # int8 / int4 stay opt-in (no longer the goldens' numbers)
-        Component("code_decoder", ("mlx", "onnx"), onnx_precision=True, measured={("linux", ""): "onnx-f32"},
+        Component("code_decoder", ("mlx", "coreml", "onnx"), onnx_precision=True, measured={("linux", ""): "onnx-f32"},
                   on_gpu="mlx", why="onnxruntime's float32 graph ran the GPT faster than MLX on a Linux CPU"),
         Component("flow_estimator", ("mlx", "onnx"), onnx_precision=True, measured={("linux", ""): "onnx-f32"},
                   on_gpu="mlx", why="onnxruntime ran S2Mel's DiT faster than MLX on a Linux CPU"),

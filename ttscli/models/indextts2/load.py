@@ -115,10 +115,18 @@ def check_backends(options) -> None:
     from ttscli.backends.select import split_backend
 
     for component, backend in options.backends.items():
-        if backend != "mlx" and not (component in ONNX_COMPONENTS and split_backend(backend)[0] == "onnx"):
+        if backend != "mlx" and not (component in ONNX_COMPONENTS and split_backend(backend)[0] == "onnx") \
+                and not (component == "code_decoder" and backend == "coreml"):
             raise BackendUnavailableError(f"IndexTTS2 {component}: backend {backend!r} is not available "
-                                          "(code_decoder and flow_estimator: mlx or onnx[-f32|-int8|-int4]; "
-                                          "the rest: mlx)")
+                                          "(code_decoder: mlx, coreml or onnx[-f32|-int8|-int4]; flow_estimator: "
+                                          "mlx or onnx[-f32|-int8|-int4]; the rest: mlx)")
+    if options.backends.get("code_decoder") == "coreml":
+        from ttscli.backends.coreml import require_coreml
+
+        require_coreml()
+        if options.random_weights:
+            raise BackendUnavailableError("IndexTTS2's GPT on Core ML needs a converted checkpoint "
+                                          "(ttscli convert indextts2 --to coreml); random weights run on mlx")
 
 
 def load_pipeline(spec, checkpoint: Path | None, options):
@@ -148,6 +156,10 @@ def load_pipeline(spec, checkpoint: Path | None, options):
         from ttscli.models.indextts2.onnx_gpt import attach
 
         backends["code_decoder"] = attach(gpt, backends["code_decoder"], folder, getattr(spec, "id", None))
+    elif backends["code_decoder"] == "coreml":
+        from ttscli.models.indextts2.coreml_export import attach as attach_coreml
+
+        backends["code_decoder"] = attach_coreml(gpt, folder, options.coreml_compute_units)
     s2mel = load_s2mel_part(folder, args)
     if split_backend(backends["flow_estimator"])[0] == "onnx":
         from ttscli.models.indextts2.onnx_s2mel import attach

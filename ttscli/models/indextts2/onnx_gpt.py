@@ -103,7 +103,9 @@ def head_tail(w: Mapping[str, np.ndarray], width: int, eps: float):
     return tail
 
 
-def _params(gpt) -> dict:
+def gpt_params(gpt) -> dict:
+    """The loaded GPT's tensors an export reads (float32 views): the GPT-2 stack, ``final_norm``
+    and ``mel_head``, by their checkpoint names."""
     from ttscli.backends.onnx.convert import mlx_params
 
     keep = ("gpt.h.", "gpt.ln_f.", "final_norm.", "mel_head.")
@@ -116,7 +118,7 @@ def export_gpt_graph(gpt, out_dir: Path, quant: Quant, *, model_id: str, source_
     from ttscli.backends.onnx.export import export_components, export_lm
 
     def build(folder: Path) -> dict:
-        params = _params(gpt)
+        params = gpt_params(gpt)
         args = lm_args(gpt)
         stack = stack_weights({k.removeprefix("gpt."): v for k, v in params.items() if k.startswith("gpt.")},
                               args.num_hidden_layers)
@@ -150,7 +152,7 @@ def find_or_build(gpt, checkpoint: Path | None, quant: Quant, model_id: str | No
     file ``gpt`` was loaded from), or, with ``checkpoint`` None, by its weights' fingerprint."""
     from ttscli.backends.onnx.convert import model_graphs
 
-    return model_graphs(lambda: _params(gpt), checkpoint, quant, model_id, family=FAMILY, layout=GRAPH_LAYOUT,
+    return model_graphs(lambda: gpt_params(gpt), checkpoint, quant, model_id, family=FAMILY, layout=GRAPH_LAYOUT,
                         source_files=lambda ck: SOURCE_FILES, export=functools.partial(export_gpt_graph, gpt))
 
 

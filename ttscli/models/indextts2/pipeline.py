@@ -201,6 +201,14 @@ class IndexTTS2Pipeline(Pipeline):
         if forced is not None:
             max_codes = forced
         min_codes = forced if forced is not None else (max_codes if r.ignore_eos else 0)
+        capacity = getattr(self.gpt.decoder, "capacity", None)      # a converted GPT's fixed KV cache
+        if capacity is not None:
+            # conditioning rows, the framed text, the start code, then the codes
+            need = self.gpt.args.cond_rows + max(map(len, segs)) + 2 + 1 + max_codes
+            if need > capacity:
+                raise UsageError(f"a segment's prompt and {max_codes} codes need {need} positions; the Core ML GPT "
+                                 f"holds {capacity} (convert again with a larger --capacity, lower --max-frames, "
+                                 "or use --backend code_decoder=mlx)")
         return Plan(voice, mx.array(voice.cond_latents)[None], mx.array(np.asarray(emovec, np.float32))[None],
                     params, beams, forced, segs, max_codes, min_codes)
 

@@ -18,7 +18,8 @@ FAMILY = Family(
              "(upstream's ultimate cloning); off: continuation from the recording only.", default=True,
              commands=("clone",)),
     ),
-    convert={"onnx": hook("ttscli.models.voxcpm2.onnx_lm:convert_onnx")},
+    convert={"onnx": hook("ttscli.models.voxcpm2.onnx_lm:convert_onnx"),
+             "coreml": hook("ttscli.models.voxcpm2.coreml_export:convert_coreml")},
     bench_components=hook("ttscli.models.voxcpm2.bench:bench_components"),
     bench_rows=(("lm_step_ms", "LM + residual LM step, median (ms)", "{:.2f}"),
                 ("dit_patch_ms", "diffusion head per patch, median (ms)", "{:.2f}"),
@@ -32,9 +33,11 @@ FAMILY = Family(
     # the AudioVAE decoder is causal and streams exactly from one patch (160 ms): upstream yields each
     ref_text_optional=True,
     first_chunk_frames=1,
+    coreml_capacity=2048,     # one chunk's prompt and upstream's bound on its patches (coreml_export.CAPACITY)
     components=(
-        Component("lm", ("mlx", "onnx"), onnx_precision=True,
-                  why="the base and residual LMs as onnxruntime graphs built from the loaded weights"),
+        Component("lm", ("mlx", "coreml", "onnx"), onnx_precision=True,
+                  why="the base and residual LMs as onnxruntime graphs built from the loaded weights, or as "
+                      "Core ML packages converted ahead (macOS 15+)"),
         # the LocDiT, called nine times a patch on CFG's two rows, ran faster on onnxruntime's
         # GEMMs than on MLX on a Linux CPU (docs/benchmarks.md#voxcpm2-cpu-dit-onnx)
         Component("flow_estimator", ("mlx", "onnx"), onnx_precision=True, measured={("linux", ""): "onnx-f32"},

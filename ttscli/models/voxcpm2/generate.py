@@ -51,8 +51,8 @@ def prompt_patch_embeddings(model: VoxCPM2, p: Prompt) -> mx.array:
 def stacks(model: VoxCPM2) -> tuple:
     """The base and residual LMs as the patch loop calls them (``(input_embeddings=, cache=)``
     -> every position's post-norm hidden; ``make_cache()``): the MLX stacks, or their
-    onnxruntime graphs when attached (onnx_lm.attach)."""
-    return model.onnx_stacks or (model.base_lm, model.residual_lm)
+    onnxruntime graphs or Core ML packages when attached (onnx_lm.attach, coreml_export.attach)."""
+    return model.converted_stacks or (model.base_lm, model.residual_lm)
 
 
 def prefill(model: VoxCPM2, p: Prompt) -> Prefill:

@@ -133,11 +133,19 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
 
     for component, name in options.backends.items():
         if name != "mlx" and not (component in ("flow_estimator", "lm") and split_backend(name)[0] == "onnx"
-                                  or component == "patch_encoder" and name == "onnx"):
+                                  or component == "patch_encoder" and name == "onnx"
+                                  or component == "lm" and name == "coreml"):
             raise BackendUnavailableError(f"VoxCPM2 {component}: backend {name!r} is not available "
-                                          "(lm and flow_estimator: mlx or onnx[-f32|-int8|-int4]; patch_encoder: "
-                                          "mlx or onnx; the rest: mlx)")
+                                          "(lm: mlx, coreml or onnx[-f32|-int8|-int4]; flow_estimator: mlx or "
+                                          "onnx[-f32|-int8|-int4]; patch_encoder: mlx or onnx; the rest: mlx)")
     lm_backend = options.backend("lm")
+    if lm_backend == "coreml":       # before any weight loads
+        from ttscli.backends.coreml import require_coreml
+
+        require_coreml()
+        if options.random_weights:
+            raise BackendUnavailableError("VoxCPM2's LMs on Core ML need a converted checkpoint "
+                                          "(ttscli convert voxcpm2 --to coreml); random weights run on mlx")
     if split_backend(lm_backend)[0] == "onnx":       # before any weight loads
         from .onnx_lm import check_options
 
@@ -179,4 +187,8 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
 
         lm_backend = attach_lms(model, lm_backend, None if options.random_weights else Path(checkpoint),
                                 getattr(spec, "id", None))
+    elif lm_backend == "coreml":
+        from .coreml_export import attach as attach_coreml
+
+        lm_backend = attach_coreml(model, Path(checkpoint), options.coreml_compute_units)
     return VoxCPM2Pipeline(spec, model, tokenizer, lm_backend, dit_backend, enc_backend)

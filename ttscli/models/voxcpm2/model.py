@@ -25,9 +25,9 @@ class ScalarQuantizationLayer(nn.Module):
 
 
 class VoxCPM2(nn.Module):
-    # the base and residual LMs' onnxruntime graphs (onnx_lm.attach), run in their place by the
-    # patch loop (generate.stacks)
-    onnx_stacks = None
+    # the base and residual LMs' onnxruntime graphs (onnx_lm.attach) or Core ML packages
+    # (coreml_export.attach), run in their place by the patch loop (generate.stacks)
+    converted_stacks = None
 
     def __init__(self, a: ModelArgs):
         super().__init__()

@@ -126,5 +126,5 @@ def attach(model, backend: str, checkpoint: Path | None, model_id: str | None = 
         getattr(model, name).layers = []     # the text embedding and final norms stay
     mx.clear_cache()
     graphs = tuple(OnnxStack(OnnxLM(folder, component(manifest, n, folder))) for n, _ in STACKS)
-    object.__setattr__(model, "onnx_stacks", graphs)
+    object.__setattr__(model, "converted_stacks", graphs)
     return f"onnx-{quant.precision}"

@@ -191,10 +191,14 @@ class VoxCPM2Pipeline(Pipeline):
             raise UsageError("the text has no tokens")
         p = self.prompt(text, voice)
         limit = r.max_frames or min(target * PATCHES_PER_TOKEN + EXTRA_PATCHES, MAX_PATCHES)
-        room = self.args.max_length - p.tokens.shape[1]
+        context, what = self.args.max_length, "VoxCPM2's"
+        converted = self.model.converted_stacks
+        if converted is not None and getattr(converted[0], "capacity", context) < context:
+            context, what = converted[0].capacity, "the Core ML packages'"
+        room = context - p.tokens.shape[1]
         if limit > room:
-            raise UsageError(f"the prompt ({p.tokens.shape[1]} positions) and {limit} patches exceed VoxCPM2's "
-                             f"{self.args.max_length}-position context: shorten the reference or lower --max-frames")
+            raise UsageError(f"the prompt ({p.tokens.shape[1]} positions) and {limit} patches exceed {what} "
+                             f"{context}-position context: shorten the reference or lower --max-frames")
         return Plan(p, limit, int(r.knobs.get("inference_timesteps", INFERENCE_TIMESTEPS)),
                     float(r.knobs.get("cfg_value", CFG_VALUE)), int(r.knobs.get("min_len", MIN_PATCHES)))
 
@@ -266,9 +270,9 @@ class VoxCPM2Pipeline(Pipeline):
     def rows(self):
         """Requests as rows of one batch (ttscli.models.voxcpm2.rows): one forward of both LMs
         per patch for every row, the diffusion head over the rows, each row's own noise, stop
-        and AudioVAE stream. With the LMs on onnxruntime (their MLX layers freed) requests go
-        one at a time."""
-        if self.model.onnx_stacks is not None:
+        and AudioVAE stream. With the LMs on onnxruntime or Core ML (their MLX layers freed)
+        requests go one at a time."""
+        if self.model.converted_stacks is not None:
             return None
         from .rows import VoxCPM2Rows
 
