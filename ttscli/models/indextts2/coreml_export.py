@@ -29,8 +29,8 @@ __all__ = ["CAPACITY", "CoreMLGPT", "attach", "convert_coreml", "export_coreml"]
 FAMILY = "indextts2"
 FILE = "gpt.mlpackage"
 # KV positions of one segment: the 34 conditioning rows, upstream's 120 text tokens a segment
-# (framed), the start code and upstream's 1500 codes at most (max_mel_tokens); the fp16 caches of
-# the 24 layers x 20 heads x 64 are then 126 MB per beam
+# (framed), the start code and upstream's 1500 codes at most (max_mel_tokens); the fp16 keys and
+# values of the 24 layers x 20 heads x 64 are then 252 MB per beam
 CAPACITY = 2048
 STATES = ("key_cache", "value_cache")
 
