@@ -1,5 +1,6 @@
 """Small CLI promises: a mistyped model gets a suggestion, `models` shows the short names -m
-takes, `batch --format` offers every format ttscli writes, the progress bar shows no "0/None"."""
+takes and each model's default voice, `batch --format` offers every format ttscli writes, the
+progress bar shows no "0/None"."""
 from __future__ import annotations
 
 import io
@@ -26,6 +27,16 @@ def test_models_table_names_the_kokoro_alias(run_cli):
     assert p.returncode == 0, p.err
     table = " ".join(p.stdout.decode().split())
     assert "kokoro = kokoro-82m" in table and "joe = piper-joe" in table
+
+
+def test_models_shows_the_default_voice_per_language(run_cli):
+    from ttscli.registry import load_registry
+
+    assert load_registry().resolve("kokoro-82m").default_voices == {"": "jf_alpha", "en": "jf_gongitsune"}
+    assert load_registry().resolve("piper-joe").default_voices == {}
+    p = run_cli("models", "kokoro-82m", env={"COLUMNS": "120"})
+    assert p.returncode == 0, p.err
+    assert "default voice jf_gongitsune (en), jf_alpha (other languages)" in " ".join(p.stdout.decode().split())
 
 
 def test_batch_format_help_lists_every_format(run_cli):

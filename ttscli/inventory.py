@@ -54,6 +54,7 @@ def inventory(registry: Registry) -> list[dict]:
             "capabilities": [c for c in CAPABILITIES if spec.can(c)],
             "languages": spec.languages,
             "voices": spec.voices,
+            "default_voices": spec.default_voices,
             "backends_usable": backends,
             "coreml_converted": converted,
             "license": spec.license,
@@ -66,6 +67,7 @@ def inventory(registry: Registry) -> list[dict]:
 
 SHORT_CAPS = {"speak": "speak", "clone": "clone", "voice_design": "design", "instruct": "instruct",
               "streaming": "stream"}
+
 
 
 def handle(row: dict) -> str | None:
@@ -164,6 +166,13 @@ def render_details(info: dict):
     t.add_row("sample rate", f"{info['sample_rate']} Hz")
     t.add_row("can", ", ".join(info["capabilities"]) or "-")
     t.add_row("voices", ", ".join(info["voices"]) or "-")
+    if info.get("default_voices"):
+        named = dict(info["default_voices"])
+        other = named.pop("", None)
+        parts = [f"{v} ({lang})" for lang, v in named.items()]
+        if other is not None:
+            parts.append(f"{other} (other languages)" if named else other)
+        t.add_row("default voice", ", ".join(parts))
     t.add_row("languages", ", ".join(info["languages"]) or "-")
     t.add_row("options",
               ", ".join("--" + h.replace("_", "-").replace("ref-audio", "ref") for h in info["honours"]) or "-")

@@ -55,6 +55,15 @@ class ModelSpec:
     def languages(self) -> list[str]:
         return list(self.capabilities.get("languages", []))
 
+    @property
+    def default_voices(self) -> dict[str, str]:
+        """The voice a request without --voice gets, from ``defaults``: ``voice`` (key "") and
+        ``voice_<lang>`` where a language has a clearer one; empty where the entry names none."""
+        d = self.defaults
+        out = {"": str(d["voice"])} if isinstance(d.get("voice"), str) else {}
+        out.update({k[len("voice_"):]: str(v) for k, v in d.items() if k.startswith("voice_") and isinstance(v, str)})
+        return out
+
     @classmethod
     def from_table(cls, model_id: str, t: dict[str, Any], origin: str) -> "ModelSpec":
         if not isinstance(t, dict):

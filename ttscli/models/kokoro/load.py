@@ -358,11 +358,10 @@ def load_pipeline(spec, checkpoint: Path | None, options: LoadOptions | None = N
 
 
 def default_voices(spec) -> tuple[str, dict[str, str]]:
-    """The registry's default voice and its per-language ones: ``voice`` for every language, and
-    ``voice_<lang>`` (``voice_en``) where another voice is clearer in that language."""
-    defaults = dict(getattr(spec, "defaults", {}) or {})
-    by_language = {k[len("voice_"):]: str(v) for k, v in defaults.items() if k.startswith("voice_")}
-    return str(defaults.get("voice", "jf_alpha")), by_language
+    """The registry's default voice (``jf_alpha`` where it names none) and its per-language ones
+    (``voice_en``: another voice is clearer in English), from :attr:`ModelSpec.default_voices`."""
+    named = dict(getattr(spec, "default_voices", {}) or {})
+    return named.pop("", "jf_alpha"), named
 
 
 def random_rule(name: str, w, normal):
