@@ -249,8 +249,8 @@ def test_pipeline_loads_the_converted_backbone(package, goldens, tmp_path, monke
     """load_pipeline with --code-decoder-backend coreml: the conversion found in the cache by its
     hashes, CFG's branches each in its own state, greedy frames and the EOS class as upstream.
     Off macOS the runtime is stood in for by the package's own MIL program (fp16 as on device)."""
-    import ttscli.backends.coreml as coreml
     import ttscli.backends.coreml.decoder as cm_decoder
+    import ttscli.backends.coreml.runtime as cm_runtime
     from ttscli.generate import Request
     from ttscli.models.base import LoadOptions
     from ttscli.models.breeze_tts.load import load_pipeline
@@ -258,7 +258,7 @@ def test_pipeline_loads_the_converted_backbone(package, goldens, tmp_path, monke
 
     arrays, meta = goldens
     if not _ok:
-        monkeypatch.setattr(coreml, "require_coreml", lambda: None)
+        monkeypatch.setattr(cm_runtime, "require_coreml", lambda: None)    # the loader's require_converted
         monkeypatch.setattr(cm_decoder, "require_coreml", lambda: None)
         monkeypatch.setattr(cm_decoder, "CoreMLModel",
                             lambda folder, entry, units: InterpretedModel(Path(folder) / entry["path"], fp16=True))

@@ -45,6 +45,15 @@ def require_coreml() -> None:
         raise BackendUnavailableError(f"{why}; use --code-decoder-backend mlx")
 
 
+def require_converted(what: str, model_id: str, random_weights: bool) -> None:
+    """Before anything loads: Core ML runs here, and the weights are a checkpoint's (its packages
+    are converted ahead, found by the checkpoint's hashes); one BackendUnavailableError line else."""
+    require_coreml()
+    if random_weights:
+        raise BackendUnavailableError(f"{what} on Core ML needs a converted checkpoint (ttscli convert {model_id} "
+                                      "--to coreml --model-dir DIR); random weights run on mlx")
+
+
 def load_package(path: Path, compute_units: str = "all"):
     """An ``MLModel`` for a .mlpackage (compiled on first load by Core ML)."""
     require_coreml()

@@ -201,14 +201,11 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
     if backend == "coreml":
         # the backbone converted by `ttscli convert breeze-tts-2 --to coreml`, found by its manifest's
         # source hashes before anything else loads (a missing or stale conversion: one CheckpointError line)
-        from ttscli.backends.coreml import require_coreml
+        from ttscli.backends.coreml import require_converted
         from ttscli.backends.coreml.decoder import open_code_decoder
         from ttscli.backends.decoder import RowwiseDecoder
 
-        require_coreml()
-        if options.random_weights:
-            raise BackendUnavailableError(f"{spec.id} on Core ML needs a converted checkpoint (ttscli convert "
-                                          f"{spec.id} --to coreml --model-dir DIR); random weights run on mlx")
+        require_converted(spec.id, spec.id, options.random_weights)
         code_decoder = RowwiseDecoder(open_code_decoder(Path(checkpoint), options.coreml_compute_units))
     if options.random_weights:
         dtype = options.dtype or "bfloat16"   # 3.5 B parameters: float32 would not fit most machines

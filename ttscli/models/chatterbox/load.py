@@ -131,14 +131,11 @@ def load_pipeline(spec, checkpoint: Path | None, options):
         code_backend = f"onnx-{decoder.precision}"
     elif code_backend == "coreml":
         # T3 converted by `ttscli convert chatterbox --to coreml`, found by its manifest's source hashes
-        from ttscli.backends.coreml import require_coreml
+        from ttscli.backends.coreml import require_converted
         from ttscli.backends.coreml.decoder import open_code_decoder
         from ttscli.models.chatterbox.coreml_export import RowwiseDecoder
 
-        require_coreml()
-        if checkpoint is None:
-            raise BackendUnavailableError("Chatterbox on Core ML needs a converted checkpoint "
-                                          "(ttscli convert chatterbox --to coreml); random weights run on mlx")
+        require_converted("Chatterbox", "chatterbox", checkpoint is None)
         decoder = RowwiseDecoder(open_code_decoder(Path(checkpoint), options.coreml_compute_units))
     elif options.prefill_mode == "sequential":
         from ttscli.lm.decoder import MLXCodeDecoder

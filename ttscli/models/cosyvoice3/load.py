@@ -102,12 +102,9 @@ def load_pipeline(spec, checkpoint: Path | None, options):
         check_options(options)
     rnd = options.random_weights
     if code_backend == "coreml":       # before anything loads
-        from ttscli.backends.coreml import require_coreml
+        from ttscli.backends.coreml import require_converted
 
-        require_coreml()
-        if rnd:
-            raise BackendUnavailableError("CosyVoice3 on Core ML needs a converted checkpoint "
-                                          "(ttscli convert cosyvoice3 --to coreml); random weights run on mlx")
+        require_converted("CosyVoice3", "cosyvoice3", rnd)
     dtype = options.dtype or "float32"      # the LM's; the flow and HiFT run in float32 as upstream's do
     args = CosyVoice3Args() if rnd else read_args(checkpoint)
     lm = load_llm(checkpoint, args, dtype=dtype, random_weights=rnd)

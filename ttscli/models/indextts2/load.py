@@ -121,12 +121,9 @@ def check_backends(options) -> None:
                                           "(code_decoder: mlx, coreml or onnx[-f32|-int8|-int4]; flow_estimator: "
                                           "mlx or onnx[-f32|-int8|-int4]; the rest: mlx)")
     if options.backends.get("code_decoder") == "coreml":
-        from ttscli.backends.coreml import require_coreml
+        from ttscli.backends.coreml import require_converted
 
-        require_coreml()
-        if options.random_weights:
-            raise BackendUnavailableError("IndexTTS2's GPT on Core ML needs a converted checkpoint "
-                                          "(ttscli convert indextts2 --to coreml); random weights run on mlx")
+        require_converted("IndexTTS2's GPT", "indextts2", options.random_weights)
 
 
 def load_pipeline(spec, checkpoint: Path | None, options):

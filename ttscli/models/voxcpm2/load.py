@@ -140,12 +140,9 @@ def load_pipeline(spec: Any, checkpoint: Path | None, options: LoadOptions):
                                           "onnx[-f32|-int8|-int4]; patch_encoder: mlx or onnx; the rest: mlx)")
     lm_backend = options.backend("lm")
     if lm_backend == "coreml":       # before any weight loads
-        from ttscli.backends.coreml import require_coreml
+        from ttscli.backends.coreml import require_converted
 
-        require_coreml()
-        if options.random_weights:
-            raise BackendUnavailableError("VoxCPM2's LMs on Core ML need a converted checkpoint "
-                                          "(ttscli convert voxcpm2 --to coreml); random weights run on mlx")
+        require_converted("VoxCPM2's LMs", "voxcpm2", options.random_weights)
     if split_backend(lm_backend)[0] == "onnx":       # before any weight loads
         from .onnx_lm import check_options
 
