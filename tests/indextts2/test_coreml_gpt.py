@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "coreml"))
 from gptcheck import FIX, STOP, B, G, cosine, prompt, run, tiny_gpt
 from mil_interp import InterpretedModel
 
+from ttscli.backends.coreml.decoder import CoreMLCodeDecoder
 from ttscli.backends.coreml.manifest import read_manifest, source_files
 from ttscli.errors import GenerationError
 from ttscli.lm.sample import SamplingParams
@@ -36,7 +37,8 @@ def coreml_gpt(packages, precision: str = "float32"):
     folder, manifest = packages[precision]
     entry = manifest["components"]["code_decoder"]
     gpt = tiny_gpt()
-    gpt.decoder = CoreMLGPT(InterpretedModel(folder / entry["path"], fp16=precision == "float16"), entry)
+    gpt.decoder = CoreMLGPT(CoreMLCodeDecoder(InterpretedModel(folder / entry["path"], fp16=precision == "float16"),
+                                              entry))
     return gpt
 
 
@@ -125,7 +127,7 @@ def test_a_segment_past_the_packages_capacity_is_refused_before_any_code(package
     pipe = load("indextts2", model_dir=FIX / "tiny")
     folder, manifest = packages["float32"]
     entry = manifest["components"]["code_decoder"]
-    pipe.gpt.decoder = CoreMLGPT(InterpretedModel(folder / entry["path"], fp16=False), entry)
+    pipe.gpt.decoder = CoreMLGPT(CoreMLCodeDecoder(InterpretedModel(folder / entry["path"], fp16=False), entry))
     ref = np.load(FIX / "frontend.npz")["ref22"]
     req = Request(text="Hello there.", ref_audio=ref, ref_sample_rate=22050, max_frames=120)
     with pytest.raises(UsageError, match="positions; the Core ML GPT holds 128"):

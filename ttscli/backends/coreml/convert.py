@@ -27,16 +27,18 @@ def lm_with_head(source, args: LMArgs, stack_prefix: str, head: str,
 
 def export_code_decoder(lm: tuple[LMArgs, dict[str, np.ndarray], np.ndarray], out_dir: Path, file_name: str, *,
                         model_id: str, family: str, source: dict, capacity: int, weights_8bit: bool = False,
-                        precision: str = "float16") -> dict:
+                        precision: str = "float16", **program) -> dict:
     """The package of ``lm`` (:func:`lm_with_head`) as the model's code decoder, and the manifest
-    naming it, into ``out_dir``; returns the manifest. ``source``: the manifest's source record."""
+    naming it, into ``out_dir``; returns the manifest. ``source``: the manifest's source record;
+    ``program``: the block style and head extras of :func:`~.export.export_lm` (``style``,
+    ``head_bias``, ``head_norm``)."""
     from .export import export_lm
 
     args, w, head = lm
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     entry = export_lm(args, w, out_dir, file_name, capacity=capacity, head=head, weights_8bit=weights_8bit,
-                      precision=precision)
+                      precision=precision, **program)
     return write_manifest(out_dir, model=model_id, family=family, components={CODE_DECODER: entry}, source=source)
 
 

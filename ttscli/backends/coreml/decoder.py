@@ -42,6 +42,15 @@ def ensure_fits(cache: CoreMLCache, positions: int, name: str, what: str, instea
             f"--to coreml --capacity N) or use {instead}")
 
 
+def predict_position(model, cache: CoreMLCache, row: np.ndarray) -> dict:
+    """One position ``row [H]`` through the one-position package at the cache's next slot (the
+    package's own state); the cache advances by one. Returns the package's outputs."""
+    out = model.predict({"inputs_embeds": row.reshape(1, 1, -1), "position": np.array([cache.offset], np.int32)},
+                        cache.state)
+    cache.offset += 1
+    return out
+
+
 class CoreMLStack:
     """A converted stack without an output head, called as an MLX stack is in a family's loop:
     ``stack(input_embeddings=[1, T, H], cache=)`` -> every fed position's post-norm hidden
@@ -70,12 +79,8 @@ class CoreMLStack:
 
         x = np.asarray(input_embeddings.astype(mx.float32)).reshape(-1, self.hidden_size)
         ensure_fits(cache, x.shape[0], self.name, "positions fed so far", self.instead)
-        out = []
-        for row in x:
-            res = self.model.predict({"inputs_embeds": row.reshape(1, 1, self.hidden_size),
-                                      "position": np.array([cache.offset], np.int32)}, cache.state)
-            cache.offset += 1
-            out.append(np.asarray(res["hidden"], np.float32).reshape(self.hidden_size))
+        out = [np.asarray(predict_position(self.model, cache, row)["hidden"], np.float32).reshape(self.hidden_size)
+               for row in x]
         return mx.array(np.stack(out)[None])
 
 
@@ -111,9 +116,7 @@ class CoreMLCodeDecoder(ConvertedCodeDecoder):
 
     def _one(self, x: np.ndarray, cache: CoreMLCache) -> tuple[np.ndarray, np.ndarray]:
         self.ensure_fits(cache, 1)
-        out = self.model.predict({"inputs_embeds": x.reshape(1, 1, self.hidden_size),
-                                  "position": np.array([cache.offset], np.int32)}, cache.state)
-        cache.offset += 1
+        out = predict_position(self.model, cache, x.reshape(self.hidden_size))
         return out["logits"].reshape(1, -1), out["hidden"].reshape(1, -1)
 
     def _prefill(self, x: np.ndarray, cache: CoreMLCache) -> tuple[np.ndarray, np.ndarray]:

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ttscli.backends.coreml.convert import convert_code_decoder
-from ttscli.errors import CheckpointError
+from ttscli.backends.coreml.convert import convert_code_decoder, export_code_decoder
 
 from .onnx_gpt import COMPONENT, GPT2_BLOCK, SOURCE_FILES, gpt_params, lm_args, stack_weights
 
@@ -38,8 +37,6 @@ STATES = ("key_cache", "value_cache")
 def export_gpt(gpt, out_dir: Path, *, model_id: str, source: dict, capacity: int = CAPACITY,
                weights_8bit: bool = False, precision: str = "float16") -> dict:
     """``gpt.mlpackage`` and the manifest naming it into ``out_dir``, from a loaded GPT's weights."""
-    from ttscli.backends.coreml.export import export_lm
-    from ttscli.backends.coreml.manifest import write_manifest
     from ttscli.backends.coreml.weights import as_float32
 
     params = gpt_params(gpt)
@@ -47,12 +44,10 @@ def export_gpt(gpt, out_dir: Path, *, model_id: str, source: dict, capacity: int
     stack = stack_weights({k.removeprefix("gpt."): v for k, v in params.items() if k.startswith("gpt.")},
                           args.num_hidden_layers)
     norm = (as_float32(params["final_norm.weight"]), as_float32(params["final_norm.bias"]), float(gpt.final_norm.eps))
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    entry = export_lm(args, stack, out_dir, FILE, capacity=capacity, head=as_float32(params["mel_head.weight"]),
-                      head_bias=as_float32(params["mel_head.bias"]), head_norm=norm, style=GPT2_BLOCK,
-                      weights_8bit=weights_8bit, precision=precision)
-    return write_manifest(out_dir, model=model_id, family=FAMILY, components={COMPONENT: entry}, source=source)
+    return export_code_decoder((args, stack, as_float32(params["mel_head.weight"])), out_dir, FILE, model_id=model_id,
+                               family=FAMILY, source=source, capacity=capacity, weights_8bit=weights_8bit,
+                               precision=precision, style=GPT2_BLOCK, head_bias=as_float32(params["mel_head.bias"]),
+                               head_norm=norm)
 
 
 def export_coreml(checkpoint: Path, out_dir: Path, *, model_id: str, capacity: int = CAPACITY,
@@ -80,19 +75,15 @@ def convert_coreml(spec, checkpoint: Path, out_dir: Path, *, capacity: int = CAP
 class CoreMLGPT:
     """The package driven as :class:`SemanticGPT` drives its MLX stack: a cache per request (a
     list of one-row caches, one per beam), ``embeds [B, T, D]`` in, the last position's
-    ``(logits [B, V], hidden [B, D])`` out (MLX arrays), and beam rows reordered in place."""
+    ``(logits [B, V], hidden [B, D])`` out (MLX arrays), and beam rows reordered in place. Each
+    row runs through ``decoder``, the package as the shared code decoder (one row per call)."""
 
-    def __init__(self, model, entry: dict):
-        if entry.get("kind") != "stateful_lm_step" or not entry.get("vocab_size"):
-            raise CheckpointError(f"{entry.get('path')}: not an LM step package with an output head; convert again")
-        self.model = model
-        self.capacity = int(entry["capacity"])
-        self.hidden_size = int(entry["hidden_size"])
+    def __init__(self, decoder):
+        self.decoder = decoder            # a CoreMLCodeDecoder
+        self.capacity = decoder.capacity
 
     def new_cache(self) -> list:
-        from ttscli.backends.coreml.decoder import CoreMLCache
-
-        return [CoreMLCache(self.model.new_state(), self.capacity)]
+        return [self.decoder.new_cache()]
 
     def __call__(self, embeds, cache: list):
         import mlx.core as mx
@@ -107,12 +98,9 @@ class CoreMLGPT:
         for rows, c in zip(x, cache):
             ensure_fits(c, rows.shape[0], "semantic GPT", "conditioning, text and codes",
                         "--backend code_decoder=mlx")
-            for row in rows:
-                out = self.model.predict({"inputs_embeds": row.reshape(1, 1, self.hidden_size),
-                                          "position": np.array([c.offset], np.int32)}, c.state)
-                c.offset += 1
-            logits.append(np.asarray(out["logits"], np.float32).reshape(-1))
-            hidden.append(np.asarray(out["hidden"], np.float32).reshape(-1))
+            lg, h = self.decoder.prefill(rows[None], c)
+            logits.append(lg[0])
+            hidden.append(h[0])
         return mx.array(np.stack(logits)), mx.array(np.stack(hidden))
 
     def select_rows(self, cache: list, rows: list[int]) -> None:
@@ -124,7 +112,7 @@ class CoreMLGPT:
         taken = {r: ([cache[r].state.read_state(s) for s in STATES], cache[r].offset) for _, r in moved}
         out = list(cache[: len(rows)]) + [None] * (len(rows) - len(cache))
         for i, r in moved:
-            state = cache[i].state if i < len(cache) else self.model.new_state()
+            state = cache[i].state if i < len(cache) else self.decoder.new_cache().state
             values, offset = taken[r]
             for name, value in zip(STATES, values):
                 state.write_state(name, value)
@@ -136,12 +124,7 @@ def attach(gpt, checkpoint: Path, compute_units: str = "all") -> str:
     """Run ``gpt``'s decoding from its Core ML package (converted from ``checkpoint``, found by the
     manifest's source hashes); returns ``"coreml"``. The MLX stack stays for the latent pass
     S2Mel reads."""
-    from ttscli.backends.coreml import require_coreml
-    from ttscli.backends.coreml.manifest import component, for_checkpoint
-    from ttscli.backends.coreml.runtime import CoreMLModel
+    from ttscli.backends.coreml.decoder import open_code_decoder
 
-    require_coreml()
-    folder, manifest = for_checkpoint(Path(checkpoint), COMPONENT)
-    entry = component(manifest, COMPONENT, folder)
-    gpt.decoder = CoreMLGPT(CoreMLModel(folder, entry, compute_units), entry)
+    gpt.decoder = CoreMLGPT(open_code_decoder(Path(checkpoint), compute_units, COMPONENT))
     return "coreml"
