@@ -16,7 +16,7 @@ from mil_interp import InterpretedModel
 
 from ttscli.backends.coreml.decoder import CoreMLStack
 from ttscli.backends.coreml.manifest import read_manifest
-from ttscli.models.voxcpm2.coreml_export import STACKS, export_coreml, use_stacks
+from ttscli.models.voxcpm2.coreml_export import STACKS, export_coreml
 from ttscli.models.voxcpm2.generate import Prompt, patches, prefill
 from ttscli.models.voxcpm2.load import load_model
 
@@ -43,7 +43,7 @@ def coreml_model(packages, precision: str):
                                                 fp16=precision == "float16"), manifest["components"][n], n,
                               instead="--backend lm=mlx")
                    for n, _ in STACKS)
-    use_stacks(m, stacks)
+    m.use_converted_stacks(lambda: stacks)
     assert not m.base_lm.layers and not m.residual_lm.layers      # the packages hold the weights
     return m
 
@@ -121,7 +121,8 @@ def test_a_request_past_the_packages_capacity_is_refused_before_any_work(package
     from ttscli.models.base import Request
 
     pipe = api.load("voxcpm2", model_dir=FIX / "tiny")
-    use_stacks(pipe.model, coreml_model(packages, "float32").converted_stacks)
+    stacks = coreml_model(packages, "float32").converted_stacks
+    pipe.model.use_converted_stacks(lambda: stacks)
     with pytest.raises(UsageError, match="exceed the Core ML packages' 64-position context"):
         list(pipe.generate(Request(text="Hello world.", max_frames=62)))
     assert pipe.rows() is None              # the packages hold the weights: requests go one at a time

@@ -19,7 +19,7 @@ from pathlib import Path
 from ttscli.backends.coreml.weights import ArrayWeights, take
 from ttscli.lm.config import stack_shapes
 
-__all__ = ["CAPACITY", "STACKS", "attach", "convert_coreml", "export_coreml", "use_stacks"]
+__all__ = ["CAPACITY", "STACKS", "attach", "convert_coreml", "export_coreml"]
 
 FAMILY = "voxcpm2"
 STACKS = (("base_lm", "base_lm.mlpackage"), ("residual_lm", "residual_lm.mlpackage"))
@@ -80,17 +80,7 @@ def attach(model, checkpoint: Path, compute_units: str = "all") -> str:
 
     require_coreml()
     folder, manifest = for_checkpoint(Path(checkpoint), STACKS[0][0])
-    use_stacks(model, tuple(CoreMLStack.open(folder, name, manifest, compute_units, instead="--backend lm=mlx")
-                            for name, _ in STACKS))
+    model.use_converted_stacks(lambda: tuple(CoreMLStack.open(folder, name, manifest, compute_units,
+                                                              instead="--backend lm=mlx") for name, _ in STACKS))
     return "coreml"
 
-
-def use_stacks(model, stacks: tuple) -> None:
-    """The patch loop runs ``stacks`` (base, residual) in place of the MLX stacks, whose layers
-    are freed: the packages hold the weights."""
-    import mlx.core as mx
-
-    for name, _ in STACKS:
-        getattr(model, name).layers = []     # the text embedding and final norms stay
-    mx.clear_cache()
-    object.__setattr__(model, "converted_stacks", stacks)

@@ -2,6 +2,8 @@
 AudioVAE (``audiovae.pth``) under ``audio_vae``."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import mlx.core as mx
 import mlx.nn as nn
 
@@ -45,6 +47,15 @@ class VoxCPM2(nn.Module):
         self.stop_proj = nn.Linear(h, h)
         self.stop_head = nn.Linear(h, 2, bias=False)
         self.audio_vae = AudioVAE(a.vae)
+
+    def use_converted_stacks(self, make: Callable[[], tuple]) -> None:
+        """From now on the patch loop runs the stacks ``make()`` builds (base, residual) in the MLX
+        stacks' place. Their layers are freed first (the text embedding and final norms stay), so
+        the weights never sit in memory twice while the converted copies load."""
+        for stack in (self.base_lm, self.residual_lm):
+            stack.layers = []
+        mx.clear_cache()
+        object.__setattr__(self, "converted_stacks", make())
 
     def embed_patches(self, feats: mx.array) -> mx.array:
         """Latent patches ``[B, T, P, D]`` -> LM inputs ``[B, T, H]``."""

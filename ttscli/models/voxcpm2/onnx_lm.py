@@ -110,8 +110,6 @@ def check_options(options) -> None:
 def attach(model, backend: str, checkpoint: Path | None, model_id: str | None = None) -> str:
     """Run ``model``'s two LM stacks on onnxruntime from now on and free their MLX layers;
     returns the backend's full name (``onnx-float32`` etc.)."""
-    import mlx.core as mx
-
     from ttscli.backends.onnx import require_onnxruntime
     from ttscli.backends.onnx.manifest import component, read_manifest
     from ttscli.backends.onnx.runtime import OnnxLM
@@ -121,10 +119,6 @@ def attach(model, backend: str, checkpoint: Path | None, model_id: str | None = 
     quant = Quant(split_backend(backend)[1])
     folder = find_or_build(model, None if checkpoint is None else Path(checkpoint), quant, model_id)
     manifest = read_manifest(folder)
-    # freed before the sessions load the same weights, so both copies never sit in memory at once
-    for name, _ in STACKS:
-        getattr(model, name).layers = []     # the text embedding and final norms stay
-    mx.clear_cache()
-    graphs = tuple(OnnxStack(OnnxLM(folder, component(manifest, n, folder))) for n, _ in STACKS)
-    object.__setattr__(model, "converted_stacks", graphs)
+    model.use_converted_stacks(lambda: tuple(OnnxStack(OnnxLM(folder, component(manifest, n, folder)))
+                                             for n, _ in STACKS))
     return f"onnx-{quant.precision}"
