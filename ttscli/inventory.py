@@ -69,7 +69,6 @@ SHORT_CAPS = {"speak": "speak", "clone": "clone", "voice_design": "design", "ins
               "streaming": "stream"}
 
 
-
 def handle(row: dict) -> str | None:
     """The shortest alias that -m takes in place of the id (no repository names), if shorter:
     the table's caption lists them, so that a name like `-m kokoro` is found without --json."""

@@ -38,16 +38,14 @@ def bench_peer(spec, checkpoint: Path | None, text: str, repeats: int, threads: 
         read_vocab,
         style_row,
     )
-    from .pipeline import _JA_SCRIPT, KokoroPipeline, split_phonemes, tokens_of
+    from .pipeline import _JA_SCRIPT, KokoroPipeline, pick_voice, split_phonemes, tokens_of
 
     checkpoint = checkpoint_or_default(checkpoint)
     path = onnx_path_of(checkpoint, converted_cache(spec))
     vocab = read_vocab(describe(checkpoint)["vocab"])
     voices = load_voices(checkpoint)
     lang = "ja" if _JA_SCRIPT.search(text) else "en"
-    default, by_language = default_voices(spec)
-    default = by_language.get(lang, default)
-    pack, _ = parse_voice(default if default in voices else min(voices), voices)
+    pack, _ = parse_voice(pick_voice(voices, *default_voices(spec), lang), voices)
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads or os.cpu_count() or 1
     sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])

@@ -90,6 +90,15 @@ def token_spans(piece: str, vocab: dict[str, int], durations: np.ndarray,
     return out
 
 
+def pick_voice(voices: dict, default: str, by_language: dict[str, str], lang: str) -> str:
+    """The voice for ``lang`` when a request names none: the language's own where ``voices`` holds
+    it, else ``default`` where it holds that, else the first voice by name."""
+    own = by_language.get(lang)
+    if own in voices:
+        return own
+    return default if default in voices else min(voices)
+
+
 class KokoroPipeline(Pipeline):
     max_chunk_chars = 400
     independent_generations = True    # a generation's phonemes and random key are its own
@@ -102,10 +111,10 @@ class KokoroPipeline(Pipeline):
         self.model = model
         self.voices = voices
         self.vocab = vocab
-        self.default_voice = default_voice if default_voice in voices else min(voices)
+        self.default_voice = default_voice
         # the voice a request without --voice gets in a language, where one is clearer there than the
         # default (the installable voices are Japanese; two of them are far clearer in English)
-        self.language_voices = {k: v for k, v in (language_voices or {}).items() if v in voices}
+        self.language_voices = dict(language_voices or {})
         self.sample_rate = model.sample_rate
 
     def language(self, request: Request) -> str:
@@ -115,7 +124,7 @@ class KokoroPipeline(Pipeline):
 
     def voice_for(self, lang: str) -> str:
         """The voice a request in ``lang`` without a voice of its own is spoken with."""
-        return self.language_voices.get(lang, self.default_voice)
+        return pick_voice(self.voices, self.default_voice, self.language_voices, lang)
 
     def synthesize(self, tokens: list[int], style: np.ndarray, speed: float = 1.0,
                    key: mx.array | None = None) -> tuple[np.ndarray, dict]:
